@@ -1,0 +1,226 @@
+#include "agent/agent.h"
+
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+
+#include <cerrno>
+#include <cstring>
+#include <exception>
+
+#include "agent/exec_stream.h"
+#include "agent/file_streams.h"
+#include "agent/fs_ops.h"
+#include "agent/identity.h"
+#include "agent/log.h"
+
+namespace b3os::agent {
+
+using protocol::FrameType;
+
+Agent::Agent(int in_fd, int out_fd, UniqueFd signal_fd)
+    : channel_(in_fd, out_fd), signal_fd_(std::move(signal_fd)) {}
+
+int Agent::run() {
+  channel_.send(FrameType::kHello, 0, hello_payload());
+  channel_.flush();
+  for (;;) {
+    try {
+      run_once();
+    } catch (const std::exception& e) {
+      // Nothing may take PID 1 down: the sandbox would die with it.
+      log_line("event loop: unexpected exception: %s", e.what());
+    }
+  }
+}
+
+int Agent::poll_timeout_ms(Clock::time_point now) const {
+  std::optional<Clock::time_point> next;
+  for (const auto& [id, s] : streams_) {
+    if (s->finished()) continue;
+    if (s->wants_pump()) return 0;
+    const auto d = s->deadline();
+    if (d && (!next || *d < *next)) next = d;
+  }
+  if (!next) return -1;
+  if (*next <= now) return 0;
+  // Round up so that the loop does not wake a little early and spin until the deadline.
+  const auto us = std::chrono::duration_cast<std::chrono::microseconds>(*next - now).count();
+  return static_cast<int>(std::min<int64_t>((us + 999) / 1000, 60000));
+}
+
+void Agent::run_once() {
+  pfds_.clear();
+  owners_.clear();
+  for (const auto& [id, s] : streams_) {
+    s->poll_fds(pfds_);
+    owners_.resize(pfds_.size(), s.get());
+  }
+  const size_t n_stream_fds = pfds_.size();
+  const size_t sig_idx = pfds_.size();
+  pfds_.push_back(pollfd{signal_fd_.get(), POLLIN, 0});
+  size_t in_idx = SIZE_MAX;
+  if (channel_.readable()) {
+    in_idx = pfds_.size();
+    pfds_.push_back(pollfd{channel_.in_fd(), POLLIN, 0});
+  }
+  if (channel_.wants_write()) pfds_.push_back(pollfd{channel_.out_fd(), POLLOUT, 0});
+
+  const int timeout = poll_timeout_ms(Clock::now());
+  const int r = ::poll(pfds_.data(), pfds_.size(), timeout);
+  if (r < 0 && errno != EINTR) {
+    log_line("poll: %s", std::strerror(errno));
+    ::usleep(10000);
+    return;
+  }
+  const auto now = Clock::now();
+
+  // Streams first: a RESYNC read below may destroy them, and owners_ points into them.
+  for (size_t i = 0; r > 0 && i < n_stream_fds; ++i) {
+    if (pfds_[i].revents != 0 && !owners_[i]->finished()) {
+      owners_[i]->on_fd_ready(pfds_[i].fd, pfds_[i].revents);
+    }
+  }
+  for (const auto& [id, s] : streams_) {
+    if (!s->finished() && s->wants_pump()) s->pump();
+    const auto d = s->deadline();
+    if (!s->finished() && d && *d <= now) s->on_deadline(now);
+  }
+  if (r > 0 && pfds_[sig_idx].revents != 0) drain_signals();
+
+  if (in_idx != SIZE_MAX && pfds_[in_idx].revents != 0) {
+    channel_.read_available();
+    while (auto f = channel_.next_frame()) handle_frame(*f);
+    if (!channel_.readable()) drop_all_streams("channel closed");
+  }
+  channel_.flush();
+
+  for (auto it = streams_.begin(); it != streams_.end();) {
+    it = it->second->finished() ? streams_.erase(it) : std::next(it);
+  }
+}
+
+void Agent::handle_frame(protocol::Frame& f) {
+  if (f.stream == 0) {
+    handle_control(f);
+    return;
+  }
+  if (f.type == FrameType::kOpen) {
+    if (streams_.count(f.stream) != 0) {
+      log_line("OPEN of stream %u which is already open; ignored", f.stream);
+      return;
+    }
+    open_stream(f.stream, f.payload);
+    return;
+  }
+  const auto it = streams_.find(f.stream);
+  // Frames for a stream that ended (or never existed) are expected after END or RESYNC.
+  if (it == streams_.end() || it->second->finished()) return;
+  Stream& s = *it->second;
+  switch (f.type) {
+    case FrameType::kData:
+      s.on_data(f.payload);
+      break;
+    case FrameType::kEof:
+      s.on_eof();
+      break;
+    case FrameType::kWindow:
+      if (auto n = protocol::decode_u32(f.payload)) s.on_window(*n);
+      break;
+    case FrameType::kCancel:
+      s.on_cancel();
+      break;
+    default:
+      log_line("stream %u: unexpected frame type 0x%02x; ignored", f.stream,
+               static_cast<unsigned>(f.type));
+      break;
+  }
+}
+
+void Agent::handle_control(protocol::Frame& f) {
+  switch (f.type) {
+    case FrameType::kPing:
+      channel_.send(FrameType::kPong, 0, f.payload);
+      break;
+    case FrameType::kIdentity:
+      channel_.send(FrameType::kIdentityAck, 0, identity_ack_payload(apply_identity(f.payload)));
+      break;
+    case FrameType::kResync:
+      drop_all_streams("RESYNC");
+      channel_.send(FrameType::kResyncAck, 0, f.payload);
+      break;
+    case FrameType::kPong:
+      break;
+    default:
+      log_line("channel: unexpected control frame type 0x%02x; ignored",
+               static_cast<unsigned>(f.type));
+      break;
+  }
+}
+
+void Agent::open_stream(uint32_t id, std::string_view payload) {
+  try {
+    auto req = parse_request(payload);
+    if (!req) {
+      send_end_error(channel_, id, req.error());
+      return;
+    }
+    auto op = get_string(*req, "op");
+    if (!op) {
+      send_end_error(channel_, id, op.error());
+      return;
+    }
+    Result<std::unique_ptr<Stream>> s = nullptr;
+    if (*op == "exec") {
+      s = ExecStream::start(channel_, id, *req);
+    } else if (*op == "file_write") {
+      s = FileWriteStream::open(channel_, id, *req);
+    } else if (*op == "file_read") {
+      s = FileReadStream::open(channel_, id, *req);
+    } else if (*op == "list" || *op == "stat" || *op == "remove") {
+      channel_.send(FrameType::kEnd, id, dump_json(run_fs_op(*op, *req)));
+      return;
+    } else {
+      send_end_error(channel_, id, Error{ErrorCode::kInvalidRequest, "unknown op \"" + *op + "\""});
+      return;
+    }
+    if (!s) {
+      send_end_error(channel_, id, s.error());
+      return;
+    }
+    streams_.emplace(id, std::move(*s));
+  } catch (const std::exception& e) {
+    log_line("stream %u: OPEN failed: %s", id, e.what());
+    send_end_error(channel_, id, Error{ErrorCode::kInternal, std::string("agent: ") + e.what()});
+  }
+}
+
+void Agent::drain_signals() {
+  signalfd_siginfo si;
+  while (::read(signal_fd_.get(), &si, sizeof(si)) == static_cast<ssize_t>(sizeof(si))) {
+  }
+  reap_children();
+}
+
+void Agent::reap_children() {
+  const auto now = Clock::now();
+  for (;;) {
+    int status = 0;
+    const pid_t pid = ::waitpid(-1, &status, WNOHANG);
+    if (pid <= 0) return;
+    // Orphans re-parented to PID 1 are reaped here too; only exec leaders have a stream.
+    for (const auto& [id, s] : streams_) {
+      if (s->child_pid() == pid) {
+        s->on_child_exit(status, now);
+        break;
+      }
+    }
+  }
+}
+
+void Agent::drop_all_streams(const char* why) {
+  if (!streams_.empty()) log_line("%s: dropping %zu streams", why, streams_.size());
+  for (auto& [id, s] : streams_) s->abandon();
+  streams_.clear();
+}
+
+}  // namespace b3os::agent

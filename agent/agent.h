@@ -1,0 +1,41 @@
+#pragma once
+// Agent: the event loop of b3os-agent, PID 1 of a sandbox. One thread polls the channel, the
+// exec pipes and a signalfd for SIGCHLD, and runs exec timers; nothing in it ever blocks.
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string_view>
+
+#include "agent/channel.h"
+#include "agent/stream.h"
+#include "common/unique_fd.h"
+
+namespace b3os::agent {
+
+class Agent {
+ public:
+  /// `in_fd`/`out_fd` are the channel (nonblocking); `signal_fd` a signalfd for SIGCHLD.
+  Agent(int in_fd, int out_fd, UniqueFd signal_fd);
+
+  /// Sends HELLO and serves the channel; returns only on a fatal poll error.
+  int run();
+
+ private:
+  void run_once();
+  int poll_timeout_ms(Clock::time_point now) const;
+  void handle_frame(protocol::Frame& f);
+  void handle_control(protocol::Frame& f);
+  void open_stream(uint32_t id, std::string_view payload);
+  void drain_signals();
+  void reap_children();
+  void drop_all_streams(const char* why);
+
+  Channel channel_;
+  UniqueFd signal_fd_;
+  std::map<uint32_t, std::unique_ptr<Stream>> streams_;
+  std::vector<pollfd> pfds_;
+  std::vector<Stream*> owners_;
+};
+
+}  // namespace b3os::agent

@@ -1,0 +1,224 @@
+#include "agent/fs_ops.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <vector>
+
+#include "protocol/frame.h"
+
+namespace b3os::agent {
+
+namespace {
+
+const char* type_name(mode_t m) {
+  if (S_ISREG(m)) return "file";
+  if (S_ISDIR(m)) return "dir";
+  if (S_ISLNK(m)) return "symlink";
+  return "other";
+}
+
+int64_t mtime_ns(const struct stat& st) {
+  return static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+}
+
+Json describe(const struct stat& st) {
+  return Json{{"type", type_name(st.st_mode)},
+              {"size", static_cast<uint64_t>(st.st_size)},
+              {"mode", static_cast<unsigned>(st.st_mode & 07777)},
+              {"mtime_ns", mtime_ns(st)}};
+}
+
+// Resolves "." and ".." lexically; used only to refuse removing the root in any spelling.
+std::string lexical_normal(const std::string& path) {
+  std::vector<std::string> parts;
+  size_t i = 0;
+  while (i < path.size()) {
+    const size_t j = std::min(path.find('/', i), path.size());
+    const std::string part = path.substr(i, j - i);
+    if (part == "..") {
+      if (!parts.empty()) parts.pop_back();
+    } else if (!part.empty() && part != ".") {
+      parts.push_back(part);
+    }
+    i = j + 1;
+  }
+  std::string out;
+  for (const auto& p : parts) out += "/" + p;
+  return out.empty() ? "/" : out;
+}
+
+// nftw offers no user pointer; the agent is single-threaded, so file-scope state is safe.
+int g_tree_errno = 0;
+std::string g_tree_failed_path;
+
+int remove_entry(const char* p, const struct stat*, int type, struct FTW*) {
+  const int r = (type == FTW_DP || type == FTW_DNR) ? ::rmdir(p) : ::unlink(p);
+  if (r != 0 && errno != ENOENT) {
+    g_tree_errno = errno;
+    g_tree_failed_path = p;
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+Error fs_error(std::string_view what, std::string_view path, int err, bool enoent_is_not_found) {
+  ErrorCode code = ErrorCode::kInternal;
+  switch (err) {
+    case ENOENT:
+      code = enoent_is_not_found ? ErrorCode::kFileNotFound : ErrorCode::kInvalidRequest;
+      break;
+    case EISDIR:
+    case ENOTDIR:
+    case EINVAL:
+    case ENAMETOOLONG:
+    case ELOOP:
+    case ENOTEMPTY:
+    case EEXIST:
+    case EXDEV:
+    case EBUSY:
+    case ENOSPC:
+    case EDQUOT:
+    case EFBIG:
+    case ETXTBSY:
+      code = ErrorCode::kInvalidRequest;
+      break;
+    case EACCES:
+    case EPERM:
+    case EROFS:
+      code = ErrorCode::kForbidden;
+      break;
+    default:
+      break;
+  }
+  std::string context(what);
+  context += ' ';
+  context += path;
+  return errno_error(code, context, err);
+}
+
+Result<void> make_dirs(const std::string& dir) {
+  struct stat st;
+  if (::stat(dir.c_str(), &st) == 0) {
+    if (S_ISDIR(st.st_mode)) return {};
+    return fail(fs_error("mkdir", dir, ENOTDIR, false));
+  }
+  // Walk down from the root, creating each missing component.
+  size_t pos = 1;
+  while (pos <= dir.size()) {
+    const size_t slash = std::min(dir.find('/', pos), dir.size());
+    const std::string prefix = dir.substr(0, slash);
+    pos = slash + 1;
+    if (prefix.empty() || prefix.back() == '/') continue;
+    if (::mkdir(prefix.c_str(), 0755) == 0 || errno == EEXIST) continue;
+    return fail(fs_error("mkdir", prefix, errno, false));
+  }
+  if (::stat(dir.c_str(), &st) != 0) return fail(fs_error("mkdir", dir, errno, false));
+  if (!S_ISDIR(st.st_mode)) return fail(fs_error("mkdir", dir, ENOTDIR, false));
+  return {};
+}
+
+Result<Json> list_dir(const std::string& path) {
+  const int dfd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0) return fail(fs_error("list", path, errno));
+  DIR* dir = ::fdopendir(dfd);
+  if (dir == nullptr) {
+    const int err = errno;
+    ::close(dfd);
+    return fail(fs_error("list", path, err));
+  }
+  std::vector<std::pair<std::string, struct stat>> found;
+  errno = 0;
+  while (const dirent* d = ::readdir(dir)) {
+    const std::string name = d->d_name;
+    if (name == "." || name == "..") continue;
+    struct stat st;
+    // An entry removed between readdir and stat is simply no longer there.
+    if (::fstatat(dfd, d->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
+    found.emplace_back(name, st);
+  }
+  ::closedir(dir);
+  std::sort(found.begin(), found.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+
+  // The END payload must fit one frame; a huge directory is cut short and says so.
+  constexpr size_t kBudget = protocol::kMaxPayload - 4096;
+  Json entries = Json::array();
+  size_t used = 0;
+  bool truncated = false;
+  for (const auto& [name, st] : found) {
+    Json e = describe(st);
+    e["name"] = name;
+    used += dump_json(e).size() + 1;
+    if (used > kBudget) {
+      truncated = true;
+      break;
+    }
+    entries.push_back(std::move(e));
+  }
+  Json out{{"ok", true}, {"entries", std::move(entries)}};
+  if (truncated) out["truncated"] = true;
+  return out;
+}
+
+Result<Json> stat_path(const std::string& path) {
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0) return fail(fs_error("stat", path, errno));
+  Json out = describe(st);
+  out["ok"] = true;
+  return out;
+}
+
+Result<void> remove_path(const std::string& path, bool recursive) {
+  if (lexical_normal(path) == "/") {
+    return fail(ErrorCode::kInvalidRequest, "remove " + path + ": refusing to remove /");
+  }
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0) return fail(fs_error("remove", path, errno));
+  if (!S_ISDIR(st.st_mode)) {
+    if (::unlink(path.c_str()) != 0) return fail(fs_error("remove", path, errno));
+    return {};
+  }
+  if (::rmdir(path.c_str()) == 0) return {};
+  if (errno != ENOTEMPTY && errno != EEXIST) return fail(fs_error("remove", path, errno));
+  if (!recursive) {
+    return fail(ErrorCode::kInvalidRequest,
+                "remove " + path + ": directory not empty; pass recursive=true", ENOTEMPTY);
+  }
+  g_tree_errno = 0;
+  g_tree_failed_path.clear();
+  // FTW_PHYS: symlinks are removed, never followed; FTW_DEPTH: children before parents.
+  const int r = ::nftw(path.c_str(), remove_entry, 32, FTW_DEPTH | FTW_PHYS);
+  if (r != 0) {
+    const int err = g_tree_errno != 0 ? g_tree_errno : errno;
+    return fail(fs_error("remove", g_tree_failed_path.empty() ? path : g_tree_failed_path, err));
+  }
+  return {};
+}
+
+Json run_fs_op(const std::string& op, const Json& req) {
+  auto path = get_path(req);
+  if (!path) return error_json(path.error());
+  if (op == "list") {
+    auto r = list_dir(*path);
+    return r ? std::move(*r) : error_json(r.error());
+  }
+  if (op == "stat") {
+    auto r = stat_path(*path);
+    return r ? std::move(*r) : error_json(r.error());
+  }
+  auto recursive = get_bool(req, "recursive", false);
+  if (!recursive) return error_json(recursive.error());
+  auto r = remove_path(*path, *recursive);
+  return r ? Json{{"ok", true}} : error_json(r.error());
+}
+
+}  // namespace b3os::agent

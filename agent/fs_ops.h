@@ -1,0 +1,31 @@
+#pragma once
+// The one-shot filesystem requests (list, stat, remove) and the helpers the file streams share:
+// errno to API error mapping and `mkdir -p`.
+
+#include <string>
+#include <string_view>
+
+#include "agent/request.h"
+#include "common/result.h"
+
+namespace b3os::agent {
+
+/// Maps a failed filesystem call to an API error with context, "open /x: Is a directory".
+/// ENOENT is file_not_found when `enoent_is_not_found`, otherwise invalid_request.
+Error fs_error(std::string_view what, std::string_view path, int err,
+               bool enoent_is_not_found = true);
+
+/// Creates `dir` and its missing parents with mode 0755.
+Result<void> make_dirs(const std::string& dir);
+
+/// The `list` op: {"ok":true,"entries":[...]} sorted by name.
+Result<Json> list_dir(const std::string& path);
+/// The `stat` op: {"ok":true,"type","size","mode","mtime_ns"} (symlinks are not followed).
+Result<Json> stat_path(const std::string& path);
+/// The `remove` op: a file, symlink, empty directory, or with `recursive` a whole tree.
+Result<void> remove_path(const std::string& path, bool recursive);
+
+/// Runs list/stat/remove for an OPEN request and returns the END payload.
+Json run_fs_op(const std::string& op, const Json& req);
+
+}  // namespace b3os::agent

@@ -1,0 +1,41 @@
+#pragma once
+// Starting an exec's process: fork, a new session, pipes for stdio, and a PATH search done
+// here rather than by libc so that the PATH comes from the request's environment.
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+#include "common/unique_fd.h"
+
+namespace b3os::agent {
+
+/// What to run: argv, the complete environment ("K=V"), and the working directory.
+struct SpawnSpec {
+  std::vector<std::string> argv;
+  std::vector<std::string> env;
+  std::string cwd;
+  bool pipe_stdin = false;
+};
+
+/// A started process and the agent's ends of its pipes (nonblocking).
+struct SpawnedChild {
+  pid_t pid = -1;
+  UniqueFd stdin_fd;  // invalid when the child's stdin is /dev/null
+  UniqueFd stdout_fd;
+  UniqueFd stderr_fd;
+};
+
+/// The paths execve tries for `argv0` under `path_var`, in order (argv0 itself if it has '/').
+std::vector<std::string> exec_candidates(const std::string& argv0, const std::string& path_var);
+
+/// Forks the process in its own session and process group. A program that cannot be executed
+/// makes the child print "b3os: exec <argv0>: <reason>" on stderr and exit 127.
+Result<SpawnedChild> spawn_child(const SpawnSpec& spec);
+
+/// SIGKILLs the process group of `pid` (the process itself if it has no group yet).
+void kill_group(pid_t pid);
+
+}  // namespace b3os::agent

@@ -1,0 +1,349 @@
+#include "cli/commands.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <iostream>
+#include <iterator>
+#include <memory>
+
+#include <CLI/CLI.hpp>
+
+#include "cli/table.h"
+
+namespace b3os::cli {
+
+namespace {
+
+// The largest page GET /v1/sandboxes serves.
+constexpr int64_t kMaxPageSize = 100;
+
+// Reads all of standard input (binary-safe).
+Result<std::string> read_all_stdin() {
+  std::string out;
+  char buf[64 << 10];
+  for (;;) {
+    ssize_t n = ::read(STDIN_FILENO, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return fail(errno_error(ErrorCode::kInvalidRequest, "read stdin", errno));
+    if (n == 0) return out;
+    out.append(buf, static_cast<size_t>(n));
+  }
+}
+
+// Writes text to a stream unchanged (it may hold NULs) and flushes it.
+void write_verbatim(std::FILE* f, const std::string& text) {
+  if (!text.empty()) std::fwrite(text.data(), 1, text.size(), f);
+  std::fflush(f);
+}
+
+std::string string_field(const Json& obj, const char* key) {
+  if (!obj.is_object() || !obj.contains(key)) return "-";
+  return format_cell(obj[key]);
+}
+
+int run_create(const GlobalOptions& g, const CreateOptions& o) {
+  auto body = build_create_body(o);
+  if (!body) return report_error(body.error());
+  auto client = make_client(g);
+  if (!client) return report_error(client.error());
+  auto reply = call_api(*client, "POST", "/v1/sandboxes", &*body);
+  if (!reply) return report_error(reply.error());
+  if (o.json || !reply->contains("id")) {
+    print_json(*reply);
+  } else {
+    std::cout << format_cell((*reply)["id"]) << "\n";
+  }
+  return 0;
+}
+
+int run_list(const GlobalOptions& g, const ListOptions& o) {
+  auto client = make_client(g);
+  if (!client) return report_error(client.error());
+  Json all = Json::array();
+  Json last;
+  std::optional<std::string> cursor;
+  for (;;) {
+    auto path = build_list_path(o, cursor);
+    if (!path) return report_error(path.error());
+    auto reply = call_api(*client, "GET", *path);
+    if (!reply) return report_error(reply.error());
+    if (reply->contains("data") && (*reply)["data"].is_array()) {
+      for (auto& item : (*reply)["data"]) all.push_back(std::move(item));
+    }
+    last = std::move(*reply);
+    const Json next = last.value("next_cursor", Json());
+    if (!o.all || !next.is_string() || next.get<std::string>().empty()) break;
+    cursor = next.get<std::string>();
+  }
+  if (o.json) {
+    if (o.all) last["next_cursor"] = nullptr;
+    last["data"] = std::move(all);
+    print_json(last);
+    return 0;
+  }
+  std::cout << render_sandbox_table(all);
+  const Json next = last.value("next_cursor", Json());
+  if (!o.all && next.is_string() && !next.get<std::string>().empty()) {
+    std::cerr << "(more sandboxes: use --all)\n";
+  }
+  return 0;
+}
+
+int run_get(const GlobalOptions& g, const std::string& id, bool json) {
+  auto client = make_client(g);
+  if (!client) return report_error(client.error());
+  auto reply = call_api(*client, "GET", sandbox_path(id));
+  if (!reply) return report_error(reply.error());
+  if (json) {
+    print_json(*reply);
+  } else {
+    std::cout << render_sandbox_details(*reply);
+  }
+  return 0;
+}
+
+int run_delete(const GlobalOptions& g, const std::string& id, bool json) {
+  auto client = make_client(g);
+  if (!client) return report_error(client.error());
+  auto reply = call_api(*client, "DELETE", sandbox_path(id));
+  if (!reply) return report_error(reply.error());
+  if (json) {
+    print_json(*reply);
+  } else {
+    std::cout << (reply->contains("id") ? format_cell((*reply)["id"]) : id) << "\n";
+  }
+  return 0;
+}
+
+int run_templates(const GlobalOptions& g, bool json) {
+  auto client = make_client(g);
+  if (!client) return report_error(client.error());
+  auto reply = call_api(*client, "GET", "/v1/templates");
+  if (!reply) return report_error(reply.error());
+  if (json) {
+    print_json(*reply);
+  } else {
+    std::cout << render_template_table(reply->value("data", Json::array()));
+  }
+  return 0;
+}
+
+int run_exec(const GlobalOptions& g, const ExecOptions& o) {
+  std::optional<std::string> stdin_text;
+  if (o.read_stdin) {
+    auto text = read_all_stdin();
+    if (!text) return report_error(text.error());
+    stdin_text = std::move(*text);
+  }
+  auto body = build_exec_body(o, stdin_text);
+  if (!body) return report_error(body.error());
+  auto client = make_client(g);
+  if (!client) return report_error(client.error());
+  auto reply = call_api(*client, "POST", sandbox_path(o.id, "/exec"), &*body);
+  if (!reply) return report_error(reply.error());
+  if (o.json) {
+    print_json(*reply);
+    return 0;
+  }
+  auto text = [&](const char* key) {
+    const Json v = reply->value(key, Json());
+    return v.is_string() ? v.get<std::string>() : std::string();
+  };
+  write_verbatim(stdout, text("stdout"));
+  write_verbatim(stderr, text("stderr"));
+  if (reply->value("stdout_truncated", false)) std::cerr << "b3os: stdout was truncated by b3osd\n";
+  if (reply->value("stderr_truncated", false)) std::cerr << "b3os: stderr was truncated by b3osd\n";
+  if (reply->value("timed_out", false)) std::cerr << "b3os: the command timed out\n";
+  return exec_exit_status(*reply);
+}
+
+}  // namespace
+
+Result<Json> build_create_body(const CreateOptions& o) {
+  Json body = Json::object();
+  if (o.template_name) body["template"] = *o.template_name;
+  if (o.timeout_s) body["timeout_s"] = *o.timeout_s;
+  if (o.vcpu) body["vcpu"] = *o.vcpu;
+  if (o.memory_mib) body["memory_mib"] = *o.memory_mib;
+  auto env = parse_kv_object(o.env, "--env");
+  if (!env) return fail(env.error());
+  auto secrets = parse_kv_object(o.secrets, "--secret");
+  if (!secrets) return fail(secrets.error());
+  auto metadata = parse_kv_object(o.metadata, "--metadata");
+  if (!metadata) return fail(metadata.error());
+  if (!env->empty()) body["env"] = std::move(*env);
+  if (!secrets->empty()) body["secrets"] = std::move(*secrets);
+  if (!metadata->empty()) body["metadata"] = std::move(*metadata);
+  return body;
+}
+
+Result<std::string> build_list_path(const ListOptions& o, const std::optional<std::string>& cursor) {
+  auto metadata = parse_kv_pairs(o.metadata, "--metadata");
+  if (!metadata) return fail(metadata.error());
+  Query q;
+  if (o.status) q.add("status", *o.status);
+  for (const auto& [k, v] : *metadata) q.add_metadata(k, v);
+  if (o.limit) {
+    q.add("limit", std::to_string(*o.limit));
+  } else if (o.all) {
+    q.add("limit", std::to_string(kMaxPageSize));
+  }
+  if (cursor) q.add("cursor", *cursor);
+  return "/v1/sandboxes" + q.str();
+}
+
+Result<Json> build_exec_body(const ExecOptions& o, const std::optional<std::string>& stdin_text) {
+  if (o.cmd.empty()) return fail(ErrorCode::kInvalidRequest, "exec: no command given after --");
+  Json body = Json::object();
+  if (o.cmd.size() == 1) {
+    body["cmd"] = o.cmd.front();
+  } else {
+    body["cmd"] = o.cmd;
+  }
+  auto env = parse_kv_object(o.env, "--env");
+  if (!env) return fail(env.error());
+  if (!env->empty()) body["env"] = std::move(*env);
+  if (o.cwd) body["cwd"] = *o.cwd;
+  if (o.timeout_ms) body["timeout_ms"] = *o.timeout_ms;
+  if (stdin_text) body["stdin"] = *stdin_text;
+  return body;
+}
+
+int exec_exit_status(const Json& reply) {
+  if (reply.value("timed_out", false)) return kExitTimedOut;
+  const Json code = reply.value("exit_code", Json());
+  if (!code.is_number_integer()) return kExitFailure;
+  auto c = code.get<int64_t>();
+  if (c < 0) c = 128 - c;
+  return c > 255 ? 255 : static_cast<int>(c);
+}
+
+std::string render_sandbox_table(const Json& sandboxes) {
+  Table t({"ID", "STATUS", "TEMPLATE", "CREATED", "EXPIRES"});
+  for (const auto& s : sandboxes) {
+    std::string tpl = "-";
+    if (s.contains("template")) {
+      const auto& v = s["template"];
+      tpl = v.is_object() ? string_field(v, "name") : format_cell(v);
+    }
+    t.add_row({string_field(s, "id"), string_field(s, "status"), tpl,
+               format_time(s.value("created_at", Json())), format_time(s.value("expires_at", Json()))});
+  }
+  return t.render();
+}
+
+std::string render_sandbox_details(const Json& sandbox) {
+  return render_key_values(flatten_object(sandbox, {"object", "timing"}));
+}
+
+std::string render_file_table(const Json& entries) {
+  Table t({"NAME", "TYPE", "SIZE", "MODE", "MODIFIED"});
+  for (const auto& e : entries) {
+    t.add_row({string_field(e, "name"), string_field(e, "type"), string_field(e, "size"),
+               format_mode(e.value("mode", Json())), format_time(e.value("modified_at", Json()))});
+  }
+  return t.render();
+}
+
+std::string render_template_table(const Json& templates) {
+  Table t({"NAME", "ID", "STATUS", "DESCRIPTION"});
+  for (const auto& e : templates) {
+    t.add_row({string_field(e, "name"), string_field(e, "id"), string_field(e, "status"),
+               string_field(e, "description")});
+  }
+  return t.render();
+}
+
+void print_json(const Json& doc) {
+  std::cout << doc.dump(2, ' ', false, Json::error_handler_t::replace) << "\n";
+}
+
+int report_error(const Error& e) {
+  std::cerr << "error: " << e.message << "\n";
+  return kExitFailure;
+}
+
+Result<HttpClient> make_client(const GlobalOptions& g) {
+  auto url = parse_api_url(g.api_url);
+  if (!url) return fail(url.error());
+  return HttpClient(std::move(*url), g.api_key);
+}
+
+Result<Json> call_api(HttpClient& client, std::string_view method, const std::string& path,
+                      const Json* body) {
+  auto resp = client.request(method, path, body);
+  if (!resp) return fail(resp.error());
+  auto doc = json_reply(*resp);
+  if (!doc && resp->status == 401 && !client.has_api_key()) {
+    doc.error().message += " (no API key: set B3OS_API_KEY or --api-key; `b3os keys create` makes one)";
+  }
+  return doc;
+}
+
+void add_sandbox_commands(CLI::App& app, const GlobalOptions& g, Action& action) {
+  auto create = std::make_shared<CreateOptions>();
+  auto* c = app.add_subcommand("create", "Create and start a sandbox; prints its id");
+  c->add_option("--template", create->template_name, "Template name or id (default: base)");
+  c->add_option("--timeout", create->timeout_s, "Idle timeout in seconds (default 300)");
+  c->add_option("--vcpu", create->vcpu, "Virtual CPUs (default 1)");
+  c->add_option("--memory", create->memory_mib, "Memory in MiB (default 512)");
+  c->add_option("--env", create->env, "Environment variable K=V (repeatable)")
+      ->allow_extra_args(false);
+  c->add_option("--secret", create->secrets, "Secret K=V, set in every exec (repeatable)")
+      ->allow_extra_args(false);
+  c->add_option("--metadata", create->metadata, "Metadata K=V (repeatable)")
+      ->allow_extra_args(false);
+  c->add_flag("--json", create->json, "Print the sandbox object as JSON");
+  c->callback([&g, &action, create] { action = [&g, create] { return run_create(g, *create); }; });
+
+  auto list = std::make_shared<ListOptions>();
+  auto* l = app.add_subcommand("list", "List sandboxes, newest first");
+  l->add_option("--status", list->status, "Only this status (running, paused, stopped, failed)");
+  l->add_option("--metadata", list->metadata, "Only sandboxes with metadata K=V (repeatable)")
+      ->allow_extra_args(false);
+  l->add_option("--limit", list->limit, "Page size, 1-100 (default 20)");
+  l->add_flag("--all", list->all, "Follow next_cursor through every page");
+  l->add_flag("--json", list->json, "Print the list as JSON");
+  l->callback([&g, &action, list] { action = [&g, list] { return run_list(g, *list); }; });
+
+  struct IdJson {
+    std::string id;
+    bool json = false;
+  };
+  auto get = std::make_shared<IdJson>();
+  auto* gc = app.add_subcommand("get", "Show one sandbox");
+  gc->add_option("id", get->id, "Sandbox id")->required();
+  gc->add_flag("--json", get->json, "Print the sandbox object as JSON");
+  gc->callback([&g, &action, get] { action = [&g, get] { return run_get(g, get->id, get->json); }; });
+
+  auto del = std::make_shared<IdJson>();
+  auto* rm = app.add_subcommand("rm", "Stop and remove a sandbox (the record stays)");
+  rm->alias("delete");
+  rm->add_option("id", del->id, "Sandbox id")->required();
+  rm->add_flag("--json", del->json, "Print the sandbox object as JSON");
+  rm->callback([&g, &action, del] { action = [&g, del] { return run_delete(g, del->id, del->json); }; });
+
+  auto tpl_json = std::make_shared<bool>(false);
+  auto* tp = app.add_subcommand("templates", "List templates");
+  tp->add_flag("--json", *tpl_json, "Print the list as JSON");
+  tp->callback([&g, &action, tpl_json] { action = [&g, tpl_json] { return run_templates(g, *tpl_json); }; });
+
+  auto exec = std::make_shared<ExecOptions>();
+  auto* e = app.add_subcommand("exec", "Run a command in a sandbox: exec ID [options] -- CMD [ARGS...]");
+  e->footer(
+      "One word after -- runs under /bin/sh -c; several run as argv. Exits with the command's exit\n"
+      "code, 124 if it timed out; with --json it prints the reply and exits 0.");
+  e->add_option("id", exec->id, "Sandbox id")->required();
+  e->add_option("cmd", exec->cmd, "Command and arguments")->required();
+  e->add_option("--timeout-ms", exec->timeout_ms, "Kill the command after this many ms");
+  e->add_option("--cwd", exec->cwd, "Working directory (default /workspace)");
+  e->add_option("--env", exec->env, "Environment variable K=V (repeatable)")
+      ->allow_extra_args(false);
+  e->add_flag("--stdin", exec->read_stdin, "Send all of standard input to the command");
+  e->add_flag("--json", exec->json, "Print the whole reply as JSON");
+  e->callback([&g, &action, exec] { action = [&g, exec] { return run_exec(g, *exec); }; });
+}
+
+}  // namespace b3os::cli

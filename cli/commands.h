@@ -1,0 +1,105 @@
+#pragma once
+// The b3os subcommands: their options, the pure pieces that turn options into requests and
+// replies into text (unit-tested), and the registration of each command with CLI11.
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cli/args.h"
+#include "cli/http_client.h"
+#include "common/result.h"
+
+namespace CLI {
+class App;
+}
+
+namespace b3os::cli {
+
+/// Options every command may use; flags override B3OS_API_URL / B3OS_API_KEY / B3OS_DATA_DIR.
+struct GlobalOptions {
+  std::string api_url = std::string(kDefaultApiUrl);
+  std::string api_key;
+  std::string data_dir = "/var/lib/b3os";
+};
+
+/// What the parsed command will do; returns the process exit status.
+using Action = std::function<int()>;
+
+/// Exit status when the command ran but failed (API error, connection refused, bad input).
+inline constexpr int kExitFailure = 1;
+/// Exit status of `exec` when the command timed out (as timeout(1) does).
+inline constexpr int kExitTimedOut = 124;
+
+struct CreateOptions {
+  std::optional<std::string> template_name;
+  std::optional<int64_t> timeout_s;
+  std::optional<int64_t> vcpu;
+  std::optional<int64_t> memory_mib;
+  std::vector<std::string> env;
+  std::vector<std::string> secrets;
+  std::vector<std::string> metadata;
+  bool json = false;
+};
+
+struct ListOptions {
+  std::optional<std::string> status;
+  std::vector<std::string> metadata;
+  std::optional<int64_t> limit;
+  bool all = false;
+  bool json = false;
+};
+
+struct ExecOptions {
+  std::string id;
+  std::vector<std::string> cmd;
+  std::optional<int64_t> timeout_ms;
+  std::optional<std::string> cwd;
+  std::vector<std::string> env;
+  bool read_stdin = false;
+  bool json = false;
+};
+
+/// The body of POST /v1/sandboxes; only options that were given are sent.
+Result<Json> build_create_body(const CreateOptions& o);
+
+/// The path and query of one page of GET /v1/sandboxes. With --all and no --limit, pages are
+/// as large as the API allows.
+Result<std::string> build_list_path(const ListOptions& o, const std::optional<std::string>& cursor);
+
+/// The body of POST exec: one argument is sent as a string (run by /bin/sh -c), several as argv.
+Result<Json> build_exec_body(const ExecOptions& o, const std::optional<std::string>& stdin_text);
+
+/// The exit status `b3os exec` ends with: 124 if timed out, else the command's exit code
+/// (negative codes, i.e. signals, become 128+signal; anything out of range becomes 255).
+int exec_exit_status(const Json& reply);
+
+/// Table of sandboxes: ID, STATUS, TEMPLATE, CREATED, EXPIRES.
+std::string render_sandbox_table(const Json& sandboxes);
+/// "key: value" lines of one sandbox, without `object` and `timing`.
+std::string render_sandbox_details(const Json& sandbox);
+/// Table of a directory listing: NAME, TYPE, SIZE, MODE, MODIFIED.
+std::string render_file_table(const Json& entries);
+/// Table of templates: NAME, ID, STATUS, DESCRIPTION.
+std::string render_template_table(const Json& templates);
+
+/// Prints `doc` as indented JSON on stdout.
+void print_json(const Json& doc);
+/// Prints "error: <message>" on stderr and returns kExitFailure.
+int report_error(const Error& e);
+/// A client for the global options; fails on a malformed API URL.
+Result<HttpClient> make_client(const GlobalOptions& g);
+/// Sends a request and parses the JSON reply, adding a hint when the key is missing.
+Result<Json> call_api(HttpClient& client, std::string_view method, const std::string& path,
+                      const Json* body = nullptr);
+
+/// Registers create, list, get, rm/delete, templates and exec.
+void add_sandbox_commands(CLI::App& app, const GlobalOptions& g, Action& action);
+/// Registers upload, download, ls and rmfile.
+void add_file_commands(CLI::App& app, const GlobalOptions& g, Action& action);
+/// Registers `keys create` and `keys list` (local store, no API).
+void add_key_commands(CLI::App& app, GlobalOptions& g, Action& action);
+
+}  // namespace b3os::cli

@@ -1,0 +1,58 @@
+#pragma once
+// The API error model: one enum of codes from the spec, each with exactly one HTTP status.
+
+#include <string>
+#include <string_view>
+
+namespace b3os {
+
+/// Error codes as the API names them (`{"error": {"code": ...}}`).
+enum class ErrorCode {
+  kInvalidRequest,          // 400
+  kInvalidUrl,              // 400
+  kUnauthorized,            // 401
+  kPaymentRequired,         // 402 (spend cap / credits)
+  kForbidden,               // 403
+  kEgressDenied,            // 403
+  kNotFound,                // 404 (route)
+  kSandboxNotFound,         // 404
+  kTemplateNotFound,        // 404
+  kFileNotFound,            // 404
+  kSnapshotNotFound,        // 404
+  kMethodNotAllowed,        // 405
+  kConflict,                // 409 (state conflicts: sandbox not running, ...)
+  kSandboxNotRunning,       // 409
+  kForkUnavailable,         // 409
+  kIdempotencyKeyConflict,  // 409
+  kPayloadTooLarge,         // 413
+  kUnsupportedMediaType,    // 415
+  kRateLimited,             // 429
+  kConcurrencyLimited,      // 429
+  kQuotaExceeded,           // 429
+  kInternal,                // 500
+  kNotImplemented,          // 501
+  kNodeUnavailable,         // 503
+  kProductUnavailable,      // 503
+  kCapacityUnavailable,     // 503
+};
+
+/// An error a user can act on: a code, a message with context, and the errno if any.
+struct Error {
+  ErrorCode code = ErrorCode::kInternal;
+  std::string message;
+  int err_no = 0;
+
+  /// Prefixes context as the error rises: `e.wrap("creating veth b3-12")`.
+  Error& wrap(std::string_view context);
+};
+
+/// The wire name of a code, e.g. "sandbox_not_found".
+std::string_view error_code_name(ErrorCode code);
+/// The code with this wire name; kInternal for a name it does not know.
+ErrorCode error_code_from_name(std::string_view name);
+/// The HTTP status of a code: the one table that maps codes to statuses.
+int error_http_status(ErrorCode code);
+/// Builds an error from errno with context: "open /x: No such file or directory".
+Error errno_error(ErrorCode code, std::string_view context, int err_no);
+
+}  // namespace b3os

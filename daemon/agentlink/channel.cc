@@ -1,0 +1,285 @@
+#include "daemon/agentlink/channel.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "common/ids.h"
+
+namespace b3os::agentlink {
+
+using protocol::Frame;
+using protocol::FrameType;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+Error channel_error(const std::string& name, const std::string& why) {
+  return Error{ErrorCode::kInternal, "agent channel " + name + ": " + why, 0};
+}
+}  // namespace
+
+// ---- Stream ----
+
+Stream::~Stream() {
+  bool ended;
+  {
+    std::lock_guard lk(mu_);
+    ended = ended_ || closed_.has_value();
+  }
+  // A stream dropped before its END (client went away, error path) must not leave work
+  // running in the sandbox.
+  if (!ended) cancel();
+  ch_->forget(id_);
+}
+
+void Stream::deliver(Frame f) {
+  std::lock_guard lk(mu_);
+  if (f.type == FrameType::kEnd) ended_ = true;
+  inbox_.push_back(std::move(f));
+  cv_.notify_all();
+}
+
+void Stream::add_credit(uint32_t n) {
+  std::lock_guard lk(mu_);
+  credit_ += n;
+  cv_.notify_all();
+}
+
+void Stream::close(std::string reason) {
+  std::lock_guard lk(mu_);
+  closed_ = std::move(reason);
+  cv_.notify_all();
+}
+
+Result<Frame> Stream::next(Clock::time_point deadline) {
+  std::unique_lock lk(mu_);
+  for (;;) {
+    if (!inbox_.empty()) {
+      Frame f = std::move(inbox_.front());
+      inbox_.pop_front();
+      return f;
+    }
+    if (closed_) return fail(channel_error(ch_->name(), *closed_));
+    if (cv_.wait_until(lk, deadline) == std::cv_status::timeout && inbox_.empty()) {
+      return fail(ErrorCode::kInternal, "agent channel " + ch_->name() + ": no answer from the agent in time");
+    }
+  }
+}
+
+Result<void> Stream::send_data(std::string_view bytes, Clock::time_point deadline) {
+  while (!bytes.empty()) {
+    size_t n;
+    {
+      std::unique_lock lk(mu_);
+      for (;;) {
+        if (closed_) return fail(channel_error(ch_->name(), *closed_));
+        if (ended_) return fail(ErrorCode::kConflict, "the agent ended the stream");
+        if (credit_ > 0) break;
+        if (cv_.wait_until(lk, deadline) == std::cv_status::timeout && credit_ <= 0)
+          return fail(ErrorCode::kInternal, "agent channel " + ch_->name() + ": the agent stopped reading");
+      }
+      n = std::min<size_t>({bytes.size(), static_cast<size_t>(credit_), protocol::kMaxData});
+      credit_ -= static_cast<int64_t>(n);
+    }
+    if (auto r = ch_->write_frame(FrameType::kData, id_, bytes.substr(0, n)); !r) return r;
+    bytes.remove_prefix(n);
+  }
+  return {};
+}
+
+Result<void> Stream::send_eof() { return ch_->write_frame(FrameType::kEof, id_, {}); }
+
+void Stream::cancel() { (void)ch_->write_frame(FrameType::kCancel, id_, {}); }
+
+void Stream::grant(uint32_t n) {
+  if (n > 0) (void)ch_->write_frame(FrameType::kWindow, id_, protocol::encode_u32(n));
+}
+
+// ---- AgentChannel ----
+
+AgentChannel::AgentChannel(UniqueFd fd, std::string name, std::function<void(const std::string&)> on_close)
+    : fd_(std::move(fd)), name_(std::move(name)), on_close_(std::move(on_close)) {}
+
+std::shared_ptr<AgentChannel> AgentChannel::start(UniqueFd fd, std::string name,
+                                                  std::function<void(const std::string&)> on_close) {
+  std::shared_ptr<AgentChannel> ch(new AgentChannel(std::move(fd), std::move(name), std::move(on_close)));
+  ch->reader_ = std::thread([raw = ch.get()] { raw->reader_loop(); });
+  return ch;
+}
+
+AgentChannel::~AgentChannel() { shutdown(); }
+
+void AgentChannel::shutdown() {
+  stopping_ = true;
+  if (fd_) ::shutdown(fd_.get(), SHUT_RDWR);
+  if (reader_.joinable()) {
+    if (reader_.get_id() == std::this_thread::get_id()) {
+      reader_.detach();
+    } else {
+      reader_.join();
+    }
+  }
+}
+
+Result<void> AgentChannel::write_frame(FrameType type, uint32_t stream, std::string_view payload) {
+  std::string buf = protocol::encode_frame(type, stream, payload);
+  std::lock_guard lk(write_mu_);
+  if (closed_) return fail(channel_error(name_, "closed"));
+  size_t off = 0;
+  while (off < buf.size()) {
+    ssize_t w = ::send(fd_.get(), buf.data() + off, buf.size() - off, MSG_NOSIGNAL);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return fail(errno_error(ErrorCode::kInternal, "agent channel " + name_ + ": write", errno));
+    }
+    off += static_cast<size_t>(w);
+  }
+  return {};
+}
+
+void AgentChannel::reader_loop() {
+  char buf[64 * 1024];
+  std::string reason = "the agent closed the channel";
+  for (;;) {
+    ssize_t r = ::read(fd_.get(), buf, sizeof buf);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) {
+      if (r < 0) reason = std::string("read failed: ") + std::strerror(errno);
+      break;
+    }
+    std::vector<std::pair<std::shared_ptr<Stream>, Frame>> deliveries;
+    std::vector<Frame> controls;
+    {
+      std::lock_guard lk(mu_);
+      parser_.feed(buf, static_cast<size_t>(r));
+      while (auto f = parser_.next()) {
+        if (f->stream == 0) {
+          controls.push_back(std::move(*f));
+          continue;
+        }
+        auto it = streams_.find(f->stream);
+        if (it == streams_.end()) continue;  // a stream we gave up on
+        if (auto s = it->second.lock()) deliveries.emplace_back(std::move(s), std::move(*f));
+      }
+    }
+    for (auto& c : controls) handle_control(std::move(c));
+    for (auto& [s, f] : deliveries) {
+      if (f.type == FrameType::kWindow) {
+        if (auto n = protocol::decode_u32(f.payload)) s->add_credit(*n);
+      } else {
+        s->deliver(std::move(f));
+      }
+    }
+  }
+  closed_ = true;
+  std::vector<std::shared_ptr<Stream>> live;
+  {
+    std::lock_guard lk(mu_);
+    for (auto& [id, w] : streams_)
+      if (auto s = w.lock()) live.push_back(std::move(s));
+    control_cv_.notify_all();
+  }
+  for (auto& s : live) s->close(reason);
+  if (!stopping_ && on_close_) on_close_(reason);
+}
+
+void AgentChannel::handle_control(Frame f) {
+  if (f.type == FrameType::kPing) {
+    (void)write_frame(FrameType::kPong, 0, f.payload);
+    return;
+  }
+  std::lock_guard lk(mu_);
+  if (f.type == FrameType::kResyncAck) {
+    if (!resync_nonce_ || f.payload != *resync_nonce_) return;  // a stale answer
+    resync_nonce_.reset();
+  }
+  control_.push_back(std::move(f));
+  control_cv_.notify_all();
+}
+
+Result<Frame> AgentChannel::wait_control(FrameType type, std::chrono::milliseconds timeout) {
+  auto deadline = Clock::now() + timeout;
+  std::unique_lock lk(mu_);
+  for (;;) {
+    for (auto it = control_.begin(); it != control_.end(); ++it) {
+      if (it->type == type) {
+        Frame f = std::move(*it);
+        control_.erase(it);
+        return f;
+      }
+    }
+    if (closed_) return fail(channel_error(name_, "closed while waiting for the agent"));
+    if (control_cv_.wait_until(lk, deadline) == std::cv_status::timeout) {
+      return fail(channel_error(name_, "the agent did not answer within " + std::to_string(timeout.count()) + " ms"));
+    }
+  }
+}
+
+Result<nlohmann::json> AgentChannel::wait_hello(std::chrono::milliseconds timeout) {
+  auto f = wait_control(FrameType::kHello, timeout);
+  if (!f) return fail(f.error());
+  try {
+    return nlohmann::json::parse(f->payload);
+  } catch (const std::exception&) {
+    return fail(channel_error(name_, "unreadable HELLO"));
+  }
+}
+
+Result<void> AgentChannel::resync(std::chrono::milliseconds timeout) {
+  std::string nonce = random_bytes(16);
+  {
+    std::lock_guard lk(mu_);
+    resync_nonce_ = nonce;
+    parser_.force_resync();
+    control_.clear();
+  }
+  auto deadline = Clock::now() + timeout;
+  while (Clock::now() < deadline) {
+    if (auto r = write_frame(FrameType::kResync, 0, nonce); !r) return r;
+    auto f = wait_control(FrameType::kResyncAck, std::chrono::milliseconds(200));
+    if (f) return {};
+    if (closed_) return fail(f.error());
+  }
+  return fail(channel_error(name_, "no RESYNC_ACK from the agent"));
+}
+
+Result<void> AgentChannel::send_identity(const nlohmann::json& identity, std::chrono::milliseconds timeout) {
+  if (auto r = write_frame(FrameType::kIdentity, 0, identity.dump()); !r) return r;
+  auto f = wait_control(FrameType::kIdentityAck, timeout);
+  if (!f) return fail(f.error());
+  auto j = nlohmann::json::parse(f->payload, nullptr, false);
+  if (j.is_discarded() || !j.value("ok", false)) {
+    return fail(channel_error(name_, "the agent refused its identity: " + f->payload));
+  }
+  return {};
+}
+
+Result<double> AgentChannel::ping(std::chrono::milliseconds timeout) {
+  auto t0 = Clock::now();
+  if (auto r = write_frame(FrameType::kPing, 0, "p"); !r) return fail(r.error());
+  auto f = wait_control(FrameType::kPong, timeout);
+  if (!f) return fail(f.error());
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+Result<std::shared_ptr<Stream>> AgentChannel::open(const nlohmann::json& request) {
+  std::shared_ptr<Stream> s;
+  {
+    std::lock_guard lk(mu_);
+    if (closed_) return fail(channel_error(name_, "closed"));
+    s = std::make_shared<Stream>(shared_from_this(), next_id_++);
+    streams_[s->id()] = s;
+  }
+  if (auto r = write_frame(FrameType::kOpen, s->id(), request.dump()); !r) return fail(r.error());
+  return s;
+}
+
+void AgentChannel::forget(uint32_t id) {
+  std::lock_guard lk(mu_);
+  streams_.erase(id);
+}
+
+}  // namespace b3os::agentlink

@@ -1,0 +1,113 @@
+#pragma once
+// AgentChannel: the daemon's side of the framed, multiplexed channel to one sandbox's agent
+// (docs/agent-protocol.md). A reader thread dispatches frames to streams; writers share a lock.
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "common/result.h"
+#include "common/unique_fd.h"
+#include "protocol/frame.h"
+
+namespace b3os::agentlink {
+
+class AgentChannel;
+
+/// One request/response exchange on the channel (an exec, a file transfer, ...).
+class Stream {
+ public:
+  Stream(std::shared_ptr<AgentChannel> ch, uint32_t id) : ch_(std::move(ch)), id_(id) {}
+  ~Stream();
+
+  uint32_t id() const { return id_; }
+  /// Next frame the agent sent on this stream, waiting up to `deadline`. Fails when the
+  /// channel closes or the deadline passes (code kInternal / message says which).
+  Result<protocol::Frame> next(std::chrono::steady_clock::time_point deadline);
+  /// Sends data bytes (chunked, waiting for credit). Fails if the stream ended or the channel closed.
+  Result<void> send_data(std::string_view bytes, std::chrono::steady_clock::time_point deadline);
+  Result<void> send_eof();
+  /// Tells the agent to abandon the stream (kills an exec's process group).
+  void cancel();
+  /// Grants the agent `n` more bytes of credit (call after consuming data frames).
+  void grant(uint32_t n);
+
+ private:
+  friend class AgentChannel;
+  void deliver(protocol::Frame f);
+  void add_credit(uint32_t n);
+  void close(std::string reason);
+
+  std::shared_ptr<AgentChannel> ch_;
+  uint32_t id_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<protocol::Frame> inbox_;
+  int64_t credit_ = protocol::kInitialWindow;  // what we may still send
+  bool ended_ = false;                         // END received
+  std::optional<std::string> closed_;          // channel gone
+};
+
+/// The channel to one agent. Thread-safe.
+class AgentChannel : public std::enable_shared_from_this<AgentChannel> {
+ public:
+  /// Takes the daemon's end of the socketpair and starts the reader thread. `on_close` runs
+  /// once, on the reader thread, when the channel reaches EOF or breaks.
+  static std::shared_ptr<AgentChannel> start(UniqueFd fd, std::string name,
+                                             std::function<void(const std::string&)> on_close);
+  ~AgentChannel();
+
+  /// Waits for the agent's HELLO (after a boot).
+  Result<nlohmann::json> wait_hello(std::chrono::milliseconds timeout);
+  /// After a daemon restart: resynchronises the stream (docs/agent-protocol.md).
+  Result<void> resync(std::chrono::milliseconds timeout);
+  /// Sends IDENTITY and waits for its acknowledgement.
+  Result<void> send_identity(const nlohmann::json& identity, std::chrono::milliseconds timeout);
+  /// Round trip of a PING (for health checks and the channel benchmark).
+  Result<double> ping(std::chrono::milliseconds timeout);
+
+  /// Opens a stream with `request` as the OPEN payload.
+  Result<std::shared_ptr<Stream>> open(const nlohmann::json& request);
+
+  /// Stops the reader and closes the fd (without calling on_close).
+  void shutdown();
+  bool closed() const { return closed_.load(); }
+  const std::string& name() const { return name_; }
+
+ private:
+  friend class Stream;
+  AgentChannel(UniqueFd fd, std::string name, std::function<void(const std::string&)> on_close);
+  Result<void> write_frame(protocol::FrameType type, uint32_t stream, std::string_view payload);
+  void reader_loop();
+  void handle_control(protocol::Frame f);
+  void forget(uint32_t id);
+  Result<protocol::Frame> wait_control(protocol::FrameType type, std::chrono::milliseconds timeout);
+
+  UniqueFd fd_;
+  std::string name_;
+  std::function<void(const std::string&)> on_close_;
+  std::thread reader_;
+  std::atomic<bool> closed_{false};
+  std::atomic<bool> stopping_{false};
+  std::mutex write_mu_;
+
+  std::mutex mu_;  // streams_, control_, next_id_, resync state
+  std::condition_variable control_cv_;
+  std::map<uint32_t, std::weak_ptr<Stream>> streams_;
+  std::deque<protocol::Frame> control_;
+  uint32_t next_id_ = 1;
+  std::optional<std::string> resync_nonce_;
+  protocol::FrameParser parser_{protocol::FrameType::kResyncAck};
+};
+
+}  // namespace b3os::agentlink

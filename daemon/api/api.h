@@ -1,0 +1,56 @@
+#pragma once
+// The REST API: authentication, rate limits, idempotency, routing, errors and timing, then
+// a call into the service layer. HTTP stops here.
+
+#include <nlohmann/json.hpp>
+
+#include "daemon/api/rate_limit.h"
+#include "daemon/api/target.h"
+#include "daemon/config/config.h"
+#include "daemon/http/server.h"
+#include "daemon/sandbox/service.h"
+#include "daemon/store/store.h"
+
+namespace b3os::api {
+
+/// A JSON response before timing is added.
+struct Reply {
+  int status = 200;
+  nlohmann::json body;
+  http::Headers headers;
+};
+
+/// The error body and status for an Error (`{"error": {"code", "message"}}`).
+Reply error_reply(const Error& e);
+/// Serialises JSON for the wire; invalid UTF-8 becomes U+FFFD.
+std::string dump_json(const nlohmann::json& j);
+/// Formats Server-Timing from phases plus total.
+std::string server_timing(const sandbox::Timing& t, double total_ms);
+
+class Api {
+ public:
+  Api(const config::Config& cfg, store::Store& store, sandbox::SandboxService& sandboxes);
+  /// Handles one request (the http::Server handler).
+  void handle(http::Exchange& ex);
+
+ private:
+  struct Call;
+  Result<sandbox::Principal> authenticate(http::Exchange& ex);
+  Result<Reply> dispatch_json(Call& c);
+  bool dispatch_stream(Call& c);
+  void send(Call& c, Reply r);
+  void send_error(Call& c, const Error& e);
+
+  Result<Reply> create_sandbox(Call& c);
+  Result<Reply> list_sandboxes(Call& c);
+  Result<Reply> exec(Call& c);
+  void upload(Call& c);
+  void download(Call& c);
+
+  const config::Config& cfg_;
+  store::Store& store_;
+  sandbox::SandboxService& sandboxes_;
+  RateLimiter limiter_;
+};
+
+}  // namespace b3os::api

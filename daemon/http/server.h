@@ -1,0 +1,76 @@
+#pragma once
+// A small HTTP/1.1 server on Boost.Beast: one thread per connection, bodies streamed both
+// ways. The API layer sees only Exchange; Beast types stay in this folder.
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/result.h"
+
+namespace b3os::http {
+
+using Headers = std::vector<std::pair<std::string, std::string>>;
+
+/// One request and its response on a connection.
+class Exchange {
+ public:
+  virtual ~Exchange() = default;
+
+  virtual std::string_view method() const = 0;
+  /// The request target as sent: path and query.
+  virtual std::string_view target() const = 0;
+  /// A request header, or "" when absent.
+  virtual std::string_view header(std::string_view name) const = 0;
+  /// The declared body length, if any (nullopt for chunked bodies).
+  virtual std::optional<uint64_t> content_length() const = 0;
+  /// True when the request has a body (non-zero length or chunked).
+  virtual bool has_body() const = 0;
+
+  /// Reads the whole body; fails with 413 payload_too_large above `limit`.
+  virtual Result<std::string> read_body(size_t limit) = 0;
+  /// Reads the next piece of the body into buf; 0 at the end. Fails above `limit` in total.
+  virtual Result<size_t> read_chunk(char* buf, size_t cap, uint64_t limit) = 0;
+
+  /// Sends a complete response.
+  virtual void respond(int status, std::string_view content_type, std::string body, const Headers& headers) = 0;
+  /// Starts a streamed response of `length` bytes; then `write` the bytes.
+  virtual Result<void> begin_stream(int status, std::string_view content_type, uint64_t length,
+                                    const Headers& headers) = 0;
+  virtual Result<void> write(std::string_view bytes) = 0;
+  virtual bool responded() const = 0;
+  /// True when the client closed its side (work it started can be cancelled).
+  virtual bool client_gone() const = 0;
+};
+
+using Handler = std::function<void(Exchange&)>;
+
+/// Listens on host:port and runs `handler` for each request.
+class Server {
+ public:
+  Server(std::string host, int port, int max_connections, Handler handler);
+  ~Server();
+  /// Binds and listens; fails with a clear message when the address is taken.
+  Result<void> listen();
+  /// Accepts until stop(); blocks.
+  void run();
+  void stop();
+  int port() const { return port_; }
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  std::string host_;
+  int port_;
+  int max_connections_;
+  Handler handler_;
+};
+
+/// The reason phrase of a status code, for error messages.
+std::string_view status_reason(int status);
+
+}  // namespace b3os::http

@@ -1,0 +1,141 @@
+// b3osd: the b3os daemon. Serves the sandbox API on one node.
+
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <spdlog/spdlog.h>
+
+#include "daemon/api/api.h"
+#include "daemon/config/config.h"
+#include "daemon/http/server.h"
+#include "daemon/sandbox/service.h"
+#include "daemon/store/store.h"
+
+namespace fs = std::filesystem;
+using namespace b3os;
+
+namespace {
+
+std::string beside_self(const std::string& name) {
+  std::error_code ec;
+  auto self = fs::read_symlink("/proc/self/exe", ec);
+  return ec ? name : (self.parent_path() / name).string();
+}
+
+/// The first key of a fresh store: created once, kept in data_dir/admin.key (0600) so every
+/// start can print it.
+Result<std::string> admin_key(store::Store& store, const std::string& data_dir) {
+  const std::string path = data_dir + "/admin.key";
+  std::ifstream in(path);
+  std::string key;
+  if (in >> key && key.rfind("b3os_sk_", 0) == 0) {
+    auto found = store.find_api_key(key);
+    if (found && *found) return key;
+  }
+  auto k = store.create_api_key("default");
+  if (!k) return fail(k.error());
+  ::umask(077);
+  std::ofstream(path, std::ios::trunc) << k->key << "\n";
+  return k->key;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  config::Config cfg;
+  CLI::App app{"b3osd: the b3os sandbox daemon"};
+  std::string listen = "127.0.0.1:7070";
+  bool quiet_key = false;
+  app.add_option("--listen", listen, "address:port to serve the API on")->capture_default_str();
+  app.add_option("--data-dir", cfg.data_dir, "database and templates")->capture_default_str();
+  app.add_option("--run-dir", cfg.run_dir, "per-sandbox runtime files")->capture_default_str();
+  app.add_option("--agent", cfg.agent_path, "path of b3os-agent (default: beside b3osd)");
+  app.add_option("--shim", cfg.shim_path, "path of b3os-shim (default: beside b3osd)");
+  app.add_option("--runsc", cfg.runtime.runsc, "runsc binary")->capture_default_str();
+  app.add_option("--runsc-root", cfg.runtime.root_dir, "runsc state directory")->capture_default_str();
+  app.add_option("--platform", cfg.runtime.platform, "gVisor platform")->capture_default_str();
+  app.add_flag("--runsc-debug", cfg.runtime.debug, "keep runsc debug logs in each sandbox directory");
+  app.add_option("--memory-overhead-mib", cfg.runtime.memory_overhead_mib, "cgroup memory added to memory_mib for the runtime")->capture_default_str();
+  app.add_option("--max-upload-bytes", cfg.max_upload_bytes, "largest file upload")->capture_default_str();
+  app.add_option("--max-exec-output", cfg.max_exec_output, "bytes of stdout and of stderr kept per exec")->capture_default_str();
+  app.add_option("--max-sandboxes-per-project", cfg.max_sandboxes_per_project)->capture_default_str();
+  app.add_option("--max-sandboxes-per-node", cfg.max_sandboxes_per_node)->capture_default_str();
+  app.add_option("--rate", cfg.rate_per_second, "requests per second per API key")->capture_default_str();
+  app.add_option("--burst", cfg.rate_burst, "burst of requests per API key")->capture_default_str();
+  app.add_flag("--quiet-key", quiet_key, "do not print the admin API key at start");
+  CLI11_PARSE(app, argc, argv);
+
+  auto colon = listen.rfind(':');
+  if (colon == std::string::npos) {
+    std::cerr << "b3osd: --listen must be address:port\n";
+    return 2;
+  }
+  cfg.listen_host = listen.substr(0, colon);
+  cfg.listen_port = std::atoi(listen.c_str() + colon + 1);
+  if (cfg.agent_path.empty()) cfg.agent_path = beside_self("b3os-agent");
+  if (cfg.shim_path.empty()) cfg.shim_path = beside_self("b3os-shim");
+  for (auto* p : {&cfg.agent_path, &cfg.shim_path}) {
+    if (!fs::exists(*p)) {
+      std::cerr << "b3osd: " << *p << " not found (build it, or pass --agent/--shim)\n";
+      return 1;
+    }
+  }
+  if (geteuid() != 0) {
+    std::cerr << "b3osd: must run as root (runsc needs it)\n";
+    return 1;
+  }
+  ::signal(SIGPIPE, SIG_IGN);
+  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
+
+  std::error_code ec;
+  fs::create_directories(cfg.data_dir, ec);
+  fs::create_directories(cfg.templates_dir(), ec);
+  auto store = store::Store::open(cfg.db_path());
+  if (!store) {
+    std::cerr << "b3osd: " << store.error().message << "\n";
+    return 1;
+  }
+  auto key = admin_key(**store, cfg.data_dir);
+  if (!key) {
+    std::cerr << "b3osd: " << key.error().message << "\n";
+    return 1;
+  }
+
+  sandbox::SandboxService sandboxes(cfg, **store);
+  api::Api api(cfg, **store, sandboxes);
+  http::Server server(cfg.listen_host, cfg.listen_port, cfg.max_connections, [&](http::Exchange& ex) { api.handle(ex); });
+  if (auto r = server.listen(); !r) {
+    std::cerr << "b3osd: " << r.error().message << "\n";
+    return 1;
+  }
+  if (auto r = sandboxes.recover(); !r) {
+    std::cerr << "b3osd: recovering sandboxes: " << r.error().message << "\n";
+    return 1;
+  }
+
+  // SIGTERM/SIGINT end the process; sandboxes keep running and a restart reattaches them.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  std::thread([&] {
+    int sig = 0;
+    sigwait(&stop_signals, &sig);
+    spdlog::info("b3osd: signal {}, stopping (sandboxes keep running)", sig);
+    sandboxes.stop();
+    std::_Exit(0);
+  }).detach();
+
+  std::cout << "b3osd listening on http://" << cfg.listen_host << ":" << server.port() << std::endl;
+  if (!quiet_key) std::cout << "API key (project default): " << *key << std::endl;
+  std::cout << "  export B3OS_API_URL=http://" << cfg.listen_host << ":" << server.port()
+            << " B3OS_API_KEY=$(cat " << cfg.data_dir << "/admin.key)" << std::endl;
+  server.run();
+  return 0;
+}

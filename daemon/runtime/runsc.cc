@@ -1,0 +1,166 @@
+#include "daemon/runtime/runsc.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "common/unique_fd.h"
+#include "daemon/sys/process.h"
+
+namespace b3os::runtime {
+
+using nlohmann::json;
+using namespace std::chrono_literals;
+
+namespace {
+constexpr int64_t kCpuPeriodUs = 100000;
+
+std::string tail_of_file(const std::string& path, size_t max) {
+  std::ifstream f(path, std::ios::binary);
+  std::string s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  if (s.size() > max) s = s.substr(s.size() - max);
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+}  // namespace
+
+std::string oci_config(const ContainerSpec& spec, const RuntimeConfig& cfg) {
+  const int64_t mem_bytes = int64_t(spec.memory_mib + cfg.memory_overhead_mib) * 1024 * 1024;
+  json c = {
+      {"ociVersion", "1.0.2"},
+      {"process",
+       {{"terminal", false},
+        {"user", {{"uid", 0}, {"gid", 0}}},
+        {"args", {"/.b3os/agent"}},
+        {"env", {"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root", "LANG=C.UTF-8"}},
+        {"cwd", "/"},
+        {"capabilities",
+         {{"bounding", {"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_FSETID", "CAP_KILL", "CAP_SETGID",
+                        "CAP_SETUID", "CAP_SETPCAP", "CAP_NET_BIND_SERVICE", "CAP_NET_RAW", "CAP_SYS_CHROOT",
+                        "CAP_MKNOD", "CAP_AUDIT_WRITE", "CAP_SETFCAP", "CAP_SYS_ADMIN"}},
+          {"effective", {"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_FSETID", "CAP_KILL", "CAP_SETGID",
+                         "CAP_SETUID", "CAP_SETPCAP", "CAP_NET_BIND_SERVICE", "CAP_NET_RAW", "CAP_SYS_CHROOT",
+                         "CAP_MKNOD", "CAP_AUDIT_WRITE", "CAP_SETFCAP", "CAP_SYS_ADMIN"}},
+          {"permitted", {"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_FSETID", "CAP_KILL", "CAP_SETGID",
+                         "CAP_SETUID", "CAP_SETPCAP", "CAP_NET_BIND_SERVICE", "CAP_NET_RAW", "CAP_SYS_CHROOT",
+                         "CAP_MKNOD", "CAP_AUDIT_WRITE", "CAP_SETFCAP", "CAP_SYS_ADMIN"}}}},
+        {"rlimits", {{{"type", "RLIMIT_NOFILE"}, {"hard", 1048576}, {"soft", 1048576}}}},
+        {"noNewPrivileges", false}}},
+      {"root", {{"path", spec.rootfs}, {"readonly", false}}},
+      {"hostname", spec.hostname},
+      {"mounts",
+       {{{"destination", "/proc"}, {"type", "proc"}, {"source", "proc"}},
+        {{"destination", "/dev"}, {"type", "tmpfs"}, {"source", "tmpfs"}},
+        {{"destination", "/sys"}, {"type", "sysfs"}, {"source", "sysfs"}, {"options", {"nosuid", "noexec", "nodev", "ro"}}},
+        {{"destination", "/tmp"}, {"type", "tmpfs"}, {"source", "tmpfs"}, {"options", {"nosuid", "nodev", "mode=1777"}}},
+        {{"destination", "/.b3os/agent"},
+         {"type", "bind"},
+         {"source", spec.agent_path},
+         {"options", {"rbind", "ro"}}}}},
+      {"linux",
+       {{"namespaces", {{{"type", "pid"}}, {{"type", "ipc"}}, {{"type", "uts"}}, {{"type", "mount"}}, {{"type", "network"}}}},
+        {"cgroupsPath", "/b3os/" + spec.id},
+        {"resources",
+         {{"cpu", {{"quota", int64_t(spec.vcpu) * kCpuPeriodUs}, {"period", kCpuPeriodUs}}},
+          {"memory", {{"limit", mem_bytes}}},
+          {"pids", {{"limit", 32768}}}}}}},
+  };
+  return c.dump(2);
+}
+
+std::vector<std::string> Runsc::base_argv() const {
+  std::vector<std::string> a = {cfg_.runsc, "--root", cfg_.root_dir, "--platform", cfg_.platform,
+                                "--overlay2", "root:memory", "--network", "none"};
+  return a;
+}
+
+Result<void> Runsc::create(const ContainerSpec& spec, int stdio_fd) {
+  {
+    std::ofstream f(spec.bundle_dir + "/config.json", std::ios::trunc);
+    f << oci_config(spec, cfg_);
+    if (!f) return fail(ErrorCode::kInternal, "writing " + spec.bundle_dir + "/config.json");
+  }
+  UniqueFd log(::open(spec.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600));
+  if (!log) return fail(errno_error(ErrorCode::kInternal, "open " + spec.log_path, errno));
+
+  auto argv = base_argv();
+  if (cfg_.debug) {
+    argv.push_back("--debug");
+    argv.push_back("--debug-log=" + spec.bundle_dir + "/runsc-debug/");
+  }
+  argv.insert(argv.end(), {"create", "--bundle", spec.bundle_dir, spec.id});
+  auto pid = sys::spawn({argv, {stdio_fd, stdio_fd, log.get()}, true});
+  if (!pid) return fail(pid.error());
+  auto code = sys::wait_exit(*pid);
+  if (!code) return fail(code.error());
+  if (*code != 0) {
+    std::string why = tail_of_file(spec.log_path, 600);
+    (void)destroy(spec.id);
+    return fail(ErrorCode::kInternal, "runsc create failed (exit " + std::to_string(*code) + "): " + why);
+  }
+  return {};
+}
+
+Result<void> Runsc::start(const std::string& id) {
+  auto argv = base_argv();
+  argv.insert(argv.end(), {"start", id});
+  auto r = sys::run(argv, 30s);
+  if (!r) return fail(r.error());
+  if (r->exit_code != 0) return fail(ErrorCode::kInternal, "runsc start failed: " + r->output);
+  return {};
+}
+
+Result<ContainerState> Runsc::state(const std::string& id) {
+  auto argv = base_argv();
+  argv.insert(argv.end(), {"state", id});
+  auto r = sys::run(argv, 10s);
+  if (!r) return fail(r.error());
+  if (r->exit_code != 0) return ContainerState::kMissing;
+  try {
+    auto j = json::parse(r->output);
+    std::string s = j.value("status", "");
+    if (s == "running") return ContainerState::kRunning;
+    if (s == "created") return ContainerState::kCreated;
+    if (s == "paused") return ContainerState::kPaused;
+    return ContainerState::kStopped;
+  } catch (const std::exception& e) {
+    return fail(ErrorCode::kInternal, "runsc state " + id + ": unreadable output: " + r->output);
+  }
+}
+
+Result<void> Runsc::destroy(const std::string& id) {
+  auto kill = base_argv();
+  kill.insert(kill.end(), {"kill", "--all", id, "KILL"});
+  (void)sys::run(kill, 10s);  // fails harmlessly when the container is already stopped
+  auto del = base_argv();
+  del.insert(del.end(), {"delete", "--force", id});
+  auto r = sys::run(del, 30s);
+  if (!r) return fail(r.error());
+  if (r->exit_code != 0 && r->output.find("does not exist") == std::string::npos &&
+      r->output.find("not found") == std::string::npos) {
+    return fail(ErrorCode::kInternal, "runsc delete " + id + " failed: " + r->output);
+  }
+  return {};
+}
+
+Result<std::vector<std::string>> Runsc::list() {
+  auto argv = base_argv();
+  argv.insert(argv.end(), {"list", "--quiet"});
+  auto r = sys::run(argv, 10s);
+  if (!r) return fail(r.error());
+  std::vector<std::string> ids;
+  size_t pos = 0;
+  while (pos < r->output.size()) {
+    size_t nl = r->output.find('\n', pos);
+    if (nl == std::string::npos) nl = r->output.size();
+    std::string line = r->output.substr(pos, nl - pos);
+    if (!line.empty()) ids.push_back(line);
+    pos = nl + 1;
+  }
+  return ids;
+}
+
+}  // namespace b3os::runtime

@@ -1,0 +1,66 @@
+#pragma once
+// The gVisor driver: OCI bundles and the runsc verbs b3osd uses.
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+
+namespace b3os::runtime {
+
+/// Where runsc and its state live, and the flags every sandbox gets.
+struct RuntimeConfig {
+  std::string runsc = "runsc";
+  std::string root_dir = "/run/b3os/runsc";  // runsc --root: its own container state
+  std::string platform = "systrap";
+  /// Host memory the runtime itself needs beyond memory_mib (sentry, gofer, page tables).
+  int memory_overhead_mib = 256;
+  bool debug = false;
+};
+
+/// One container to create.
+struct ContainerSpec {
+  std::string id;          // the sandbox id; also the runsc container id
+  std::string bundle_dir;  // config.json is written here
+  std::string rootfs;      // the template's read-only root filesystem
+  std::string agent_path;  // host path of b3os-agent, bind-mounted read-only at /.b3os/agent
+  std::string hostname;
+  int vcpu = 1;
+  int memory_mib = 512;
+  std::string log_path;    // runsc's and the agent's stderr
+};
+
+/// What `runsc state` says of a container.
+enum class ContainerState { kMissing, kCreated, kRunning, kPaused, kStopped };
+
+class Runsc {
+ public:
+  explicit Runsc(RuntimeConfig cfg) : cfg_(std::move(cfg)) {}
+
+  /// Writes the OCI config and runs `runsc create` with `stdio_fd` as the agent's stdin and
+  /// stdout. On failure nothing is left: no container, no cgroup.
+  Result<void> create(const ContainerSpec& spec, int stdio_fd);
+  /// Starts a created container (the agent begins to run).
+  Result<void> start(const std::string& id);
+  /// Kills and deletes a container and its cgroup; a missing container is not an error.
+  Result<void> destroy(const std::string& id);
+  /// The container's state.
+  Result<ContainerState> state(const std::string& id);
+  /// Ids of every container under our root.
+  Result<std::vector<std::string>> list();
+
+  const RuntimeConfig& config() const { return cfg_; }
+  /// The global flags before a verb (root, platform, overlay, network).
+  std::vector<std::string> base_argv() const;
+
+ private:
+  RuntimeConfig cfg_;
+};
+
+/// The OCI config.json of a sandbox (pure; unit-tested).
+std::string oci_config(const ContainerSpec& spec, const RuntimeConfig& cfg);
+
+}  // namespace b3os::runtime

@@ -1,0 +1,739 @@
+#include "daemon/sandbox/service.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include <spdlog/spdlog.h>
+
+#include "common/ids.h"
+#include "common/unique_fd.h"
+#include "daemon/sys/process.h"
+#include "shim/fd_passing.h"
+
+namespace b3os::sandbox {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+
+namespace {
+constexpr auto kHelloTimeout = 15s;
+constexpr auto kControlTimeout = 5s;
+constexpr auto kFileIdleTimeout = 60s;
+constexpr auto kExecGrace = 10s;
+constexpr int64_t kExpiryPersistEveryMs = 5000;
+
+const std::map<std::string, std::string> kTemplateDescriptions = {
+    {"base", "Debian 12 minbase with python3, curl, ca-certificates and procps"},
+};
+
+json map_to_json(const std::map<std::string, std::string>& m) {
+  json j = json::object();
+  for (auto& [k, v] : m) j[k] = v;
+  return j;
+}
+
+Error agent_error(const json& end) {
+  const json& e = end.contains("error") ? end["error"] : json::object();
+  Error err;
+  err.code = error_code_from_name(e.value("code", "internal"));
+  err.message = e.value("message", "the agent reported an error");
+  err.err_no = e.value("errno", 0);
+  return err;
+}
+
+Result<json> parse_end(const protocol::Frame& f) {
+  json j = json::parse(f.payload, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return fail(ErrorCode::kInternal, "unreadable answer from the agent");
+  if (!j.value("ok", false)) return fail(agent_error(j));
+  return j;
+}
+
+bool is_shim_process(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/cmdline");
+  std::string cmd((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  return cmd.find("b3os-shim") != std::string::npos;
+}
+
+void kill_and_wait(pid_t pid) {
+  if (pid <= 0 || !is_shim_process(pid)) return;
+  ::kill(pid, SIGTERM);
+  for (int i = 0; i < 200; ++i) {
+    int status;
+    pid_t r = ::waitpid(pid, &status, WNOHANG);
+    if (r == pid) return;
+    if (r < 0 && ::kill(pid, 0) != 0) return;  // not our child (adopted after a restart) and gone
+    std::this_thread::sleep_for(5ms);
+  }
+  ::kill(pid, SIGKILL);
+  ::waitpid(pid, nullptr, WNOHANG);
+}
+
+pid_t read_pid_file(const std::string& path) {
+  std::ifstream f(path);
+  pid_t pid = -1;
+  f >> pid;
+  return f ? pid : -1;
+}
+}  // namespace
+
+struct SandboxService::Sandbox {
+  std::mutex mu;
+  std::string id, project_id;
+  json doc;
+  json secrets = json::object();
+  std::shared_ptr<agentlink::AgentChannel> channel;
+  pid_t shim_pid = -1;
+  std::atomic<int64_t> last_activity_ms{0};
+  int64_t persisted_activity_ms = 0;
+  bool finished = false;
+};
+
+void compute_usage(json& doc, int64_t now_ms) {
+  const json& in = doc["_b3os"];
+  int64_t start = in.value("started_ms", now_ms);
+  int64_t end = in.contains("stopped_ms") && !in["stopped_ms"].is_null() ? in["stopped_ms"].get<int64_t>() : now_ms;
+  int64_t paused = in.value("paused_total_ms", int64_t{0});
+  int64_t ms = std::max<int64_t>(0, end - start - paused);
+  int64_t vcpu = doc.value("vcpu", 1);
+  int64_t mib = doc.value("memory_mib", 512);
+  doc["usage"] = {{"vcpu_ms", vcpu * ms}, {"gib_ms", ms * mib / 1024}};
+}
+
+SandboxService::SandboxService(config::Config cfg, store::Store& store)
+    : cfg_(std::move(cfg)), store_(store), runsc_(cfg_.runtime) {}
+
+SandboxService::~SandboxService() { stop(); }
+
+void SandboxService::stop() {
+  {
+    std::lock_guard lk(reaper_mu_);
+    stopping_ = true;
+  }
+  reaper_cv_.notify_all();
+  if (reaper_.joinable()) reaper_.join();
+}
+
+std::string SandboxService::template_rootfs(const std::string& name) const {
+  std::string n = name.rfind("tpl_", 0) == 0 ? name.substr(4) : name;
+  for (char c : n)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_')) return {};
+  return cfg_.templates_dir() + "/" + n;
+}
+
+json SandboxService::templates() const {
+  json data = json::array();
+  std::map<std::string, std::string> names = kTemplateDescriptions;
+  std::error_code ec;
+  for (auto& e : fs::directory_iterator(cfg_.templates_dir(), ec)) {
+    std::string n = e.path().filename().string();
+    if (e.is_directory() && fs::exists(e.path() / ".b3os-ready") && !names.count(n)) names[n] = "";
+  }
+  for (auto& [n, desc] : names) {
+    bool ready = fs::exists(cfg_.templates_dir() + "/" + n + "/.b3os-ready");
+    data.push_back({{"id", "tpl_" + n}, {"object", "template"}, {"name", n}, {"status", ready ? "ready" : "missing"},
+                    {"description", desc}});
+  }
+  return {{"object", "list"}, {"data", data}, {"next_cursor", nullptr}};
+}
+
+// ---- views and persistence ----
+
+json SandboxService::view(const Sandbox& s) const {
+  json d = s.doc;
+  const int64_t now = now_unix_ms();
+  if (d["status"] == "running" || d["status"] == "paused") {
+    d["expires_at"] = format_rfc3339(s.last_activity_ms.load() + int64_t(d.value("timeout_s", 300)) * 1000);
+  }
+  compute_usage(d, now);
+  d.erase("_b3os");
+  return d;
+}
+
+Result<void> SandboxService::persist(Sandbox& s) {
+  json d = s.doc;
+  if (d["status"] == "running" || d["status"] == "paused") {
+    d["expires_at"] = format_rfc3339(s.last_activity_ms.load() + int64_t(d.value("timeout_s", 300)) * 1000);
+    d["_b3os"]["last_activity_ms"] = s.last_activity_ms.load();
+  }
+  s.persisted_activity_ms = s.last_activity_ms.load();
+  return store_.put_sandbox({s.id, s.project_id, d["status"].get<std::string>(), d, s.secrets});
+}
+
+void SandboxService::touch(Sandbox& s) { s.last_activity_ms = now_unix_ms(); }
+
+std::shared_ptr<SandboxService::Sandbox> SandboxService::find_live(const Principal& p, const std::string& id) {
+  std::lock_guard lk(mu_);
+  auto it = live_.find(id);
+  if (it == live_.end() || it->second->project_id != p.project_id) return nullptr;
+  return it->second;
+}
+
+Result<std::shared_ptr<SandboxService::Sandbox>> SandboxService::running(const Principal& p, const std::string& id) {
+  if (auto s = find_live(p, id)) return s;
+  auto row = store_.get_sandbox(p.project_id, id);
+  if (!row) return fail(row.error());
+  if (!*row) return fail(ErrorCode::kSandboxNotFound, "no sandbox " + id + " in this project");
+  return fail(ErrorCode::kSandboxNotRunning, "sandbox " + id + " is " + (*row)->status + ", not running");
+}
+
+// ---- lifecycle ----
+
+Result<pid_t> SandboxService::start_shim(const std::string& dir, int fd) {
+  int p[2];
+  if (::pipe2(p, O_CLOEXEC) != 0) return fail(errno_error(ErrorCode::kInternal, "pipe", errno));
+  UniqueFd rd(p[0]), wr(p[1]);
+  auto pid = sys::spawn({{cfg_.shim_path, dir + "/shim.sock"}, {-1, wr.get(), -1, fd}, true});
+  if (!pid) return fail(pid.error().wrap("starting b3os-shim"));
+  wr.reset();
+  pollfd pfd{rd.get(), POLLIN, 0};
+  char buf[16] = {};
+  if (::poll(&pfd, 1, 5000) != 1 || ::read(rd.get(), buf, sizeof buf - 1) <= 0 || std::string(buf) != "ready\n") {
+    ::kill(*pid, SIGKILL);
+    ::waitpid(*pid, nullptr, 0);
+    return fail(ErrorCode::kInternal, "b3os-shim did not start (" + cfg_.shim_path + ")");
+  }
+  std::ofstream(dir + "/shim.pid") << *pid << "\n";
+  return *pid;
+}
+
+void SandboxService::release(const std::string& id, pid_t shim_pid) {
+  if (auto r = runsc_.destroy(id); !r) spdlog::warn("sandbox {}: {}", id, r.error().message);
+  const std::string dir = cfg_.sandboxes_dir() + "/" + id;
+  if (shim_pid <= 0) shim_pid = read_pid_file(dir + "/shim.pid");
+  kill_and_wait(shim_pid);
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  if (ec) spdlog::warn("sandbox {}: removing {}: {}", id, dir, ec.message());
+}
+
+Result<json> SandboxService::create(const Principal& p, const SandboxSpec& spec, Timing& t) {
+  Stopwatch sw;
+  if (auto r = check_supported(spec); !r) return fail(r.error());
+  const std::string tdir = template_rootfs(spec.template_name);
+  if (tdir.empty() || (!fs::exists(tdir) && !kTemplateDescriptions.count(fs::path(tdir).filename().string())))
+    return fail(ErrorCode::kTemplateNotFound, "no template \"" + spec.template_name + "\" (see GET /v1/templates)");
+  if (!fs::exists(tdir + "/.b3os-ready"))
+    return fail(ErrorCode::kProductUnavailable, "template \"" + spec.template_name +
+                                                    "\" is not built on this node; run templates/" +
+                                                    fs::path(tdir).filename().string() + "/build.sh " + tdir);
+  const std::string tname = fs::path(tdir).filename().string();
+  {
+    std::lock_guard lk(mu_);
+    int mine = starting_by_project_[p.project_id];
+    for (auto& [id, s] : live_) mine += s->project_id == p.project_id;
+    if (mine >= cfg_.max_sandboxes_per_project)
+      return fail(ErrorCode::kConcurrencyLimited, "this project already has " + std::to_string(mine) +
+                                                      " sandboxes running, its limit; delete one first");
+    if (static_cast<int>(live_.size()) + starting_ >= cfg_.max_sandboxes_per_node)
+      return fail(ErrorCode::kCapacityUnavailable, "this node is at its limit of " +
+                                                       std::to_string(cfg_.max_sandboxes_per_node) + " sandboxes");
+    ++starting_;
+    ++starting_by_project_[p.project_id];
+  }
+  struct Unreserve {
+    SandboxService* self;
+    std::string project;
+    ~Unreserve() {
+      std::lock_guard lk(self->mu_);
+      --self->starting_;
+      if (--self->starting_by_project_[project] == 0) self->starting_by_project_.erase(project);
+    }
+  } unreserve{this, p.project_id};
+  t.lap("validate", sw);
+
+  auto s = std::make_shared<Sandbox>();
+  s->id = new_id("sbx");
+  s->project_id = p.project_id;
+  const std::string dir = cfg_.sandboxes_dir() + "/" + s->id;
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return fail(ErrorCode::kInternal, "creating " + dir + ": " + ec.message());
+  ::chmod(dir.c_str(), 0700);
+
+  // From here every failure must undo what was done: no container, shim or file may stay.
+  auto undo = [&](Error e) -> Result<json> {
+    if (s->channel) s->channel->shutdown();
+    release(s->id, s->shim_pid);
+    spdlog::warn("sandbox {}: create failed: {}", s->id, e.message);
+    return fail(std::move(e));
+  };
+
+  int sp[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) != 0)
+    return undo(errno_error(ErrorCode::kInternal, "socketpair", errno));
+  UniqueFd daemon_end(sp[0]), agent_end(sp[1]);
+  auto shim = start_shim(dir, daemon_end.get());
+  if (!shim) return undo(shim.error());
+  s->shim_pid = *shim;
+  t.lap("prepare", sw);
+
+  runtime::ContainerSpec cs;
+  cs.id = s->id;
+  cs.bundle_dir = dir;
+  cs.rootfs = tdir + "/rootfs";
+  cs.agent_path = cfg_.agent_path;
+  cs.hostname = "sbx-" + s->id.substr(4, 12);
+  cs.vcpu = spec.vcpu;
+  cs.memory_mib = spec.memory_mib;
+  cs.log_path = dir + "/sandbox.log";
+  if (auto r = runsc_.create(cs, agent_end.get()); !r) return undo(r.error());
+  agent_end.reset();
+  t.lap("create", sw);
+  if (auto r = runsc_.start(s->id); !r) return undo(r.error());
+  t.lap("start", sw);
+
+  const std::string id = s->id;
+  s->channel = agentlink::AgentChannel::start(std::move(daemon_end), id,
+                                              [this, id](const std::string& why) { on_channel_closed(id, why); });
+  if (auto h = s->channel->wait_hello(kHelloTimeout); !h) return undo(h.error().wrap("starting the agent"));
+  json identity = {{"sandbox_id", id},
+                   {"hostname", cs.hostname},
+                   {"machine_id", to_hex(random_bytes(16))},
+                   {"seed", to_hex(random_bytes(32))},
+                   {"time_ns", now_unix_ms() * 1000000}};
+  if (auto r = s->channel->send_identity(identity, kControlTimeout); !r) return undo(r.error());
+  t.lap("agent", sw);
+
+  const int64_t now = now_unix_ms();
+  s->last_activity_ms = now;
+  s->secrets = map_to_json(spec.secrets);
+  json secret_names = json::array();
+  for (auto& [k, v] : spec.secrets) secret_names.push_back(k);
+  json ports = json::array();
+  for (auto& pt : spec.ports) ports.push_back({{"port", pt.port}, {"public", pt.is_public}, {"url", nullptr}});
+  s->doc = {
+      {"id", id},
+      {"object", "sandbox"},
+      {"status", "running"},
+      {"host_id", "sbx-" + id.substr(4)},
+      {"template", {{"id", "tpl_" + tname}, {"name", tname}}},
+      {"snapshot", nullptr},
+      {"vcpu", spec.vcpu},
+      {"memory_mib", spec.memory_mib},
+      {"disk_gib", spec.disk_gib},
+      {"timeout_s", spec.timeout_s},
+      {"on_idle", spec.on_idle},
+      {"expires_at", format_rfc3339(now + int64_t(spec.timeout_s) * 1000)},
+      {"env", map_to_json(spec.env)},
+      {"secret_names", secret_names},
+      {"ports", ports},
+      {"api", {{"scopes", spec.api.scopes}, {"spend_cap_usd", spec.api.spend_cap_usd ? json(*spec.api.spend_cap_usd) : json(nullptr)}, {"connections", json::array()}}},
+      {"egress", {{"mode", spec.egress.mode}, {"allow", spec.egress.allow}}},
+      {"forkable", spec.forkable},
+      {"created_at", format_rfc3339(now)},
+      {"started_at", format_rfc3339(now)},
+      {"paused_at", nullptr},
+      {"stopped_at", nullptr},
+      {"stop_reason", nullptr},
+      {"stop_message", nullptr},
+      {"metadata", map_to_json(spec.metadata)},
+      {"_b3os", {{"started_ms", now}, {"stopped_ms", nullptr}, {"paused_total_ms", 0}, {"hostname", cs.hostname}}},
+  };
+  if (auto r = persist(*s); !r) return undo(r.error());
+  {
+    std::lock_guard lk(mu_);
+    live_[id] = s;
+  }
+  t.lap("store", sw);
+  spdlog::info("sandbox {}: running (project {}, template {})", id, p.project_id, tname);
+  return view(*s);
+}
+
+Result<json> SandboxService::get(const Principal& p, const std::string& id) {
+  if (auto s = find_live(p, id)) {
+    std::lock_guard lk(s->mu);
+    return view(*s);
+  }
+  auto row = store_.get_sandbox(p.project_id, id);
+  if (!row) return fail(row.error());
+  if (!*row) return fail(ErrorCode::kSandboxNotFound, "no sandbox " + id + " in this project");
+  json d = (*row)->doc;
+  compute_usage(d, now_unix_ms());
+  d.erase("_b3os");
+  return d;
+}
+
+Result<json> SandboxService::list(const Principal& p, store::SandboxQuery q) {
+  q.project_id = p.project_id;
+  auto rows = store_.list_sandboxes(q);
+  if (!rows) return fail(rows.error());
+  json data = json::array();
+  const bool more = static_cast<int>(rows->size()) > q.limit;
+  if (more) rows->pop_back();
+  for (auto& r : *rows) {
+    if (auto s = find_live(p, r.id)) {
+      std::lock_guard lk(s->mu);
+      data.push_back(view(*s));
+      continue;
+    }
+    json d = r.doc;
+    compute_usage(d, now_unix_ms());
+    d.erase("_b3os");
+    data.push_back(std::move(d));
+  }
+  return json{{"object", "list"}, {"data", data}, {"next_cursor", more ? json(rows->back().id) : json(nullptr)}};
+}
+
+void SandboxService::finish(const std::shared_ptr<Sandbox>& s, const std::string& status, const std::string& reason,
+                            const std::string& message) {
+  {
+    std::lock_guard lk(s->mu);
+    if (s->finished) return;
+    s->finished = true;
+    const int64_t now = now_unix_ms();
+    s->doc["status"] = status;
+    s->doc["stop_reason"] = reason;
+    s->doc["stop_message"] = message.empty() ? json(nullptr) : json(message);
+    s->doc["stopped_at"] = format_rfc3339(now);
+    s->doc["expires_at"] = format_rfc3339(now);
+    s->doc["_b3os"]["stopped_ms"] = now;
+    if (auto r = persist(*s); !r) spdlog::error("sandbox {}: {}", s->id, r.error().message);
+  }
+  {
+    std::lock_guard lk(mu_);
+    live_.erase(s->id);
+  }
+  if (s->channel) s->channel->shutdown();
+  release(s->id, s->shim_pid);
+  spdlog::info("sandbox {}: {} ({}){}", s->id, status, reason, message.empty() ? "" : ": " + message);
+}
+
+Result<json> SandboxService::remove(const Principal& p, const std::string& id, Timing& t) {
+  Stopwatch sw;
+  if (auto s = find_live(p, id)) {
+    finish(s, "stopped", "deleted", "");
+    t.lap("stop", sw);
+    std::lock_guard lk(s->mu);
+    return view(*s);
+  }
+  auto r = get(p, id);  // already stopped: answer with the record as it is
+  t.lap("lookup", sw);
+  return r;
+}
+
+std::string SandboxService::diagnose_exit(const std::string& id) {
+  // A cgroup that hit its memory limit is the common cause; say so plainly.
+  std::ifstream usage("/sys/fs/cgroup/memory/b3os/" + id + "/memory.max_usage_in_bytes");
+  std::ifstream limit("/sys/fs/cgroup/memory/b3os/" + id + "/memory.limit_in_bytes");
+  int64_t u = 0, l = 0;
+  if ((usage >> u) && (limit >> l) && l > 0 && u >= l - (4 << 20)) {
+    return "the sandbox used all of its memory (limit " + std::to_string(l >> 20) +
+           " MiB including the runtime) and was stopped; create it with a larger memory_mib";
+  }
+  return "the sandbox's runtime exited unexpectedly";
+}
+
+void SandboxService::on_channel_closed(const std::string& id, const std::string& why) {
+  std::shared_ptr<Sandbox> s;
+  {
+    std::lock_guard lk(mu_);
+    auto it = live_.find(id);
+    if (it == live_.end()) return;
+    s = it->second;
+  }
+  std::string msg = diagnose_exit(id);
+  spdlog::warn("sandbox {}: agent channel closed ({}): {}", id, why, msg);
+  finish(s, "failed", "failed", msg);
+}
+
+void SandboxService::reaper_loop() {
+  std::unique_lock lk(reaper_mu_);
+  while (!stopping_) {
+    reaper_cv_.wait_for(lk, 500ms);
+    if (stopping_) break;
+    lk.unlock();
+    std::vector<std::shared_ptr<Sandbox>> all;
+    {
+      std::lock_guard g(mu_);
+      for (auto& [id, s] : live_) all.push_back(s);
+    }
+    const int64_t now = now_unix_ms();
+    for (auto& s : all) {
+      int64_t timeout_ms = int64_t(s->doc.value("timeout_s", 300)) * 1000;
+      if (now >= s->last_activity_ms.load() + timeout_ms) {
+        finish(s, "stopped", "timeout", "no API activity for timeout_s (" + std::to_string(timeout_ms / 1000) + " s)");
+        continue;
+      }
+      std::lock_guard g(s->mu);
+      if (!s->finished && s->last_activity_ms.load() - s->persisted_activity_ms >= kExpiryPersistEveryMs) {
+        if (auto r = persist(*s); !r) spdlog::warn("sandbox {}: {}", s->id, r.error().message);
+      }
+    }
+    lk.lock();
+  }
+}
+
+Result<void> SandboxService::recover() {
+  std::error_code ec;
+  fs::create_directories(cfg_.sandboxes_dir(), ec);
+  fs::create_directories(cfg_.runtime.root_dir, ec);
+  auto rows = store_.active_sandboxes();
+  if (!rows) return fail(rows.error());
+  for (auto& row : *rows) {
+    auto s = std::make_shared<Sandbox>();
+    s->id = row.id;
+    s->project_id = row.project_id;
+    s->doc = row.doc;
+    s->secrets = row.secrets;
+    s->last_activity_ms = row.doc["_b3os"].value("last_activity_ms", now_unix_ms());
+    s->persisted_activity_ms = s->last_activity_ms;
+    const std::string dir = cfg_.sandboxes_dir() + "/" + row.id;
+    s->shim_pid = read_pid_file(dir + "/shim.pid");
+    std::string why;
+    auto st = runsc_.state(row.id);
+    if (!st || *st != runtime::ContainerState::kRunning) {
+      why = "its container was gone when b3osd restarted";
+    } else if (auto fd = receive_fd(dir + "/shim.sock"); !fd) {
+      why = "its agent channel could not be recovered after b3osd restarted (" + fd.error().message + ")";
+    } else {
+      const std::string id = row.id;
+      s->channel = agentlink::AgentChannel::start(std::move(*fd), id,
+                                                  [this, id](const std::string& w) { on_channel_closed(id, w); });
+      if (auto r = s->channel->resync(3s); !r) {
+        why = "its agent did not answer after b3osd restarted (" + r.error().message + ")";
+      }
+    }
+    if (why.empty()) {
+      std::lock_guard lk(mu_);
+      live_[row.id] = s;
+      spdlog::info("sandbox {}: reattached", row.id);
+    } else {
+      finish(s, "failed", "failed", why);
+    }
+  }
+  // Containers and directories no record owns (a create cut short by a crash).
+  std::set<std::string> keep;
+  {
+    std::lock_guard lk(mu_);
+    for (auto& [id, s] : live_) keep.insert(id);
+  }
+  if (auto ids = runsc_.list()) {
+    for (auto& id : *ids)
+      if (!keep.count(id)) {
+        spdlog::warn("removing orphaned container {}", id);
+        release(id, -1);
+      }
+  }
+  for (auto& e : fs::directory_iterator(cfg_.sandboxes_dir(), ec)) {
+    std::string id = e.path().filename().string();
+    if (!keep.count(id)) {
+      spdlog::warn("removing orphaned sandbox directory {}", id);
+      release(id, -1);
+    }
+  }
+  reaper_ = std::thread([this] { reaper_loop(); });
+  return {};
+}
+
+// ---- exec and files ----
+
+Result<std::shared_ptr<agentlink::Stream>> SandboxService::open_stream(Sandbox& s, const json& request) {
+  std::shared_ptr<agentlink::AgentChannel> ch;
+  {
+    std::lock_guard lk(s.mu);
+    if (s.finished) return fail(ErrorCode::kSandboxNotRunning, "sandbox " + s.id + " is " + s.doc["status"].get<std::string>());
+    ch = s.channel;
+  }
+  touch(s);
+  return ch->open(request);
+}
+
+Result<ExecResult> SandboxService::exec(const Principal& p, const std::string& id, const ExecSpec& spec, Timing& t,
+                                        const CancelCheck& cancelled) {
+  Stopwatch sw;
+  auto sr = running(p, id);
+  if (!sr) return fail(sr.error());
+  auto& s = **sr;
+  json env = {{"PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
+              {"HOME", "/root"},
+              {"LANG", "C.UTF-8"},
+              {"B3OS_SANDBOX_ID", s.id}};
+  {
+    std::lock_guard lk(s.mu);
+    for (auto& [k, v] : s.doc["env"].items()) env[k] = v;
+    for (auto& [k, v] : s.secrets.items()) env[k] = v;
+  }
+  for (auto& [k, v] : spec.env) env[k] = v;
+  json req = {{"op", "exec"},
+              {"argv", spec.argv},
+              {"env", env},
+              {"cwd", spec.cwd},
+              {"timeout_ms", spec.timeout_ms},
+              {"stdin", spec.stdin_data.has_value()},
+              {"max_output", cfg_.max_exec_output}};
+  auto stream = open_stream(s, req);
+  if (!stream) return fail(stream.error());
+  auto& st = **stream;
+  const auto deadline = Clock::now() + std::chrono::milliseconds(spec.timeout_ms) + kExecGrace;
+  if (spec.stdin_data) {
+    if (auto r = st.send_data(*spec.stdin_data, deadline); !r && r.error().code != ErrorCode::kConflict) return fail(r.error());
+    (void)st.send_eof();
+  }
+  ExecResult res;
+  for (;;) {
+    auto f = st.next(std::min(deadline, Clock::now() + 250ms));
+    if (!f) {
+      if (Clock::now() >= deadline) return fail(f.error());
+      if (cancelled && cancelled()) {
+        st.cancel();
+        return fail(ErrorCode::kInternal, "the client went away; the command was cancelled");
+      }
+      if (s.channel->closed()) return fail(ErrorCode::kSandboxNotRunning, "sandbox " + id + " stopped during the command");
+      continue;
+    }
+    if (f->type == protocol::FrameType::kStdout || f->type == protocol::FrameType::kStderr) {
+      auto& out = f->type == protocol::FrameType::kStdout ? res.stdout_data : res.stderr_data;
+      size_t room = cfg_.max_exec_output > out.size() ? cfg_.max_exec_output - out.size() : 0;
+      out.append(f->payload.data(), std::min(room, f->payload.size()));
+      st.grant(static_cast<uint32_t>(f->payload.size()));
+    } else if (f->type == protocol::FrameType::kEnd) {
+      auto end = parse_end(*f);
+      if (!end) return fail(end.error());
+      res.exit_code = end->value("exit_code", -1);
+      res.timed_out = end->value("timed_out", false);
+      res.duration_ms = end->value("duration_ms", 0.0);
+      res.stdout_truncated = end->value("stdout_truncated", false);
+      res.stderr_truncated = end->value("stderr_truncated", false);
+      break;
+    }
+  }
+  touch(s);
+  t.lap("exec", sw);
+  return res;
+}
+
+Result<json> SandboxService::write_file(const Principal& p, const std::string& id, const std::string& path,
+                                        const ChunkSource& source, Timing& t) {
+  Stopwatch sw;
+  auto sr = running(p, id);
+  if (!sr) return fail(sr.error());
+  auto stream = open_stream(**sr, {{"op", "file_write"}, {"path", path}, {"mode", 0644}});
+  if (!stream) return fail(stream.error());
+  auto& st = **stream;
+  std::vector<char> buf(protocol::kMaxData);
+  bool agent_ended = false;
+  for (;;) {
+    auto n = source(buf.data(), buf.size());
+    if (!n) return fail(n.error());
+    if (*n == 0) break;
+    auto r = st.send_data(std::string_view(buf.data(), *n), Clock::now() + kFileIdleTimeout);
+    if (!r) {
+      if (r.error().code != ErrorCode::kConflict) return fail(r.error());
+      agent_ended = true;  // the agent refused the file; its END says why
+      break;
+    }
+  }
+  if (!agent_ended) {
+    if (auto r = st.send_eof(); !r) return fail(r.error());
+  }
+  for (;;) {
+    auto f = st.next(Clock::now() + kFileIdleTimeout);
+    if (!f) return fail(f.error());
+    if (f->type != protocol::FrameType::kEnd) continue;
+    auto end = parse_end(*f);
+    if (!end) return fail(end.error());
+    touch(**sr);
+    t.lap("write", sw);
+    return json{{"path", path}, {"size", end->value("bytes", uint64_t{0})}};
+  }
+}
+
+Result<void> SandboxService::read_file(const Principal& p, const std::string& id, const std::string& path,
+                                       FileSink& sink, Timing& t) {
+  Stopwatch sw;
+  auto sr = running(p, id);
+  if (!sr) return fail(sr.error());
+  auto stream = open_stream(**sr, {{"op", "file_read"}, {"path", path}});
+  if (!stream) return fail(stream.error());
+  auto& st = **stream;
+  for (;;) {
+    auto f = st.next(Clock::now() + kFileIdleTimeout);
+    if (!f) return fail(f.error());
+    switch (f->type) {
+      case protocol::FrameType::kHeader: {
+        json h = json::parse(f->payload, nullptr, false);
+        if (h.is_discarded()) return fail(ErrorCode::kInternal, "unreadable file header from the agent");
+        t.lap("open", sw);
+        if (auto r = sink.begin(h.value("size", uint64_t{0})); !r) return r;
+        break;
+      }
+      case protocol::FrameType::kData:
+        if (auto r = sink.data(f->payload); !r) return r;
+        st.grant(static_cast<uint32_t>(f->payload.size()));
+        break;
+      case protocol::FrameType::kEnd: {
+        auto end = parse_end(*f);
+        if (!end) return fail(end.error());
+        touch(**sr);
+        t.lap("read", sw);
+        return {};
+      }
+      default:
+        break;
+    }
+  }
+}
+
+Result<json> SandboxService::list_dir(const Principal& p, const std::string& id, const std::string& path, Timing& t) {
+  Stopwatch sw;
+  auto sr = running(p, id);
+  if (!sr) return fail(sr.error());
+  auto stream = open_stream(**sr, {{"op", "list"}, {"path", path}});
+  if (!stream) return fail(stream.error());
+  for (;;) {
+    auto f = (*stream)->next(Clock::now() + kFileIdleTimeout);
+    if (!f) return fail(f.error());
+    if (f->type != protocol::FrameType::kEnd) continue;
+    auto end = parse_end(*f);
+    if (!end) return fail(end.error());
+    json data = json::array();
+    for (auto& e : (*end)["entries"]) {
+      std::string name = e.value("name", "");
+      data.push_back({{"name", name},
+                      {"path", path == "/" ? "/" + name : path + "/" + name},
+                      {"type", e.value("type", "other")},
+                      {"size", e.value("size", uint64_t{0})},
+                      {"mode", e.value("mode", 0)},
+                      {"modified_at", format_rfc3339(e.value("mtime_ns", int64_t{0}) / 1000000)}});
+    }
+    t.lap("list", sw);
+    return json{{"object", "list"}, {"path", path}, {"data", data}, {"next_cursor", nullptr}};
+  }
+}
+
+Result<json> SandboxService::remove_path(const Principal& p, const std::string& id, const std::string& path,
+                                         bool recursive, Timing& t) {
+  Stopwatch sw;
+  auto sr = running(p, id);
+  if (!sr) return fail(sr.error());
+  auto stream = open_stream(**sr, {{"op", "remove"}, {"path", path}, {"recursive", recursive}});
+  if (!stream) return fail(stream.error());
+  for (;;) {
+    auto f = (*stream)->next(Clock::now() + kFileIdleTimeout);
+    if (!f) return fail(f.error());
+    if (f->type != protocol::FrameType::kEnd) continue;
+    auto end = parse_end(*f);
+    if (!end) return fail(end.error());
+    t.lap("remove", sw);
+    return json{{"path", path}, {"deleted", true}};
+  }
+}
+
+Result<double> SandboxService::ping(const Principal& p, const std::string& id) {
+  auto sr = running(p, id);
+  if (!sr) return fail(sr.error());
+  return (*sr)->channel->ping(kControlTimeout);
+}
+
+}  // namespace b3os::sandbox

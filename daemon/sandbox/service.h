@@ -1,0 +1,136 @@
+#pragma once
+// SandboxService: the lifecycle of sandboxes (create, get, list, delete, timeouts, restarts)
+// and what runs in them (exec, files). The REST handlers and, later, MCP call it; it knows
+// nothing of HTTP.
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/clock.h"
+#include "common/result.h"
+#include "daemon/agentlink/channel.h"
+#include "daemon/config/config.h"
+#include "daemon/runtime/runsc.h"
+#include "daemon/sandbox/spec.h"
+#include "daemon/store/store.h"
+
+namespace b3os::sandbox {
+
+/// Who is asking: the project a key belongs to.
+struct Principal {
+  std::string project_id;
+  std::string key_id;
+};
+
+/// Phase durations of one operation, for Server-Timing and `timing`.
+struct Timing {
+  std::vector<std::pair<std::string, double>> phases;
+  void add(std::string name, double ms) { phases.emplace_back(std::move(name), ms); }
+  /// Runs the stopwatch's lap into `name` and restarts it.
+  void lap(std::string name, Stopwatch& sw) {
+    add(std::move(name), sw.elapsed_ms());
+    sw.reset();
+  }
+};
+
+/// The outcome of an exec.
+struct ExecResult {
+  int exit_code = -1;
+  std::string stdout_data, stderr_data;
+  bool timed_out = false;
+  bool stdout_truncated = false, stderr_truncated = false;
+  double duration_ms = 0;
+};
+
+/// Returns true when the client that asked has gone away (its work is then cancelled).
+using CancelCheck = std::function<bool()>;
+/// Reads the next chunk of an upload into buf; 0 at the end.
+using ChunkSource = std::function<Result<size_t>(char* buf, size_t cap)>;
+/// Receives a download: `begin(size)` once, then `data` chunks.
+struct FileSink {
+  std::function<Result<void>(uint64_t size)> begin;
+  std::function<Result<void>(std::string_view chunk)> data;
+};
+
+class SandboxService {
+ public:
+  SandboxService(config::Config cfg, store::Store& store);
+  ~SandboxService();
+
+  /// Reattaches to sandboxes that survived a b3osd restart, fails the rest, removes
+  /// containers and files nobody owns, and starts the timeout reaper.
+  Result<void> recover();
+  /// Stops the reaper; running sandboxes keep running (a restart reattaches them).
+  void stop();
+
+  Result<nlohmann::json> create(const Principal& p, const SandboxSpec& spec, Timing& t);
+  Result<nlohmann::json> get(const Principal& p, const std::string& id);
+  /// One page: {"object":"list","data":[...],"next_cursor":...}.
+  Result<nlohmann::json> list(const Principal& p, store::SandboxQuery q);
+  Result<nlohmann::json> remove(const Principal& p, const std::string& id, Timing& t);
+
+  Result<ExecResult> exec(const Principal& p, const std::string& id, const ExecSpec& spec, Timing& t,
+                          const CancelCheck& cancelled);
+  Result<nlohmann::json> write_file(const Principal& p, const std::string& id, const std::string& path,
+                                    const ChunkSource& source, Timing& t);
+  Result<void> read_file(const Principal& p, const std::string& id, const std::string& path, FileSink& sink,
+                         Timing& t);
+  Result<nlohmann::json> list_dir(const Principal& p, const std::string& id, const std::string& path, Timing& t);
+  Result<nlohmann::json> remove_path(const Principal& p, const std::string& id, const std::string& path,
+                                     bool recursive, Timing& t);
+
+  /// The templates this node knows: {"object":"list","data":[...]}.
+  nlohmann::json templates() const;
+
+  /// Round trip over a sandbox's agent channel (benchmarks).
+  Result<double> ping(const Principal& p, const std::string& id);
+
+ private:
+  struct Sandbox;
+
+  std::shared_ptr<Sandbox> find_live(const Principal& p, const std::string& id);
+  Result<std::shared_ptr<Sandbox>> running(const Principal& p, const std::string& id);
+  Result<std::shared_ptr<agentlink::Stream>> open_stream(Sandbox& s, const nlohmann::json& request);
+  nlohmann::json view(const Sandbox& s) const;
+  Result<void> persist(Sandbox& s);
+  void touch(Sandbox& s);
+  /// Moves a sandbox to stopped/failed, persists it, and releases every host resource.
+  void finish(const std::shared_ptr<Sandbox>& s, const std::string& status, const std::string& reason,
+              const std::string& message);
+  void release(const std::string& id, pid_t shim_pid);
+  void reaper_loop();
+  void on_channel_closed(const std::string& id, const std::string& why);
+  std::string diagnose_exit(const std::string& id);
+  Result<pid_t> start_shim(const std::string& dir, int fd);
+  std::string template_rootfs(const std::string& name) const;
+
+  config::Config cfg_;
+  store::Store& store_;
+  runtime::Runsc runsc_;
+
+  mutable std::mutex mu_;
+  std::map<std::string, std::shared_ptr<Sandbox>> live_;  // running or paused sandboxes
+  int starting_ = 0;                                      // creates in flight (capacity)
+  std::map<std::string, int> starting_by_project_;
+
+  std::thread reaper_;
+  std::mutex reaper_mu_;
+  std::condition_variable reaper_cv_;
+  bool stopping_ = false;
+};
+
+/// Adds `usage` to a sandbox document from its lifetime (pure; unit-tested).
+void compute_usage(nlohmann::json& doc, int64_t now_ms);
+
+}  // namespace b3os::sandbox

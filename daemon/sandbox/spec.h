@@ -1,0 +1,80 @@
+#pragma once
+// What a user asks for, as plain structs, and the validation that turns request JSON into
+// them. Pure logic: no I/O (unit-tested and fuzzed).
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/result.h"
+
+namespace b3os::sandbox {
+
+struct EgressSpec {
+  std::string mode = "deny";  // public | allowlist | deny
+  std::vector<std::string> allow;
+};
+
+struct ApiGrantSpec {
+  std::vector<std::string> scopes;
+  std::optional<double> spend_cap_usd;
+};
+
+struct PortSpec {
+  int port = 0;
+  bool is_public = false;
+};
+
+/// The create fields of the sandbox object.
+struct SandboxSpec {
+  std::string template_name = "base";
+  std::optional<std::string> snapshot;
+  int timeout_s = 300;
+  std::string on_idle = "stop";
+  std::map<std::string, std::string> env;
+  std::map<std::string, std::string> secrets;
+  std::map<std::string, std::string> metadata;
+  int vcpu = 1;
+  int memory_mib = 512;
+  int disk_gib = 1;
+  bool forkable = false;
+  EgressSpec egress;
+  ApiGrantSpec api;
+  std::vector<PortSpec> ports;
+};
+
+/// Limits a deployment places on create fields.
+struct SpecLimits {
+  int max_vcpu = 8;
+  int max_memory_mib = 65536;
+  int max_disk_gib = 256;
+  int max_timeout_s = 86400;
+};
+
+/// An exec request.
+struct ExecSpec {
+  std::vector<std::string> argv;  // a string cmd becomes {"/bin/sh", "-c", cmd}
+  std::map<std::string, std::string> env;
+  std::string cwd = "/workspace";
+  int64_t timeout_ms = 60000;
+  std::optional<std::string> stdin_data;
+};
+
+/// Validates a create body; errors are 400 invalid_request naming the field.
+Result<SandboxSpec> parse_create(const nlohmann::json& body, const SpecLimits& limits);
+/// Returns 501 not_implemented if the spec needs a feature this build does not have yet.
+Result<void> check_supported(const SandboxSpec& spec);
+/// Validates an exec body.
+Result<ExecSpec> parse_exec(const nlohmann::json& body);
+/// Validates metadata rules (used by create and fork): up to 16 pairs, keys 1-40 of
+/// `A-Z a-z 0-9 _ . : -`, values strings of at most 500 characters.
+Result<std::map<std::string, std::string>> parse_metadata(const nlohmann::json& j, const std::string& field);
+/// Resolves a file path from the API: absolute, or relative to /workspace; no NUL, no "..".
+Result<std::string> resolve_path(const std::string& path);
+
+}  // namespace b3os::sandbox

@@ -1,0 +1,325 @@
+#include "daemon/store/store.h"
+
+#include <openssl/sha.h>
+
+#include "common/clock.h"
+#include "common/ids.h"
+
+namespace b3os::store {
+
+namespace {
+
+constexpr int64_t kIdempotencyTtlMs = 24LL * 3600 * 1000;
+
+const char* kSchema = R"sql(
+CREATE TABLE IF NOT EXISTS projects (
+  id TEXT PRIMARY KEY,
+  name TEXT NOT NULL UNIQUE,
+  created_at_ms INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS api_keys (
+  id TEXT PRIMARY KEY,
+  project_id TEXT NOT NULL REFERENCES projects(id),
+  key_sha256 TEXT NOT NULL UNIQUE,
+  prefix TEXT NOT NULL,
+  created_at_ms INTEGER NOT NULL,
+  revoked_at_ms INTEGER
+);
+CREATE TABLE IF NOT EXISTS sandboxes (
+  id TEXT PRIMARY KEY,
+  project_id TEXT NOT NULL,
+  status TEXT NOT NULL,
+  doc TEXT NOT NULL,
+  secrets TEXT NOT NULL DEFAULT '{}'
+);
+CREATE INDEX IF NOT EXISTS sandboxes_project ON sandboxes(project_id, id);
+CREATE INDEX IF NOT EXISTS sandboxes_status ON sandboxes(status);
+CREATE TABLE IF NOT EXISTS idempotency (
+  project_id TEXT NOT NULL,
+  key TEXT NOT NULL,
+  api_key_id TEXT NOT NULL,
+  method TEXT NOT NULL,
+  path TEXT NOT NULL,
+  body_sha256 TEXT NOT NULL,
+  status INTEGER,
+  content_type TEXT,
+  body BLOB,
+  created_at_ms INTEGER NOT NULL,
+  PRIMARY KEY (project_id, key)
+);
+)sql";
+
+/// A prepared statement that finalizes itself.
+class Stmt {
+ public:
+  Stmt(sqlite3* db, const char* sql) { rc_ = sqlite3_prepare_v2(db, sql, -1, &st_, nullptr); }
+  ~Stmt() { sqlite3_finalize(st_); }
+  Stmt(const Stmt&) = delete;
+  Stmt& operator=(const Stmt&) = delete;
+
+  bool ok() const { return rc_ == SQLITE_OK; }
+  Stmt& bind(int i, std::string_view s) {
+    sqlite3_bind_text(st_, i, s.data(), static_cast<int>(s.size()), SQLITE_TRANSIENT);
+    return *this;
+  }
+  Stmt& bind(int i, int64_t v) {
+    sqlite3_bind_int64(st_, i, v);
+    return *this;
+  }
+  Stmt& bind_null(int i) {
+    sqlite3_bind_null(st_, i);
+    return *this;
+  }
+  /// SQLITE_ROW, SQLITE_DONE or an error code.
+  int step() { return sqlite3_step(st_); }
+  std::string text(int col) {
+    auto* p = reinterpret_cast<const char*>(sqlite3_column_text(st_, col));
+    return p ? std::string(p, sqlite3_column_bytes(st_, col)) : std::string();
+  }
+  std::string blob(int col) {
+    auto* p = static_cast<const char*>(sqlite3_column_blob(st_, col));
+    return p ? std::string(p, sqlite3_column_bytes(st_, col)) : std::string();
+  }
+  int64_t i64(int col) { return sqlite3_column_int64(st_, col); }
+  bool is_null(int col) { return sqlite3_column_type(st_, col) == SQLITE_NULL; }
+
+ private:
+  sqlite3_stmt* st_ = nullptr;
+  int rc_;
+};
+
+Error db_error(sqlite3* db, std::string_view what) {
+  return Error{ErrorCode::kInternal, std::string("store: ") + std::string(what) + ": " + sqlite3_errmsg(db), 0};
+}
+
+Result<SandboxRow> row_from(Stmt& st) {
+  SandboxRow r;
+  r.id = st.text(0);
+  r.project_id = st.text(1);
+  r.status = st.text(2);
+  try {
+    r.doc = nlohmann::json::parse(st.text(3));
+    r.secrets = nlohmann::json::parse(st.text(4));
+  } catch (const std::exception& e) {
+    return fail(ErrorCode::kInternal, "store: sandbox " + r.id + " has a corrupt record: " + e.what());
+  }
+  return r;
+}
+
+}  // namespace
+
+std::string sha256_hex(std::string_view data) {
+  unsigned char md[SHA256_DIGEST_LENGTH];
+  SHA256(reinterpret_cast<const unsigned char*>(data.data()), data.size(), md);
+  return to_hex(std::string_view(reinterpret_cast<const char*>(md), sizeof md));
+}
+
+Result<std::unique_ptr<Store>> Store::open(const std::string& path) {
+  sqlite3* db = nullptr;
+  int rc = sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
+                           nullptr);
+  if (rc != SQLITE_OK) {
+    std::string msg = db ? sqlite3_errmsg(db) : "out of memory";
+    sqlite3_close(db);
+    return fail(ErrorCode::kInternal, "store: opening " + path + ": " + msg);
+  }
+  sqlite3_busy_timeout(db, 5000);
+  std::unique_ptr<Store> s(new Store(db));
+  if (auto r = s->migrate(); !r) return fail(r.error());
+  return s;
+}
+
+Store::~Store() { sqlite3_close(db_); }
+
+Result<void> Store::exec(const char* sql) {
+  char* err = nullptr;
+  if (sqlite3_exec(db_, sql, nullptr, nullptr, &err) != SQLITE_OK) {
+    std::string msg = err ? err : "unknown";
+    sqlite3_free(err);
+    return fail(ErrorCode::kInternal, std::string("store: ") + msg);
+  }
+  return {};
+}
+
+Result<void> Store::migrate() {
+  if (auto r = exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;"); !r) return r;
+  return exec(kSchema);
+}
+
+Result<NewApiKey> Store::create_api_key(const std::string& project_name) {
+  std::lock_guard lk(mu_);
+  NewApiKey out;
+  const int64_t now = now_unix_ms();
+  {
+    Stmt st(db_, "SELECT id FROM projects WHERE name = ?");
+    st.bind(1, project_name);
+    if (st.step() == SQLITE_ROW) out.record.project_id = st.text(0);
+  }
+  if (out.record.project_id.empty()) {
+    out.record.project_id = new_id("prj");
+    Stmt st(db_, "INSERT INTO projects(id, name, created_at_ms) VALUES (?, ?, ?)");
+    st.bind(1, out.record.project_id).bind(2, project_name).bind(3, now);
+    if (st.step() != SQLITE_DONE) return fail(db_error(db_, "creating project"));
+  }
+  out.key = "b3os_sk_" + random_base32(40);
+  out.record.id = new_id("key");
+  out.record.project_name = project_name;
+  out.record.prefix = out.key.substr(0, 14);
+  out.record.created_at_ms = now;
+  Stmt st(db_, "INSERT INTO api_keys(id, project_id, key_sha256, prefix, created_at_ms) VALUES (?, ?, ?, ?, ?)");
+  st.bind(1, out.record.id).bind(2, out.record.project_id).bind(3, sha256_hex(out.key)).bind(4, out.record.prefix).bind(5, now);
+  if (st.step() != SQLITE_DONE) return fail(db_error(db_, "creating key"));
+  return out;
+}
+
+Result<std::optional<ApiKeyRecord>> Store::find_api_key(std::string_view plain_key) {
+  std::lock_guard lk(mu_);
+  Stmt st(db_,
+          "SELECT k.id, k.project_id, p.name, k.prefix, k.created_at_ms FROM api_keys k "
+          "JOIN projects p ON p.id = k.project_id WHERE k.key_sha256 = ? AND k.revoked_at_ms IS NULL");
+  st.bind(1, sha256_hex(plain_key));
+  int rc = st.step();
+  if (rc == SQLITE_DONE) return std::optional<ApiKeyRecord>();
+  if (rc != SQLITE_ROW) return fail(db_error(db_, "looking up key"));
+  return ApiKeyRecord{st.text(0), st.text(1), st.text(2), st.text(3), st.i64(4)};
+}
+
+Result<std::vector<ApiKeyRecord>> Store::list_api_keys() {
+  std::lock_guard lk(mu_);
+  Stmt st(db_,
+          "SELECT k.id, k.project_id, p.name, k.prefix, k.created_at_ms FROM api_keys k "
+          "JOIN projects p ON p.id = k.project_id WHERE k.revoked_at_ms IS NULL ORDER BY k.id");
+  std::vector<ApiKeyRecord> out;
+  int rc;
+  while ((rc = st.step()) == SQLITE_ROW) out.push_back({st.text(0), st.text(1), st.text(2), st.text(3), st.i64(4)});
+  if (rc != SQLITE_DONE) return fail(db_error(db_, "listing keys"));
+  return out;
+}
+
+Result<void> Store::put_sandbox(const SandboxRow& row) {
+  std::lock_guard lk(mu_);
+  Stmt st(db_,
+          "INSERT INTO sandboxes(id, project_id, status, doc, secrets) VALUES (?, ?, ?, ?, ?) "
+          "ON CONFLICT(id) DO UPDATE SET status = excluded.status, doc = excluded.doc, secrets = excluded.secrets");
+  st.bind(1, row.id).bind(2, row.project_id).bind(3, row.status).bind(4, row.doc.dump()).bind(5, row.secrets.dump());
+  if (st.step() != SQLITE_DONE) return fail(db_error(db_, "saving sandbox " + row.id));
+  return {};
+}
+
+Result<std::optional<SandboxRow>> Store::get_sandbox(const std::string& project_id, const std::string& id) {
+  std::lock_guard lk(mu_);
+  Stmt st(db_, "SELECT id, project_id, status, doc, secrets FROM sandboxes WHERE id = ? AND project_id = ?");
+  st.bind(1, id).bind(2, project_id);
+  int rc = st.step();
+  if (rc == SQLITE_DONE) return std::optional<SandboxRow>();
+  if (rc != SQLITE_ROW) return fail(db_error(db_, "reading sandbox"));
+  auto r = row_from(st);
+  if (!r) return fail(r.error());
+  return std::optional<SandboxRow>(std::move(*r));
+}
+
+Result<std::vector<SandboxRow>> Store::list_sandboxes(const SandboxQuery& q) {
+  std::string sql =
+      "SELECT id, project_id, status, doc, secrets FROM sandboxes WHERE project_id = ?1 "
+      "AND (?2 IS NULL OR status = ?2) AND (?3 IS NULL OR id < ?3)";
+  for (size_t i = 0; i < q.metadata.size(); ++i) {
+    const int k = static_cast<int>(4 + 2 * i);
+    sql += " AND json_extract(doc, '$.metadata.' || json_quote(?" + std::to_string(k) + ")) = ?" +
+           std::to_string(k + 1);
+  }
+  sql += " ORDER BY id DESC LIMIT " + std::to_string(q.limit + 1);
+  std::lock_guard lk(mu_);
+  Stmt st(db_, sql.c_str());
+  if (!st.ok()) return fail(db_error(db_, "listing sandboxes"));
+  st.bind(1, q.project_id);
+  if (q.status) st.bind(2, *q.status); else st.bind_null(2);
+  if (q.after_id) st.bind(3, *q.after_id); else st.bind_null(3);
+  for (size_t i = 0; i < q.metadata.size(); ++i) {
+    st.bind(static_cast<int>(4 + 2 * i), q.metadata[i].first);
+    st.bind(static_cast<int>(5 + 2 * i), q.metadata[i].second);
+  }
+  std::vector<SandboxRow> out;
+  int rc;
+  while ((rc = st.step()) == SQLITE_ROW) {
+    auto r = row_from(st);
+    if (!r) return fail(r.error());
+    out.push_back(std::move(*r));
+  }
+  if (rc != SQLITE_DONE) return fail(db_error(db_, "listing sandboxes"));
+  return out;
+}
+
+Result<std::vector<SandboxRow>> Store::active_sandboxes() {
+  std::lock_guard lk(mu_);
+  Stmt st(db_, "SELECT id, project_id, status, doc, secrets FROM sandboxes WHERE status IN ('running', 'paused')");
+  std::vector<SandboxRow> out;
+  int rc;
+  while ((rc = st.step()) == SQLITE_ROW) {
+    auto r = row_from(st);
+    if (!r) return fail(r.error());
+    out.push_back(std::move(*r));
+  }
+  if (rc != SQLITE_DONE) return fail(db_error(db_, "listing active sandboxes"));
+  return out;
+}
+
+Result<IdempotencyHit> Store::idempotency_begin(const std::string& project_id, const std::string& key,
+                                                const std::string& api_key_id, const std::string& method,
+                                                const std::string& path, const std::string& body_hash) {
+  std::lock_guard lk(mu_);
+  const int64_t now = now_unix_ms();
+  {
+    Stmt del(db_, "DELETE FROM idempotency WHERE created_at_ms < ?");
+    del.bind(1, now - kIdempotencyTtlMs);
+    del.step();
+  }
+  Stmt st(db_,
+          "SELECT api_key_id, method, path, body_sha256, status, content_type, body FROM idempotency "
+          "WHERE project_id = ? AND key = ?");
+  st.bind(1, project_id).bind(2, key);
+  int rc = st.step();
+  IdempotencyHit hit;
+  if (rc == SQLITE_ROW) {
+    hit.kind = IdempotencyHit::Kind::kConflict;
+    if (st.text(0) != api_key_id) {
+      hit.reason = "this Idempotency-Key was used by another API key of the project";
+    } else if (st.text(1) != method || st.text(2) != path || st.text(3) != body_hash) {
+      hit.reason = "this Idempotency-Key was used for a different request (method, path or body)";
+    } else if (st.is_null(4)) {
+      hit.reason = "a request with this Idempotency-Key is still in progress";
+    } else {
+      hit.kind = IdempotencyHit::Kind::kReplay;
+      hit.status = static_cast<int>(st.i64(4));
+      hit.content_type = st.text(5);
+      hit.body = st.blob(6);
+    }
+    return hit;
+  }
+  if (rc != SQLITE_DONE) return fail(db_error(db_, "reading idempotency key"));
+  Stmt ins(db_,
+           "INSERT INTO idempotency(project_id, key, api_key_id, method, path, body_sha256, created_at_ms) "
+           "VALUES (?, ?, ?, ?, ?, ?, ?)");
+  ins.bind(1, project_id).bind(2, key).bind(3, api_key_id).bind(4, method).bind(5, path).bind(6, body_hash).bind(7, now);
+  if (ins.step() != SQLITE_DONE) return fail(db_error(db_, "claiming idempotency key"));
+  return hit;
+}
+
+Result<void> Store::idempotency_finish(const std::string& project_id, const std::string& key, int status,
+                                       const std::string& content_type, const std::string& body) {
+  std::lock_guard lk(mu_);
+  Stmt st(db_, "UPDATE idempotency SET status = ?, content_type = ?, body = ? WHERE project_id = ? AND key = ?");
+  st.bind(1, static_cast<int64_t>(status)).bind(2, content_type).bind(4, project_id).bind(5, key);
+  st.bind(3, body);
+  if (st.step() != SQLITE_DONE) return fail(db_error(db_, "storing idempotent response"));
+  return {};
+}
+
+Result<void> Store::idempotency_abort(const std::string& project_id, const std::string& key) {
+  std::lock_guard lk(mu_);
+  Stmt st(db_, "DELETE FROM idempotency WHERE project_id = ? AND key = ? AND status IS NULL");
+  st.bind(1, project_id).bind(2, key);
+  if (st.step() != SQLITE_DONE) return fail(db_error(db_, "releasing idempotency key"));
+  return {};
+}
+
+}  // namespace b3os::store

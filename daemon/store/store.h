@@ -1,0 +1,106 @@
+#pragma once
+// Store: everything that must outlive b3osd, in SQLite (WAL): projects, API keys (hashed),
+// sandboxes, their secrets, and idempotency records.
+
+#include <sqlite3.h>
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/result.h"
+
+namespace b3os::store {
+
+/// An API key as stored (the key itself is never stored, only its SHA-256).
+struct ApiKeyRecord {
+  std::string id;            // key_...
+  std::string project_id;    // prj_...
+  std::string project_name;
+  std::string prefix;        // first characters of the key, for listings
+  int64_t created_at_ms = 0;
+};
+
+/// A freshly created key: the plain key is shown once.
+struct NewApiKey {
+  std::string key;
+  ApiKeyRecord record;
+};
+
+/// One sandbox row. `doc` is the persisted part of the sandbox object; secret values live
+/// in `secrets` and never leave the daemon.
+struct SandboxRow {
+  std::string id;
+  std::string project_id;
+  std::string status;
+  nlohmann::json doc;
+  nlohmann::json secrets = nlohmann::json::object();
+};
+
+/// Filter for listing sandboxes of one project, newest first.
+struct SandboxQuery {
+  std::string project_id;
+  std::optional<std::string> status;
+  std::vector<std::pair<std::string, std::string>> metadata;  // all must match
+  std::optional<std::string> after_id;                        // cursor: ids older than this
+  int limit = 20;
+};
+
+/// What an Idempotency-Key lookup found.
+struct IdempotencyHit {
+  enum class Kind { kNew, kReplay, kConflict } kind = Kind::kNew;
+  std::string reason;    // for kConflict
+  int status = 0;        // for kReplay
+  std::string content_type;
+  std::string body;
+};
+
+class Store {
+ public:
+  /// Opens (creating if needed) the database at `path`, in WAL mode, with its schema.
+  static Result<std::unique_ptr<Store>> open(const std::string& path);
+  ~Store();
+
+  /// Creates a key for project `project_name` (the project is created if new).
+  Result<NewApiKey> create_api_key(const std::string& project_name);
+  /// Looks a plain key up by its hash; nullopt if unknown or revoked.
+  Result<std::optional<ApiKeyRecord>> find_api_key(std::string_view plain_key);
+  /// Lists keys (no secrets), for `b3os keys list`.
+  Result<std::vector<ApiKeyRecord>> list_api_keys();
+
+  Result<void> put_sandbox(const SandboxRow& row);
+  Result<std::optional<SandboxRow>> get_sandbox(const std::string& project_id, const std::string& id);
+  /// One page of sandboxes; returns up to limit+1 rows so the caller knows if there is more.
+  Result<std::vector<SandboxRow>> list_sandboxes(const SandboxQuery& q);
+  /// Every sandbox whose status is running or paused, all projects (used at start-up).
+  Result<std::vector<SandboxRow>> active_sandboxes();
+
+  /// Claims `key` for a request, or finds its earlier response. Records expire after 24 h.
+  Result<IdempotencyHit> idempotency_begin(const std::string& project_id, const std::string& key,
+                                           const std::string& api_key_id, const std::string& method,
+                                           const std::string& path, const std::string& body_hash);
+  /// Stores the response of a claimed key.
+  Result<void> idempotency_finish(const std::string& project_id, const std::string& key, int status,
+                                  const std::string& content_type, const std::string& body);
+  /// Releases a claimed key without a stored response (the request failed with a 5xx).
+  Result<void> idempotency_abort(const std::string& project_id, const std::string& key);
+
+ private:
+  explicit Store(sqlite3* db) : db_(db) {}
+  Result<void> migrate();
+  Result<void> exec(const char* sql);
+
+  sqlite3* db_;
+  std::mutex mu_;
+};
+
+/// Hex SHA-256 of `data`.
+std::string sha256_hex(std::string_view data);
+
+}  // namespace b3os::store

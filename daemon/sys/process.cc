@@ -1,0 +1,130 @@
+#include "daemon/sys/process.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "common/unique_fd.h"
+
+extern char** environ;
+
+namespace b3os::sys {
+
+namespace {
+constexpr size_t kMaxCapturedOutput = 64 * 1024;
+
+int exit_code_of(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return -1;
+}
+}  // namespace
+
+std::string join_argv(const std::vector<std::string>& argv) {
+  std::string out;
+  for (const auto& a : argv) {
+    if (!out.empty()) out += ' ';
+    out += a;
+  }
+  return out;
+}
+
+Result<pid_t> spawn(const SpawnOptions& opts) {
+  if (opts.argv.empty()) return fail(ErrorCode::kInternal, "spawn: empty argv");
+  UniqueFd devnull(::open("/dev/null", O_RDWR | O_CLOEXEC));
+  if (!devnull) return fail(errno_error(ErrorCode::kInternal, "open /dev/null", errno));
+
+  // Sources are first moved above every target so dup2 chains cannot clobber each other.
+  std::vector<UniqueFd> staged;
+  const int first_free = static_cast<int>(std::max<size_t>(opts.fds.size(), 3));
+  std::vector<int> sources;
+  size_t n = std::max<size_t>(opts.fds.size(), 3);
+  for (size_t i = 0; i < n; ++i) {
+    int src = i < opts.fds.size() && opts.fds[i] >= 0 ? opts.fds[i] : devnull.get();
+    int d = ::fcntl(src, F_DUPFD_CLOEXEC, first_free + 16);
+    if (d < 0) return fail(errno_error(ErrorCode::kInternal, "dup fd for child", errno));
+    staged.emplace_back(d);
+    sources.push_back(d);
+  }
+
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  for (size_t i = 0; i < sources.size(); ++i) posix_spawn_file_actions_adddup2(&fa, sources[i], static_cast<int>(i));
+  posix_spawn_file_actions_addclosefrom_np(&fa, static_cast<int>(sources.size()));
+
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  short flags = POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF;
+  if (opts.new_session) flags |= POSIX_SPAWN_SETSID;
+  posix_spawnattr_setflags(&attr, flags);
+  sigset_t none, all;
+  sigemptyset(&none);
+  sigfillset(&all);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setsigdefault(&attr, &all);
+
+  std::vector<char*> argv;
+  for (const auto& a : opts.argv) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  pid_t pid = -1;
+  int rc = ::posix_spawnp(&pid, argv[0], &fa, &attr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&attr);
+  if (rc != 0) return fail(errno_error(ErrorCode::kInternal, "starting " + opts.argv[0], rc));
+  return pid;
+}
+
+Result<int> wait_exit(pid_t pid) {
+  int status = 0;
+  for (;;) {
+    pid_t r = ::waitpid(pid, &status, 0);
+    if (r == pid) return exit_code_of(status);
+    if (r < 0 && errno == EINTR) continue;
+    return fail(errno_error(ErrorCode::kInternal, "waitpid " + std::to_string(pid), errno));
+  }
+}
+
+Result<CommandResult> run(const std::vector<std::string>& argv, std::chrono::milliseconds timeout) {
+  int p[2];
+  if (::pipe2(p, O_CLOEXEC) != 0) return fail(errno_error(ErrorCode::kInternal, "pipe", errno));
+  UniqueFd rd(p[0]), wr(p[1]);
+  auto pid = spawn({argv, {-1, wr.get(), wr.get()}, false});
+  if (!pid) return fail(pid.error());
+  wr.reset();
+
+  CommandResult res;
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  bool killed = false;
+  char buf[4096];
+  for (;;) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0 && !killed) {
+      ::kill(*pid, SIGKILL);
+      killed = true;
+      res.output += "\n[killed after " + std::to_string(timeout.count()) + " ms]";
+    }
+    pollfd pfd{rd.get(), POLLIN, 0};
+    int pr = ::poll(&pfd, 1, killed ? 1000 : static_cast<int>(std::max<int64_t>(left.count(), 1)));
+    if (pr < 0 && errno == EINTR) continue;
+    if (pr == 0) {
+      if (killed) break;
+      continue;
+    }
+    ssize_t r = ::read(rd.get(), buf, sizeof buf);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    if (res.output.size() < kMaxCapturedOutput) res.output.append(buf, static_cast<size_t>(r));
+  }
+  auto code = wait_exit(*pid);
+  if (!code) return fail(code.error());
+  res.exit_code = *code;
+  while (!res.output.empty() && (res.output.back() == '\n' || res.output.back() == ' ')) res.output.pop_back();
+  return res;
+}
+
+}  // namespace b3os::sys

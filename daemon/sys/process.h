@@ -1,0 +1,42 @@
+#pragma once
+// Starting and waiting for host processes (runsc, the shim). Every child gets exactly the fds
+// it is given; nothing else of b3osd leaks into it.
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+
+namespace b3os::sys {
+
+/// How to start a child.
+struct SpawnOptions {
+  std::vector<std::string> argv;
+  /// fds[i] becomes the child's fd i (-1: /dev/null). Everything else is closed.
+  std::vector<int> fds;
+  bool new_session = false;
+};
+
+/// Starts a child; returns its pid.
+Result<pid_t> spawn(const SpawnOptions& opts);
+
+/// What a finished command did.
+struct CommandResult {
+  int exit_code = -1;  // exit status, or 128+signal
+  std::string output;  // stdout and stderr together (bounded)
+};
+
+/// Runs argv to completion with stdin at /dev/null, capturing its output. A command still
+/// running after `timeout` is killed. A non-zero exit is not an error here: callers decide.
+Result<CommandResult> run(const std::vector<std::string>& argv, std::chrono::milliseconds timeout);
+
+/// Waits for pid; returns its exit code (128+signal when killed).
+Result<int> wait_exit(pid_t pid);
+
+/// Joins argv for messages and logs.
+std::string join_argv(const std::vector<std::string>& argv);
+
+}  // namespace b3os::sys

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Installs everything b3os needs on Debian 12 (bookworm), as root.
+# runsc comes from bookworm-backports, pinned so that nothing else is taken from there.
+set -euo pipefail
+export DEBIAN_FRONTEND=noninteractive
+
+if [ "$(id -u)" != 0 ]; then echo "install-deps: run as root" >&2; exit 1; fi
+
+bp=/etc/apt/sources.list.d/b3os-bookworm-backports.sources
+if ! grep -rqs 'bookworm-backports' /etc/apt/sources.list /etc/apt/sources.list.d/; then
+  cat >"$bp" <<'SRC'
+Types: deb
+URIs: http://deb.debian.org/debian
+Suites: bookworm-backports
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+SRC
+fi
+# Only runsc may come from backports; everything else stays on bookworm.
+cat >/etc/apt/preferences.d/b3os-runsc <<'PIN'
+Package: *
+Pin: release n=bookworm-backports
+Pin-Priority: 100
+
+Package: runsc
+Pin: release n=bookworm-backports
+Pin-Priority: 990
+PIN
+
+pkgs=(
+  build-essential cmake ninja-build pkg-config git
+  libboost1.81-dev nlohmann-json3-dev libsqlite3-dev sqlite3 libspdlog-dev libfmt-dev
+  libcli11-dev libexpected-dev libgtest-dev libgmock-dev libssl-dev
+  clang libclang-rt-14-dev
+  runsc debootstrap iproute2 nftables ethtool
+  curl jq python3 ca-certificates procps psmisc util-linux
+)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "install-deps: installing ${missing[*]}"
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  apt-get install -y -qq -t bookworm-backports runsc >/dev/null
+fi
+runsc --version | head -1

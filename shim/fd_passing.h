@@ -1,0 +1,19 @@
+#pragma once
+// Handing a file descriptor between processes with SCM_RIGHTS. b3os-shim holds the daemon's
+// end of each agent channel and gives it to a (re)started b3osd that connects to its socket.
+
+#include <string>
+
+#include "common/result.h"
+#include "common/unique_fd.h"
+
+namespace b3os {
+
+/// Connects to the unix socket at `socket_path` and receives the fd its owner sends
+/// (the one-byte message "F" with one SCM_RIGHTS fd). Gives up after 2 seconds.
+Result<UniqueFd> receive_fd(const std::string& socket_path);
+
+/// Sends `fd` over the connected unix socket `sock` as the one-byte message "F".
+Result<void> send_fd(int sock, int fd);
+
+}  // namespace b3os
