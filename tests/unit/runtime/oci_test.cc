@@ -1,0 +1,47 @@
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "daemon/runtime/runsc.h"
+#include "daemon/sandbox/service.h"
+
+namespace b3os {
+namespace {
+
+TEST(OciConfig, LimitsAgentAndWritableOverlay) {
+  runtime::ContainerSpec spec;
+  spec.id = "sbx_x";
+  spec.rootfs = "/t/rootfs";
+  spec.agent_path = "/bin/b3os-agent";
+  spec.hostname = "h";
+  spec.vcpu = 2;
+  spec.memory_mib = 1024;
+  runtime::RuntimeConfig cfg;
+  cfg.memory_overhead_mib = 256;
+  auto j = nlohmann::json::parse(runtime::oci_config(spec, cfg));
+  EXPECT_EQ(j["process"]["args"][0], "/.b3os/agent");
+  EXPECT_EQ(j["root"]["readonly"], false);  // the overlay needs it; the template dir is never written
+  EXPECT_EQ(j["root"]["path"], "/t/rootfs");
+  EXPECT_EQ(j["linux"]["resources"]["cpu"]["quota"], 200000);
+  EXPECT_EQ(j["linux"]["resources"]["cpu"]["period"], 100000);
+  EXPECT_EQ(j["linux"]["resources"]["memory"]["limit"], int64_t(1280) << 20);
+  EXPECT_EQ(j["linux"]["cgroupsPath"], "/b3os/sbx_x");
+  bool agent_mount = false;
+  for (auto& m : j["mounts"])
+    if (m["destination"] == "/.b3os/agent") agent_mount = m["source"] == "/bin/b3os-agent";
+  EXPECT_TRUE(agent_mount);
+}
+
+TEST(Usage, FromLifetimeAndLimits) {
+  nlohmann::json doc = {{"vcpu", 2}, {"memory_mib", 2048}, {"_b3os", {{"started_ms", 1000}, {"stopped_ms", 3000}}}};
+  sandbox::compute_usage(doc, 99999);
+  EXPECT_EQ(doc["usage"]["vcpu_ms"], 4000);
+  EXPECT_EQ(doc["usage"]["gib_ms"], 4000);
+  nlohmann::json live = {{"vcpu", 1}, {"memory_mib", 512}, {"_b3os", {{"started_ms", 1000}, {"stopped_ms", nullptr}}}};
+  sandbox::compute_usage(live, 2000);
+  EXPECT_EQ(live["usage"]["vcpu_ms"], 1000);
+  EXPECT_EQ(live["usage"]["gib_ms"], 500);
+}
+
+}  // namespace
+}  // namespace b3os

@@ -1,0 +1,119 @@
+#include "daemon/store/store.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "common/ids.h"
+
+namespace b3os::store {
+namespace {
+
+class StoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() / ("b3os-store-" + random_base32(8));
+    std::filesystem::create_directories(dir_);
+    auto s = Store::open((dir_ / "b3os.db").string());
+    ASSERT_TRUE(s) << s.error().message;
+    store_ = std::move(*s);
+  }
+  void TearDown() override {
+    store_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+  std::filesystem::path dir_;
+  std::unique_ptr<Store> store_;
+};
+
+TEST_F(StoreTest, KeysAreHashedAndScopedToProjects) {
+  auto a = store_->create_api_key("alpha");
+  auto a2 = store_->create_api_key("alpha");
+  auto b = store_->create_api_key("beta");
+  ASSERT_TRUE(a && a2 && b);
+  EXPECT_EQ(a->key.rfind("b3os_sk_", 0), 0u);
+  EXPECT_EQ(a->record.project_id, a2->record.project_id);
+  EXPECT_NE(a->record.project_id, b->record.project_id);
+  auto found = store_->find_api_key(a->key);
+  ASSERT_TRUE(found && *found);
+  EXPECT_EQ((*found)->id, a->record.id);
+  auto missing = store_->find_api_key("b3os_sk_nope");
+  ASSERT_TRUE(missing);
+  EXPECT_FALSE(*missing);
+  store_.reset();
+  // The plain key is nowhere in the database file.
+  std::FILE* f = std::fopen((dir_ / "b3os.db").c_str(), "rb");
+  std::string bytes;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) bytes.append(buf, n);
+  std::fclose(f);
+  EXPECT_EQ(bytes.find(a->key), std::string::npos);
+}
+
+TEST_F(StoreTest, SandboxPagesNewestFirstWithFilters) {
+  for (int i = 0; i < 5; ++i) {
+    SandboxRow r;
+    r.id = new_id_at("sbx", 1000 + i);
+    r.project_id = "prj_a";
+    r.status = i % 2 ? "stopped" : "running";
+    r.doc = {{"id", r.id}, {"metadata", {{"n", std::to_string(i)}, {"batch", "x"}}}};
+    ASSERT_TRUE(store_->put_sandbox(r));
+  }
+  SandboxRow other{new_id_at("sbx", 5000), "prj_b", "running", {{"metadata", nlohmann::json::object()}}, {}};
+  ASSERT_TRUE(store_->put_sandbox(other));
+
+  SandboxQuery q{"prj_a", std::nullopt, {}, std::nullopt, 2};
+  auto page1 = store_->list_sandboxes(q);
+  ASSERT_TRUE(page1);
+  ASSERT_EQ(page1->size(), 3u);  // limit + 1 tells the caller there is more
+  EXPECT_GT((*page1)[0].id, (*page1)[1].id);
+  q.after_id = (*page1)[1].id;
+  auto page2 = store_->list_sandboxes(q);
+  ASSERT_TRUE(page2);
+  EXPECT_EQ(page2->size(), 3u);
+  EXPECT_LT((*page2)[0].id, (*page1)[1].id);
+
+  SandboxQuery running{"prj_a", std::string("running"), {}, std::nullopt, 10};
+  EXPECT_EQ(store_->list_sandboxes(running)->size(), 3u);
+  SandboxQuery md{"prj_a", std::nullopt, {{"n", "3"}, {"batch", "x"}}, std::nullopt, 10};
+  auto m = store_->list_sandboxes(md);
+  ASSERT_EQ(m->size(), 1u);
+  EXPECT_EQ(m->front().doc["metadata"]["n"], "3");
+  EXPECT_FALSE(store_->get_sandbox("prj_a", other.id).value());  // other project: invisible
+  EXPECT_EQ(store_->active_sandboxes()->size(), 4u);
+}
+
+TEST_F(StoreTest, SecretsRoundTripSeparately) {
+  SandboxRow r{new_id("sbx"), "prj_a", "running", {{"secret_names", {"T"}}}, {{"T", "v"}}};
+  ASSERT_TRUE(store_->put_sandbox(r));
+  auto g = store_->get_sandbox("prj_a", r.id);
+  ASSERT_TRUE(g && *g);
+  EXPECT_EQ((*g)->secrets["T"], "v");
+  EXPECT_FALSE((*g)->doc.contains("T"));
+}
+
+TEST_F(StoreTest, IdempotencyReplayConflictAndAbort) {
+  using K = IdempotencyHit::Kind;
+  auto first = store_->idempotency_begin("p", "k1", "key_a", "POST", "/v1/sandboxes", "h1");
+  ASSERT_TRUE(first);
+  EXPECT_EQ(first->kind, K::kNew);
+  auto busy = store_->idempotency_begin("p", "k1", "key_a", "POST", "/v1/sandboxes", "h1");
+  EXPECT_EQ(busy->kind, K::kConflict);  // still in progress
+  ASSERT_TRUE(store_->idempotency_finish("p", "k1", 201, "application/json", "{\"id\":1}"));
+  auto replay = store_->idempotency_begin("p", "k1", "key_a", "POST", "/v1/sandboxes", "h1");
+  EXPECT_EQ(replay->kind, K::kReplay);
+  EXPECT_EQ(replay->status, 201);
+  EXPECT_EQ(replay->body, "{\"id\":1}");
+  EXPECT_EQ(store_->idempotency_begin("p", "k1", "key_a", "POST", "/v1/sandboxes", "h2")->kind, K::kConflict);
+  EXPECT_EQ(store_->idempotency_begin("p", "k1", "key_a", "DELETE", "/v1/sandboxes", "h1")->kind, K::kConflict);
+  EXPECT_EQ(store_->idempotency_begin("p", "k1", "key_b", "POST", "/v1/sandboxes", "h1")->kind, K::kConflict);
+  EXPECT_EQ(store_->idempotency_begin("q", "k1", "key_c", "POST", "/v1/sandboxes", "h1")->kind, K::kNew);
+  // A 5xx releases the key so a retry runs again.
+  ASSERT_EQ(store_->idempotency_begin("p", "k2", "key_a", "POST", "/x", "h")->kind, K::kNew);
+  ASSERT_TRUE(store_->idempotency_abort("p", "k2"));
+  EXPECT_EQ(store_->idempotency_begin("p", "k2", "key_a", "POST", "/x", "h")->kind, K::kNew);
+}
+
+}  // namespace
+}  // namespace b3os::store
