@@ -18,6 +18,10 @@ namespace {
 
 // The largest page GET /v1/sandboxes serves.
 constexpr int64_t kMaxPageSize = 100;
+// Fields `b3os get` shows first; the rest follow in the server's order.
+constexpr const char* kDetailLead[] = {"id",         "status",     "stop_reason", "stop_message",
+                                       "template",   "created_at", "started_at",  "expires_at",
+                                       "stopped_at", "vcpu",       "memory_mib",  "disk_gib"};
 
 // Reads all of standard input (binary-safe).
 Result<std::string> read_all_stdin() {
@@ -235,7 +239,15 @@ std::string render_sandbox_table(const Json& sandboxes) {
 }
 
 std::string render_sandbox_details(const Json& sandbox) {
-  return render_key_values(flatten_object(sandbox, {"object", "timing"}));
+  if (!sandbox.is_object()) return render_key_values(flatten_object(sandbox));
+  Json ordered = Json::object();
+  for (const char* key : kDetailLead) {
+    if (sandbox.contains(key)) ordered[key] = sandbox[key];
+  }
+  for (const auto& [key, value] : sandbox.items()) {
+    if (!ordered.contains(key)) ordered[key] = value;
+  }
+  return render_key_values(flatten_object(ordered, {"object", "timing"}));
 }
 
 std::string render_file_table(const Json& entries) {

@@ -54,6 +54,7 @@ int main(int argc, char** argv) {
   app.add_option("--listen", listen, "address:port to serve the API on")->capture_default_str();
   app.add_option("--data-dir", cfg.data_dir, "database and templates")->capture_default_str();
   app.add_option("--run-dir", cfg.run_dir, "per-sandbox runtime files")->capture_default_str();
+  app.add_option("--templates-dir", cfg.templates_dir_override, "template root filesystems (default: DATA_DIR/templates)");
   app.add_option("--agent", cfg.agent_path, "path of b3os-agent (default: beside b3osd)");
   app.add_option("--shim", cfg.shim_path, "path of b3os-shim (default: beside b3osd)");
   app.add_option("--runsc", cfg.runtime.runsc, "runsc binary")->capture_default_str();

@@ -1,6 +1,7 @@
 #include "daemon/agentlink/channel.h"
 
 #include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -101,7 +102,7 @@ void Stream::grant(uint32_t n) {
 // ---- AgentChannel ----
 
 AgentChannel::AgentChannel(UniqueFd fd, std::string name, std::function<void(const std::string&)> on_close)
-    : fd_(std::move(fd)), name_(std::move(name)), on_close_(std::move(on_close)) {}
+    : fd_(std::move(fd)), wake_(::eventfd(0, EFD_CLOEXEC)), name_(std::move(name)), on_close_(std::move(on_close)) {}
 
 std::shared_ptr<AgentChannel> AgentChannel::start(UniqueFd fd, std::string name,
                                                   std::function<void(const std::string&)> on_close) {
@@ -113,8 +114,10 @@ std::shared_ptr<AgentChannel> AgentChannel::start(UniqueFd fd, std::string name,
 AgentChannel::~AgentChannel() { shutdown(); }
 
 void AgentChannel::shutdown() {
+  // Never shutdown(2) the socket: the shim holds the same socket for the next b3osd.
   stopping_ = true;
-  if (fd_) ::shutdown(fd_.get(), SHUT_RDWR);
+  uint64_t one = 1;
+  if (wake_) (void)!::write(wake_.get(), &one, sizeof one);
   if (reader_.joinable()) {
     if (reader_.get_id() == std::this_thread::get_id()) {
       reader_.detach();
@@ -144,6 +147,16 @@ void AgentChannel::reader_loop() {
   char buf[64 * 1024];
   std::string reason = "the agent closed the channel";
   for (;;) {
+    pollfd pfds[2] = {{fd_.get(), POLLIN, 0}, {wake_.get(), POLLIN, 0}};
+    if (::poll(pfds, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      reason = std::string("poll failed: ") + std::strerror(errno);
+      break;
+    }
+    if (pfds[1].revents) {
+      reason = "closed by b3osd";
+      break;
+    }
     ssize_t r = ::read(fd_.get(), buf, sizeof buf);
     if (r < 0 && errno == EINTR) continue;
     if (r <= 0) {

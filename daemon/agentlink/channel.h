@@ -94,6 +94,7 @@ class AgentChannel : public std::enable_shared_from_this<AgentChannel> {
   Result<protocol::Frame> wait_control(protocol::FrameType type, std::chrono::milliseconds timeout);
 
   UniqueFd fd_;
+  UniqueFd wake_;  // eventfd: shutdown() wakes the reader without touching the shared socket
   std::string name_;
   std::function<void(const std::string&)> on_close_;
   std::thread reader_;

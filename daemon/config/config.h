@@ -14,6 +14,7 @@ struct Config {
   int listen_port = 7070;
   std::string data_dir = "/var/lib/b3os";       // b3os.db, templates/
   std::string run_dir = "/run/b3os";            // per-sandbox bundles, shim sockets, logs
+  std::string templates_dir_override;           // default: data_dir/templates
   std::string agent_path;                       // default: b3os-agent beside b3osd
   std::string shim_path;                        // default: b3os-shim beside b3osd
   runtime::RuntimeConfig runtime;
@@ -29,7 +30,7 @@ struct Config {
   int max_connections = 1024;
 
   std::string db_path() const { return data_dir + "/b3os.db"; }
-  std::string templates_dir() const { return data_dir + "/templates"; }
+  std::string templates_dir() const { return templates_dir_override.empty() ? data_dir + "/templates" : templates_dir_override; }
   std::string sandboxes_dir() const { return run_dir + "/sandboxes"; }
 };
 

@@ -310,6 +310,12 @@ def start_container():
     return daemon_end
 
 
+def print_rss(ch, when):
+    _, out, _, _ = ch.run(["sh", "-c", "grep VmRSS /proc/1/status"])
+    print("INFO agent (PID 1) %s %s" % (when, out.decode(errors="replace").split(":")[-1].strip()),
+          flush=True)
+
+
 def test_basics(ch):
     t, p = ch.wait(0, 15)
     hello = json.loads(p) if t == HELLO else {}
@@ -317,6 +323,7 @@ def test_basics(ch):
           and len(hello.get("boot_id", "")) == 32 and "agent" in hello, p)
     ch.send(PING, 0, b"ping-123")
     check("PING/PONG", ch.wait_type(0, PONG) == b"ping-123")
+    print_rss(ch, "idle")
     ident = {"sandbox_id": "sb_test", "hostname": "sb-test-host", "machine_id": "0123456789abcdef0123456789abcdef",
              "seed": os.urandom(32).hex(), "time_ns": time.time_ns()}
     ch.send(IDENTITY, 0, json.dumps(ident).encode())
@@ -434,16 +441,15 @@ def test_files(ch):
 
 
 def test_resync(ch):
-    sid = ch.open({"op": "exec", "argv": ["sleep", "30"], "env": ENV, "cwd": "/"})
+    sid = ch.open({"op": "exec", "argv": ["sleep", "31"], "env": ENV, "cwd": "/"})
     time.sleep(0.2)
     # A daemon that died mid-frame: a header promising 100 bytes, 10 of them, then junk.
     garbage = frame(DATA, 12345, b"")[:8] + u32(100) + b"0123456789" + os.urandom(64)
     el = ch.resync(garbage)
     check("RESYNC after garbage -> RESYNC_ACK", el < 3.0, el)
-    _, out, _, _ = ch.run(["ps", "-eo", "comm="])
-    check("RESYNC killed running execs", b"sleep" not in out.split(), out)
-    _, out, _, _ = ch.run(["sh", "-c", "grep VmRSS /proc/1/status"])
-    print("INFO agent (PID 1) " + out.decode(errors="replace").strip(), flush=True)
+    _, out, _, _ = ch.run(["ps", "-eo", "args="])
+    check("RESYNC killed running execs", b"sleep 31" not in out, out)
+    print_rss(ch, "after the tests")
 
 
 def test_shim(ch):

@@ -107,10 +107,10 @@ TEST(RenderSandboxTable, Columns) {
             "sbx_bb  stopped  -         -                     -\n");
 }
 
-TEST(RenderSandboxDetails, SkipsObjectAndTiming) {
-  auto doc = Json::parse(R"({"id": "sbx_a", "object": "sandbox", "status": "running",
-    "timing": {"total_ms": 3}})");
-  EXPECT_EQ(render_sandbox_details(doc), "id:     sbx_a\nstatus: running\n");
+TEST(RenderSandboxDetails, LeadFieldsFirstSkipsObjectAndTiming) {
+  auto doc = Json::parse(R"({"env": {"A": "1"}, "id": "sbx_a", "object": "sandbox",
+    "status": "running", "timing": {"total_ms": 3}})");
+  EXPECT_EQ(render_sandbox_details(doc), "id:     sbx_a\nstatus: running\nenv.A:  1\n");
 }
 
 TEST(RenderFileTable, Columns) {

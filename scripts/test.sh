@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# The second README command: the whole test suite. Installs what the tests need, builds,
+# builds (or reuses) the base template, then runs unit, integration, e2e and fuzz tests.
+# Every skip is printed with its reason. Exit status: 0 only if nothing failed.
+#
+# Env: B3OS_FUZZ_SECONDS (per fuzz target, default 20; 0 skips fuzzing),
+#      B3OS_E2E_BIG=0 skips the 1 GiB file round trip.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+start=$(date +%s)
+results=()
+failed=0
+step() { echo; echo "=== $1"; }
+record() {  # name status(0 ok, 77 skip, else fail) [reason]
+  if [ "$2" = 0 ]; then results+=("PASS $1");
+  elif [ "$2" = 77 ]; then results+=("SKIP $1: $3");
+  else results+=("FAIL $1"); failed=1; fi
+}
+
+step "dependencies"
+./scripts/install-deps.sh || { echo "installing dependencies failed"; exit 1; }
+
+step "build"
+./scripts/build.sh || { echo "build failed"; exit 1; }
+
+step "template base"
+./templates/base/build.sh /var/lib/b3os/templates/base || { echo "template build failed"; exit 1; }
+export B3OS_TEMPLATES_DIR=/var/lib/b3os/templates
+
+step "unit tests"
+./build/bin/unit_tests --gtest_brief=1
+record unit $?
+
+step "integration: agent and shim in runsc"
+B3OS_BUILD_DIR=$root/build/bin ./tests/integration/agent_runsc.sh
+record integration-agent $?
+
+step "integration: sandbox service on runsc"
+./build/bin/integration_tests --gtest_brief=1
+record integration-service $?
+
+step "end to end: b3osd over HTTP"
+if [ -x tests/e2e/e2e.sh ]; then
+  B3OS_BIN=$root/build/bin ./tests/e2e/e2e.sh
+  record e2e $?
+else
+  record e2e 1
+fi
+
+secs=${B3OS_FUZZ_SECONDS:-20}
+step "fuzz (${secs}s per target)"
+if [ "$secs" = 0 ]; then
+  record fuzz 77 "B3OS_FUZZ_SECONDS=0"
+else
+  fuzz_ok=0
+  CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DB3OS_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null &&
+    ninja -C build-fuzz -j"$(nproc)" frame_fuzz target_fuzz spec_fuzz http_request_fuzz || fuzz_ok=1
+  if [ $fuzz_ok = 0 ]; then
+    for f in frame_fuzz target_fuzz spec_fuzz http_request_fuzz; do
+      corpus=build-fuzz/corpus/$f
+      mkdir -p "$corpus"
+      seeds=tests/fuzz/seeds/$f
+      if ./build-fuzz/bin/$f -max_total_time="$secs" -print_final_stats=0 "$corpus" $( [ -d "$seeds" ] && echo "$seeds" ) \
+           >build-fuzz/$f.log 2>&1; then
+        echo "$f: $(grep -E '^Done' build-fuzz/$f.log)"
+      else
+        echo "$f: FAILED"; tail -30 build-fuzz/$f.log; fuzz_ok=1
+      fi
+    done
+  fi
+  record fuzz $fuzz_ok
+fi
+
+echo
+echo "=== summary ($(( $(date +%s) - start )) s)"
+printf '%s\n' "${results[@]}"
+exit $failed

@@ -1,0 +1,726 @@
+#!/usr/bin/env bash
+# End-to-end test of b3osd through its HTTP API (docs/api.md), as a user would drive it: curl,
+# jq and the b3os CLI against a private b3osd with its own data, run and runsc directories.
+#
+# Usage (as root, with the base template built):
+#   B3OS_BIN=/work/main/build/bin tests/e2e/e2e.sh
+# Env:
+#   B3OS_BIN             directory of b3osd, b3os, b3os-shim, b3os-agent (default: build/bin)
+#   B3OS_TEMPLATES_DIR   template root (default /var/lib/b3os/templates; base must be built)
+#   B3OS_E2E_BIG=0       skip the 1 GiB upload/download (default 1: run it when >= 6 GiB free)
+#   B3OS_E2E_CYCLES=N    create/delete cycles of the leak check (default 50)
+#   B3OS_E2E_KEEP=1      keep the temp directory (daemon log, data) afterwards
+#
+# Prints one line per check (PASS name / FAIL name: detail / SKIP name: reason) and lines
+# starting with "#" for information, then the counts. Exits 1 if any check failed.
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=tests/e2e/lib.sh
+. "$HERE/lib.sh"
+
+B3OS_BIN=${B3OS_BIN:-$(cd "$HERE/../.." && pwd)/build/bin}
+TEMPLATES=${B3OS_TEMPLATES_DIR:-/var/lib/b3os/templates}
+BIG=${B3OS_E2E_BIG:-1}
+CYCLES=${B3OS_E2E_CYCLES:-50}
+
+die() {
+  echo "e2e: $*" >&2
+  exit 1
+}
+[ "$(id -u)" = 0 ] || die "must run as root (b3osd drives runsc)"
+for b in b3osd b3os b3os-shim b3os-agent; do
+  [ -x "$B3OS_BIN/$b" ] || die "$B3OS_BIN/$b not found; build with: ninja -C build b3osd b3os-agent b3os-shim b3os"
+done
+for c in curl jq runsc cmp dd pgrep; do
+  command -v "$c" >/dev/null || die "$c is not installed"
+done
+if [ ! -e "$TEMPLATES/base/.b3os-ready" ]; then
+  echo "FAIL setup: the base template is not built at $TEMPLATES/base (no .b3os-ready);" \
+    "build it with: templates/base/build.sh $TEMPLATES/base"
+  exit 1
+fi
+
+T=$(mktemp -d /tmp/b3os-e2e.XXXXXX)
+E2E_RESULTS=$T/results
+RESP=$T/resp
+RESPH=$T/resp.headers
+: >"$E2E_RESULTS"
+: >"$T/ids"
+ALL_KEYS=()
+SUITE_START=$(now_ms)
+
+on_exit() {
+  local rc=$?
+  set +e
+  trap - EXIT
+  cleanup_everything
+  if [ "$rc" != 0 ] || [ "$(count_results FAIL)" != 0 ]; then
+    echo "# ---- last 40 lines of the b3osd log ($T/daemon.log) ----"
+    tail -n 40 "$T/daemon.log" 2>/dev/null | sed 's/^/# /'
+  fi
+  if [ "${B3OS_E2E_KEEP:-0}" = 1 ]; then
+    echo "# kept $T"
+  else
+    rm -rf "$T"
+  fi
+  exit "$rc"
+}
+trap on_exit EXIT
+trap 'exit 130' INT TERM
+
+# run_section FN: runs one group of checks in a subshell with errexit, so an unexpected error
+# ends that group (reported as a FAIL) and the suite goes on with the next.
+run_section() {
+  local fn=$1 rc
+  set +e
+  (
+    set -eE
+    trap 'echo "# $fn: unexpected error at line $LINENO: $BASH_COMMAND" >&2' ERR
+    "$fn"
+  )
+  rc=$?
+  set -e
+  [ "$rc" = 0 ] || fail "$fn" "the section stopped at an unexpected error (exit $rc); see the line above"
+  # A section may have lost the daemon (the restart check); bring it back for the others.
+  if ! kill -0 "$(daemon_pid)" 2>/dev/null; then
+    info "b3osd is not running after $fn; starting it again"
+    start_daemon || die "b3osd does not start again; see $T/daemon.log"
+  fi
+  return 0
+}
+
+# ---- setup --------------------------------------------------------------------------------
+
+PORT=$(free_port) || die "no free TCP port found"
+URL=http://127.0.0.1:$PORT
+mkdir -p "$T/data" "$T/run"
+start_daemon || {
+  tail -n 20 "$T/daemon.log" >&2
+  die "b3osd did not start (log above)"
+}
+ADMIN=$(cat "$T/data/admin.key")
+OTHER=$("$B3OS_BIN/b3os" keys create --project other --data-dir "$T/data" 2>/dev/null)
+SAME=$("$B3OS_BIN/b3os" keys create --project default --data-dir "$T/data" 2>/dev/null)
+[[ $ADMIN == b3os_sk_* && $OTHER == b3os_sk_* && $SAME == b3os_sk_* ]] || die "could not read/create API keys"
+ALL_KEYS=("$ADMIN" "$OTHER")
+KEY=$ADMIN
+info "b3osd pid $(daemon_pid) on $URL, temp dir $T"
+
+# ---- 1. create ------------------------------------------------------------------------------
+
+# jq: the names of the sandbox object's fields that are missing (spec: docs/api.md).
+JQ_MISSING='
+  def o(x): if (x|type) == "object" then x else {} end;
+  . as $d
+  | [ ("id","object","status","host_id","template","snapshot","vcpu","memory_mib","disk_gib",
+       "timeout_s","on_idle","expires_at","env","secret_names","ports","api","egress","forkable",
+       "created_at","started_at","paused_at","stopped_at","stop_reason","stop_message","usage",
+       "metadata") | select(. as $f | $d | has($f) | not) ]
+  + [ ("id","name") | select(. as $f | o($d.template) | has($f) | not) | "template." + . ]
+  + [ ("scopes","spend_cap_usd","connections") | select(. as $f | o($d.api) | has($f) | not) | "api." + . ]
+  + [ ("mode","allow") | select(. as $f | o($d.egress) | has($f) | not) | "egress." + . ]
+  + [ ("vcpu_ms","gib_ms") | select(. as $f | o($d.usage) | has($f) | not) | "usage." + . ]
+  | join(" ")'
+
+# jq: the fields of a fresh default sandbox whose values are wrong.
+JQ_BAD_VALUES='
+  def t: sub("\\.[0-9]+Z$"; "Z") | fromdateiso8601;
+  def ts: type == "string" and test("^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]+)?Z$");
+  [ {k: "id", ok: (.id | type == "string" and test("^sbx_[0-9a-z]{26}$"))},
+    {k: "object", ok: (.object == "sandbox")},
+    {k: "status", ok: (.status == "running")},
+    {k: "host_id", ok: (.host_id | type == "string" and length > 0)},
+    {k: "template", ok: (.template == {"id": "tpl_base", "name": "base"})},
+    {k: "snapshot", ok: (.snapshot == null)},
+    {k: "vcpu", ok: (.vcpu == 1)},
+    {k: "memory_mib", ok: (.memory_mib == 512)},
+    {k: "disk_gib", ok: (.disk_gib == 1)},
+    {k: "timeout_s", ok: (.timeout_s == 300)},
+    {k: "on_idle", ok: (.on_idle == "stop")},
+    {k: "env", ok: (.env == {})},
+    {k: "secret_names", ok: (.secret_names == [])},
+    {k: "ports", ok: (.ports == [])},
+    {k: "api", ok: (.api == {"scopes": [], "spend_cap_usd": null, "connections": []})},
+    {k: "egress", ok: (.egress == {"mode": "deny", "allow": []})},
+    {k: "forkable", ok: (.forkable == false)},
+    {k: "created_at", ok: (.created_at | ts)},
+    {k: "started_at", ok: (.started_at | ts)},
+    {k: "expires_at", ok: ((.expires_at | ts) and ((.expires_at | t) - (.created_at | t) | . >= 299 and . <= 301))},
+    {k: "paused_at", ok: (.paused_at == null)},
+    {k: "stopped_at", ok: (.stopped_at == null)},
+    {k: "stop_reason", ok: (.stop_reason == null)},
+    {k: "stop_message", ok: (.stop_message == null)},
+    {k: "usage", ok: ((.usage.vcpu_ms | type) == "number" and (.usage.gib_ms | type) == "number")},
+    {k: "metadata", ok: (.metadata == {})} ]
+  | map(select(.ok | not) | .k) | join(" ")'
+
+create_sandbox '{"template":"base"}'
+SBX=$CID
+if [ -z "$SBX" ]; then
+  fail create.status "want 201, got $(snip)"
+  die "cannot go on without a sandbox"
+fi
+pass create.status
+missing=$(j "$JQ_MISSING")
+check create.fields "missing: $missing" [ -z "$missing" ] 
+check create.timing "no numeric timing.total_ms: $(snip)" jt '(.timing.total_ms | type) == "number"'
+bad=$(j "$JQ_BAD_VALUES")
+check create.values "wrong: $bad; $(snip)" [ -z "$bad" ]
+check create.server_timing "Server-Timing: $(header Server-Timing)" \
+  grep -qiE '^Server-Timing:.*total;dur=[0-9.]+' "$RESPH"
+api GET "/v1/sandboxes/$SBX"
+missing=$(j "$JQ_MISSING")
+check get.fields "HTTP $ST, missing: $missing" [ "$ST" = 200 -a -z "$missing" -a "$(j .id)" = "$SBX" -a "$(j .status)" = running ]
+
+# ---- 2-5. exec ------------------------------------------------------------------------------
+
+s_exec() {
+  run_exec "$SBX" '{"cmd":["python3","-c","print(6*7)"]}'
+  check exec.argv "$(snip)" okj 200 '.stdout == "42\n" and .exit_code == 0 and .timed_out == false and .stderr == ""'
+  check exec.reply_fields "$(snip)" okj 200 'has("exit_code") and has("stdout") and has("stderr") and has("timed_out")
+    and (.duration_ms | type) == "number" and .stdout_truncated == false and .stderr_truncated == false
+    and (.timing.total_ms | type) == "number"'
+  run_exec "$SBX" '{"cmd":"echo $((6*7))"}'
+  check exec.string_under_sh "$(snip)" okj 200 '.stdout == "42\n" and .exit_code == 0'
+  run_exec "$SBX" '{"cmd":"pwd"}'
+  check exec.default_cwd "$(snip)" okj 200 '.stdout == "/workspace\n"'
+  run_exec "$SBX" '{"cmd":"echo \"$FOO\"; pwd","env":{"FOO":"bar baz"},"cwd":"/tmp"}'
+  check exec.env_cwd "$(snip)" okj 200 '.stdout == "bar baz\n/tmp\n" and .exit_code == 0'
+  run_exec "$SBX" '{"cmd":["tr","a-z","A-Z"],"stdin":"hello\nworld\n"}'
+  check exec.stdin "$(snip)" okj 200 '.stdout == "HELLO\nWORLD\n" and .exit_code == 0'
+  run_exec "$SBX" '{"cmd":"echo out; echo err >&2; exit 3"}'
+  check exec.exit_code "$(snip)" okj 200 '.exit_code == 3 and .stdout == "out\n" and .stderr == "err\n" and .timed_out == false'
+  run_exec "$SBX" '{"cmd":["/no/such/program"]}'
+  check exec.missing_program_127 "$(snip)" okj 200 '.exit_code == 127 and (.stderr | length) > 0'
+  run_exec "$SBX" '{"cmd":"pwd","cwd":"/no/such/dir"}'
+  expect_error exec.missing_cwd_400 400 invalid_request cwd
+}
+
+s_exec_timeout() {
+  run_exec "$SBX" '{"cmd":"sleep 1000 & sleep 30","timeout_ms":500}'
+  check exec_timeout.timed_out "$(snip)" okj 200 '.timed_out == true'
+  check exec_timeout.returns_fast "took ${TIME}s" awk -v t="$TIME" 'BEGIN { exit !(t < 3) }'
+  run_exec "$SBX" '{"cmd":"pgrep -c sleep || true"}'
+  check exec_timeout.group_killed "sleep processes left: $(j .stdout)" okj 200 '.stdout == "0\n"'
+}
+
+s_exec_truncation() {
+  run_exec "$SBX" '{"cmd":["python3","-c","import sys; sys.stdout.write(\"a\" * (3 << 20)); sys.stderr.write(\"small\")"]}'
+  local n
+  n=$(jq -j .stdout "$RESP" 2>/dev/null | wc -c)
+  check exec_truncation.stdout_1MiB "stdout has $n bytes, HTTP $ST" [ "$n" = 1048576 ]
+  check exec_truncation.flags "$(jq -c 'del(.stdout)' "$RESP" 2>/dev/null | head -c 300)" \
+    okj 200 '.stdout_truncated == true and .stderr_truncated == false and .stderr == "small" and .exit_code == 0'
+}
+
+s_exec_concurrent() {
+  local i start elapsed bad=""
+  start=$(now_ms)
+  for i in 1 2 3 4 5 6 7 8; do
+    curl -s -o "$T/conc.$i" -w '%{http_code}' -H "Authorization: Bearer $ADMIN" \
+      -H 'Content-Type: application/json' -d "{\"cmd\":\"sleep 1; echo out-$i\"}" \
+      "$URL/v1/sandboxes/$SBX/exec" >"$T/conc.$i.status" &
+  done
+  wait
+  elapsed=$(($(now_ms) - start))
+  for i in 1 2 3 4 5 6 7 8; do
+    if [ "$(cat "$T/conc.$i.status")" != 200 ] ||
+      ! jq -e --arg want "out-$i"$'\n' '.stdout == $want and .exit_code == 0' "$T/conc.$i" >/dev/null 2>&1; then
+      bad="$bad #$i: HTTP $(cat "$T/conc.$i.status") $(head -c 200 "$T/conc.$i")"
+    fi
+  done
+  check exec_concurrent.own_outputs "$bad" [ -z "$bad" ]
+  # Sequentially they would take at least 8 s.
+  check exec_concurrent.parallel "8 x sleep 1 took ${elapsed} ms" [ "$elapsed" -lt 6000 ]
+}
+
+# ---- 6. files -------------------------------------------------------------------------------
+
+s_files() {
+  head -c 5M /dev/urandom >"$T/x.bin"
+  api PUT "/v1/sandboxes/$SBX/files?path=/workspace/x.bin" -H 'Content-Type: application/octet-stream' \
+    --data-binary @"$T/x.bin"
+  check files.upload_201 "$(snip)" okj 201 '.path == "/workspace/x.bin" and .size == 5242880'
+  api GET "/v1/sandboxes/$SBX/files?path=/workspace/x.bin"
+  check files.download_exact "HTTP $ST, $(wc -c <"$RESP") bytes" cmp -s "$T/x.bin" "$RESP"
+  check files.download_headers "Content-Length '$(header Content-Length)', Content-Type '$(header Content-Type)'" \
+    [ "$(header Content-Length)" = 5242880 -a "$(header Content-Type)" = application/octet-stream ]
+  api GET "/v1/sandboxes/$SBX/files/list?path=/workspace"
+  check files.list "$(snip)" okj 200 '.object == "list" and .path == "/workspace" and
+    ([.data[] | select(.name == "x.bin" and .path == "/workspace/x.bin" and .type == "file" and .size == 5242880)] | length) == 1'
+  api DELETE "/v1/sandboxes/$SBX/files?path=/workspace/x.bin"
+  check files.delete "$(snip)" [ "$ST" = 200 -a "$(j .deleted)" = true -a "$(j .path)" = /workspace/x.bin ]
+  api GET "/v1/sandboxes/$SBX/files?path=/workspace/x.bin"
+  expect_error files.deleted_404 404 file_not_found
+  # A relative path is under /workspace; parents are created.
+  api PUT "/v1/sandboxes/$SBX/files?path=rel/dir/r.txt" -H 'Content-Type: application/octet-stream' --data-binary 'hello'
+  check files.relative_path "$(snip)" [ "$ST" = 201 -a "$(j .path)" = /workspace/rel/dir/r.txt -a "$(j .size)" = 5 ]
+  api GET "/v1/sandboxes/$SBX/files?path=/workspace/rel/dir/r.txt"
+  check files.relative_readback "$(snip)" [ "$ST" = 200 -a "$(cat "$RESP")" = hello ]
+  api GET "/v1/sandboxes/$SBX/files?path=/workspace/rel"
+  expect_error files.get_directory_400 400 invalid_request
+  api PUT "/v1/sandboxes/$SBX/files?path=/workspace/t.txt" -H 'Content-Type: text/plain' --data-binary 'hello'
+  expect_error files.upload_wrong_type_415 415 unsupported_media_type
+}
+
+s_files_big() {
+  if [ "$BIG" != 1 ]; then
+    skip files_big "B3OS_E2E_BIG=$BIG"
+    return 0
+  fi
+  local avail
+  avail=$(mem_available_kb)
+  if [ "$avail" -lt $((6 * 1024 * 1024)) ]; then
+    skip files_big "only $((avail / 1024)) MiB of memory available, the 1 GiB round trip needs 6 GiB"
+    return 0
+  fi
+  local pid id up down peak
+  pid=$(daemon_pid)
+  create_sandbox '{"memory_mib":2048}'
+  id=$CID
+  [ -n "$id" ] || { fail files_big.create "$(snip)"; return 0; }
+  dd if=/dev/urandom of="$T/big.bin" bs=1M count=1024 status=none
+  echo 0 >"$T/big.peak"
+  rm -f "$T/big.stop"
+  (
+    peak=0
+    while [ ! -e "$T/big.stop" ]; do
+      r=$(rss_kb "$pid")
+      if [ "$r" -gt "$peak" ]; then peak=$r; echo "$peak" >"$T/big.peak"; fi
+      sleep 0.1
+    done
+  ) &
+  local mon=$!
+  # curl -T streams the file; --data-binary @file would read 1 GiB into curl's memory.
+  api PUT "/v1/sandboxes/$id/files?path=/workspace/big.bin" -H 'Content-Type: application/octet-stream' -T "$T/big.bin"
+  up=$TIME
+  check files_big.upload "$(snip)" [ "$ST" = 201 -a "$(j .size)" = 1073741824 ]
+  api GET "/v1/sandboxes/$id/files?path=/workspace/big.bin"
+  down=$TIME
+  touch "$T/big.stop"
+  wait "$mon" || true
+  peak=$(cat "$T/big.peak")
+  check files_big.download_exact "HTTP $ST, $(stat -c %s "$RESP") bytes" cmp -s "$T/big.bin" "$RESP"
+  check files_big.daemon_rss_below_200MB "b3osd peak VmRSS $((peak / 1024)) MiB" [ "$peak" -gt 0 -a "$peak" -lt 200000 ]
+  info "1 GiB upload ${up}s, download ${down}s, b3osd peak RSS $((peak / 1024)) MiB"
+  rm -f "$T/big.bin" "$RESP"
+  delete_sandbox "$id" || fail files_big.delete "$(snip)"
+}
+
+# ---- 7. errors ------------------------------------------------------------------------------
+
+s_errors() {
+  KEY='' api GET /v1/sandboxes
+  expect_error errors.no_auth_401 401 unauthorized
+  check errors.no_auth_www_authenticate "WWW-Authenticate: '$(header WWW-Authenticate)'" \
+    grep -qiE '^WWW-Authenticate: *Bearer' "$RESPH"
+  KEY=b3os_sk_00000000000000000000000000000000 api GET /v1/sandboxes
+  expect_error errors.unknown_key_401 401 unauthorized
+  KEY=not-a-key api GET /v1/sandboxes
+  expect_error errors.malformed_key_401 401 unauthorized
+  api GET /v1/sandboxes/sbx_00000000000000000000000000
+  expect_error errors.unknown_sandbox_404 404 sandbox_not_found
+  KEY=$OTHER api GET "/v1/sandboxes/$SBX"
+  expect_error errors.other_project_get_404 404 sandbox_not_found
+  KEY=$OTHER run_exec "$SBX" '{"cmd":"true"}'
+  expect_error errors.other_project_exec_404 404 sandbox_not_found
+  KEY=$OTHER api GET "/v1/sandboxes/$SBX/files?path=/etc/hostname"
+  expect_error errors.other_project_file_404 404 sandbox_not_found
+  KEY=$OTHER api DELETE "/v1/sandboxes/$SBX"
+  expect_error errors.other_project_delete_404 404 sandbox_not_found
+  KEY=$OTHER api GET /v1/sandboxes
+  check errors.other_project_list "$(snip)" okj 200 'any(.data[]; .id == "'"$SBX"'") | not'
+  api GET "/v1/sandboxes/$SBX"
+  check errors.other_project_changed_nothing "$(snip)" [ "$(j .status)" = running ]
+
+  # A deleted sandbox cannot run commands.
+  local gone
+  create_sandbox '{}'
+  gone=$CID
+  if [ -n "$gone" ] && delete_sandbox "$gone"; then
+    run_exec "$gone" '{"cmd":"true"}'
+    expect_error errors.exec_deleted_409 409 sandbox_not_running
+  else
+    fail errors.exec_deleted_409 "could not create and delete a sandbox: $(snip)"
+  fi
+
+  # Bad creates change nothing: no record, no container.
+  local before_ids before_runsc after_ids after_runsc
+  api GET '/v1/sandboxes?limit=100'
+  before_ids=$(j '[.data[].id] | sort | join(",")')
+  before_runsc=$(runsc_list | sort | tr '\n' ,)
+
+  apij POST /v1/sandboxes '{"template": "base",'
+  expect_error errors.invalid_json_400 400 invalid_request
+  apij POST /v1/sandboxes '["base"]'
+  expect_error errors.non_object_400 400 invalid_request
+  apij POST /v1/sandboxes '{"template":"base","bogus_field":1}'
+  expect_error errors.unknown_field_400 400 invalid_request bogus_field
+  apij POST /v1/sandboxes '{"timeout_s":0}'
+  expect_error errors.timeout_s_0_400 400 invalid_request timeout_s
+  apij POST /v1/sandboxes '{"vcpu":9}'
+  expect_error errors.vcpu_9_400 400 invalid_request vcpu
+  apij POST /v1/sandboxes '{"env":{"B3OS_X":"1"}}'
+  expect_error errors.env_reserved_400 400 invalid_request B3OS_
+  local md17 long
+  md17=$(jq -nc '[range(17) | {key: "k\(.)", value: "v"}] | from_entries | {metadata: .}')
+  apij POST /v1/sandboxes "$md17"
+  expect_error errors.metadata_17_keys_400 400 invalid_request metadata
+  apij POST /v1/sandboxes '{"metadata":{"a b":"x"}}'
+  expect_error errors.metadata_key_space_400 400 invalid_request metadata
+  long=$(head -c 501 /dev/zero | tr '\0' x)
+  apij POST /v1/sandboxes "{\"metadata\":{\"k\":\"$long\"}}"
+  expect_error errors.metadata_value_501_400 400 invalid_request metadata
+  api POST /v1/sandboxes -H 'Content-Type: text/plain' --data-binary '{"template":"base"}'
+  expect_error errors.text_plain_415 415 unsupported_media_type
+  {
+    printf '{"metadata":{"k":"'
+    head -c $((1100 * 1024)) /dev/zero | tr '\0' x
+    printf '"}}'
+  } >"$T/huge.json"
+  api POST /v1/sandboxes -H 'Content-Type: application/json' --data-binary @"$T/huge.json"
+  expect_error errors.json_over_1MiB_413 413 payload_too_large
+  apij POST /v1/sandboxes '{"template":"no-such-template"}'
+  expect_error errors.unknown_template_404 404 template_not_found
+  apij POST /v1/sandboxes '{"egress":{"mode":"public"}}'
+  expect_error errors.egress_public_501 501 not_implemented egress
+  apij POST /v1/sandboxes '{"api":{"scopes":["infer:run"]}}'
+  expect_error errors.api_infer_501 501 not_implemented api
+  apij POST /v1/sandboxes '{"api":{"scopes":["root:all"]}}'
+  expect_error errors.api_unknown_scope_400 400 invalid_request root:all
+  apij POST /v1/sandboxes '{"ports":[{"port":8080,"public":true}]}'
+  expect_error errors.ports_501 501 not_implemented ports
+  apij POST /v1/sandboxes '{"forkable":true}'
+  expect_error errors.forkable_501 501 not_implemented forkable
+  apij POST /v1/sandboxes '{"on_idle":"pause"}'
+  expect_error errors.on_idle_pause_501 501 not_implemented on_idle
+
+  apij POST "/v1/sandboxes/$SBX/fork" '{}'
+  expect_error errors.fork_409 409 fork_unavailable
+  apij POST "/v1/sandboxes/$SBX/fork" '{"count":0}'
+  expect_error errors.fork_count_0_400 400 invalid_request count
+  api POST "/v1/sandboxes/$SBX/pause"
+  expect_error errors.pause_501 501 not_implemented
+  api GET /v1/no-such-route
+  expect_error errors.unknown_route_404 404 not_found
+  api PATCH /v1/sandboxes
+  expect_error errors.wrong_method_405 405 method_not_allowed
+  api PUT "/v1/sandboxes/$SBX"
+  expect_error errors.wrong_method_sandbox_405 405 method_not_allowed
+
+  api GET '/v1/sandboxes?limit=100'
+  after_ids=$(j '[.data[].id] | sort | join(",")')
+  after_runsc=$(runsc_list | sort | tr '\n' ,)
+  check errors.no_new_sandbox "before [$before_ids] after [$after_ids]" [ -n "$after_ids" -a "$before_ids" = "$after_ids" ]
+  check errors.no_new_container "before [$before_runsc] after [$after_runsc]" [ "$before_runsc" = "$after_runsc" ]
+  check errors.only_expected_containers "runsc list: [$after_runsc], want [$SBX,]" [ "$after_runsc" = "$SBX," ]
+}
+
+# ---- 8. idempotency -------------------------------------------------------------------------
+
+s_idempotency() {
+  local body='{"metadata":{"test":"idem"}}' k="e2e-idem-$$" first second other
+  create_sandbox "$body" -H "Idempotency-Key: $k"
+  first=$CID
+  check idem.first_201 "$(snip)" [ -n "$first" ]
+  check idem.first_not_replayed "Idempotent-Replayed: '$(header Idempotent-Replayed)'" [ -z "$(header Idempotent-Replayed)" ]
+  create_sandbox "$body" -H "Idempotency-Key: $k"
+  second=$CID
+  check idem.replay_same_id "first $first, second $second ($(snip))" [ -n "$first" -a "$first" = "$second" ]
+  check idem.replay_header "Idempotent-Replayed: '$(header Idempotent-Replayed)'" [ "$(header Idempotent-Replayed)" = true ]
+  apij POST /v1/sandboxes '{"metadata":{"test":"idem-other-body"}}' -H "Idempotency-Key: $k"
+  expect_error idem.other_body_409 409 idempotency_key_conflict
+  KEY=$OTHER create_sandbox "$body" -H "Idempotency-Key: $k"
+  other=$CID
+  check idem.other_project_fresh "$(snip)" [ -n "$other" -a "$other" != "$first" -a -z "$(header Idempotent-Replayed)" ]
+  KEY=$SAME apij POST /v1/sandboxes "$body" -H "Idempotency-Key: $k"
+  expect_error idem.other_key_same_project_409 409 idempotency_key_conflict
+  api GET '/v1/sandboxes?metadata[test]=idem'
+  check idem.one_sandbox "$(snip)" [ "$(j '.data | length')" = 1 ]
+  [ -z "$first" ] || delete_sandbox "$first" || fail idem.cleanup "$(snip)"
+  [ -z "$other" ] || KEY=$OTHER delete_sandbox "$other" || fail idem.cleanup_other "$(snip)"
+}
+
+# ---- 9. list (also starts the sandbox of the timeout check) --------------------------------
+
+s_list() {
+  create_sandbox '{"timeout_s":2}'
+  echo "$CID" >"$T/timeout.id"
+  now_ms >"$T/timeout.ms"
+  check timeout.create "$(snip)" [ -n "$CID" -a "$(j .timeout_s)" = 2 ]
+
+  local b1 b2 b3 cursor
+  create_sandbox '{"metadata":{"batch":"e2e"}}'
+  b1=$CID
+  create_sandbox '{"metadata":{"batch":"e2e"}}'
+  b2=$CID
+  create_sandbox '{"metadata":{"batch":"e2e"}}'
+  b3=$CID
+  check list.create_3 "$(snip)" [ -n "$b1" -a -n "$b2" -a -n "$b3" ]
+  api GET '/v1/sandboxes?limit=2&metadata[batch]=e2e'
+  cursor=$(j '.next_cursor // empty')
+  check list.page1 "want [$b3,$b2] and a cursor; $(snip)" \
+    [ "$ST" = 200 -a "$(j .object)" = list -a "$(j '[.data[].id] | join(",")')" = "$b3,$b2" -a -n "$cursor" ]
+  api GET "/v1/sandboxes?limit=2&metadata[batch]=e2e&cursor=$cursor"
+  check list.page2 "want [$b1] and next_cursor null; $(snip)" \
+    [ "$ST" = 200 -a "$(j '[.data[].id] | join(",")')" = "$b1" -a "$(j '.next_cursor')" = null ]
+  api GET '/v1/sandboxes?metadata[batch]=e2e&metadata[nope]=x'
+  check list.metadata_and "$(snip)" [ "$ST" = 200 -a "$(j '.data | length')" = 0 ]
+  delete_sandbox "$b3" || fail list.delete "$(snip)"
+  api GET '/v1/sandboxes?status=running&metadata[batch]=e2e'
+  check list.status_running "want [$b2,$b1]; $(snip)" [ "$(j '[.data[].id] | join(",")')" = "$b2,$b1" ]
+  api GET '/v1/sandboxes?status=stopped&metadata[batch]=e2e'
+  check list.status_stopped "want [$b3]; $(snip)" [ "$(j '[.data[].id] | join(",")')" = "$b3" ]
+  api GET '/v1/sandboxes?limit=0'
+  expect_error list.limit_0_400 400 invalid_request limit
+  api GET '/v1/sandboxes?limit=101'
+  expect_error list.limit_101_400 400 invalid_request limit
+  api GET '/v1/sandboxes?status=sleeping'
+  expect_error list.bad_status_400 400 invalid_request status
+  delete_sandbox "$b1" || fail list.delete "$(snip)"
+  delete_sandbox "$b2" || fail list.delete "$(snip)"
+}
+
+# ---- 10. idle timeout -----------------------------------------------------------------------
+
+s_timeout() {
+  local id since
+  id=$(cat "$T/timeout.id")
+  [ -n "$id" ] || { fail timeout.stopped "no sandbox was created"; return 0; }
+  since=$(($(now_ms) - $(cat "$T/timeout.ms")))
+  [ "$since" -ge 4000 ] || sleep "$(awk -v ms=$((4000 - since)) 'BEGIN { printf "%.3f", ms / 1000 }')"
+  api GET "/v1/sandboxes/$id"
+  check timeout.stopped "$(snip)" okj 200 '.status == "stopped" and .stop_reason == "timeout" and (.stopped_at | type) == "string"'
+  check timeout.container_gone "runsc list: $(runsc_list | tr '\n' ' ')" not runsc_has "$id"
+  check timeout.cgroup_gone "left: $(cgroup_dirs "$id")" [ -z "$(cgroup_dirs "$id")" ]
+  run_exec "$id" '{"cmd":"true"}'
+  expect_error timeout.exec_409 409 sandbox_not_running
+}
+
+# ---- 11. usage and resource limits ----------------------------------------------------------
+
+s_usage() {
+  local id v1 g1 v2 g2 quota limit
+  create_sandbox '{"vcpu":2,"memory_mib":1024}'
+  id=$CID
+  [ -n "$id" ] || { fail usage.create "$(snip)"; return 0; }
+  check usage.reported_size "$(snip)" okj 201 '.vcpu == 2 and .memory_mib == 1024'
+  quota=$(cat "/sys/fs/cgroup/cpu/b3os/$id/cpu.cfs_quota_us" 2>/dev/null || echo missing)
+  limit=$(cat "/sys/fs/cgroup/memory/b3os/$id/memory.limit_in_bytes" 2>/dev/null || echo missing)
+  check usage.cgroup_cpu_quota "cpu.cfs_quota_us $quota, want 200000" [ "$quota" = 200000 ]
+  check usage.cgroup_memory_limit "memory.limit_in_bytes $limit, want $(((1024 + 256) << 20))" [ "$limit" = $(((1024 + 256) << 20)) ]
+  sleep 2
+  api GET "/v1/sandboxes/$id"
+  v1=$(j .usage.vcpu_ms)
+  g1=$(j .usage.gib_ms)
+  check usage.positive "usage $(j -c .usage)" okj 200 '.usage.vcpu_ms > 0 and .usage.gib_ms > 0'
+  # 2 vCPU and 1 GiB for ~2 s: vcpu_ms about 4000, gib_ms about 2000.
+  check usage.plausible "usage $(j -c .usage) after ~2 s" \
+    okj 200 '.usage.vcpu_ms >= 3000 and .usage.vcpu_ms <= 60000 and .usage.gib_ms >= 1500 and .usage.gib_ms <= 30000'
+  sleep 1
+  api GET "/v1/sandboxes/$id"
+  v2=$(j .usage.vcpu_ms)
+  g2=$(j .usage.gib_ms)
+  check usage.grows "vcpu_ms $v1 -> $v2, gib_ms $g1 -> $g2" [ "${v2:-0}" -gt "${v1:-0}" -a "${g2:-0}" -gt "${g1:-0}" ]
+  delete_sandbox "$id" || fail usage.delete "$(snip)"
+  v1=$(j .usage.vcpu_ms)
+  sleep 1
+  api GET "/v1/sandboxes/$id"
+  check usage.frozen_after_delete "vcpu_ms $v1 at delete, $(j .usage.vcpu_ms) a second later" [ "$(j .usage.vcpu_ms)" = "$v1" ]
+  check usage.cgroup_removed "left: $(cgroup_dirs "$id")" [ -z "$(cgroup_dirs "$id")" ]
+}
+
+# ---- 12. secrets ----------------------------------------------------------------------------
+
+s_secrets() {
+  local id leaks=""
+  create_sandbox '{"secrets":{"TOKEN":"s3cr3t"},"env":{"PLAIN":"visible"}}'
+  id=$CID
+  [ -n "$id" ] || { fail secrets.create "$(snip)"; return 0; }
+  check secrets.names "$(snip)" okj 201 '.secret_names == ["TOKEN"] and .env == {"PLAIN": "visible"}'
+  grep -q s3cr3t "$RESP" && leaks="$leaks create"
+  api GET "/v1/sandboxes/$id"
+  grep -q s3cr3t "$RESP" && leaks="$leaks get"
+  api GET /v1/sandboxes
+  grep -q s3cr3t "$RESP" && leaks="$leaks list"
+  run_exec "$id" '{"cmd":"echo $TOKEN $PLAIN"}'
+  check secrets.in_exec_env "$(snip)" okj 200 '.stdout == "s3cr3t visible\n"'
+  delete_sandbox "$id" || fail secrets.delete "$(snip)"
+  grep -q s3cr3t "$RESP" && leaks="$leaks delete"
+  api GET "/v1/sandboxes/$id"
+  grep -q s3cr3t "$RESP" && leaks="$leaks get-after-delete"
+  check secrets.not_in_responses "the value appears in:$leaks" [ -z "$leaks" ]
+  check secrets.not_in_daemon_log "the value is in $T/daemon.log" not grep -q s3cr3t "$T/daemon.log"
+}
+
+# ---- 13. daemon restart ---------------------------------------------------------------------
+
+s_restart() {
+  local a b c0 c1 c2
+  create_sandbox '{"metadata":{"test":"restart"}}'
+  a=$CID
+  create_sandbox '{"metadata":{"test":"restart-killed"}}'
+  b=$CID
+  [ -n "$a" ] && [ -n "$b" ] || { fail restart.create "$(snip)"; return 0; }
+  echo "$a" >"$T/restart.id"
+  printf 'import time\nn = 0\nwhile True:\n    n += 1\n    open("/tmp/count", "w").write(str(n))\n    time.sleep(0.05)\n' >"$T/counter.py"
+  api PUT "/v1/sandboxes/$a/files?path=/workspace/counter.py" -H 'Content-Type: application/octet-stream' \
+    --data-binary @"$T/counter.py"
+  run_exec "$a" '{"cmd":"nohup python3 /workspace/counter.py >/dev/null 2>&1 &"}'
+  sleep 0.5
+  run_exec "$a" '{"cmd":"cat /tmp/count"}'
+  c0=$(j .stdout)
+  check restart.counter_runs "$(snip)" [ "${c0:-0}" -gt 0 ]
+
+  stop_daemon KILL
+  runsc --root "$T/run/runsc" kill --all "$b" KILL >/dev/null 2>&1 || true
+  runsc --root "$T/run/runsc" delete --force "$b" >/dev/null 2>&1 || true
+  if ! start_daemon; then
+    fail restart.daemon_starts "b3osd did not come back; see the log"
+    return 0
+  fi
+  pass restart.daemon_starts
+  api GET "/v1/sandboxes/$a"
+  check restart.still_running "$(snip)" okj 200 '.status == "running" and .stop_reason == null'
+  run_exec "$a" '{"cmd":"cat /tmp/count"}'
+  c1=$(j .stdout)
+  check restart.exec_works "$(snip)" [ "$ST" = 200 -a "$(j .exit_code)" = 0 ]
+  sleep 1
+  run_exec "$a" '{"cmd":"cat /tmp/count"}'
+  c2=$(j .stdout)
+  check restart.counter_increases "counter $c0 -> $c1 -> $c2" [ "${c1:-0}" -ge "${c0:-0}" -a "${c2:-0}" -gt "${c1:-0}" ]
+  api GET "/v1/sandboxes/$SBX"
+  check restart.others_running "$(snip)" [ "$(j .status)" = running ]
+  run_exec "$SBX" '{"cmd":"echo ok"}'
+  check restart.others_exec "$(snip)" [ "$(j .stdout)" = ok ]
+  api GET "/v1/sandboxes/$b"
+  check restart.killed_is_failed "$(snip)" \
+    okj 200 '.status == "failed" and .stop_reason == "failed" and (.stop_message | type == "string" and length > 0) and (.stopped_at | type) == "string"'
+  check restart.killed_cleaned "shim: $(pgrep -f "$b" | tr '\n' ' '), dir: $(ls -d "$T/run/sandboxes/$b" 2>/dev/null)" \
+    [ -z "$(pgrep -f "$b" || true)" -a ! -e "$T/run/sandboxes/$b" ]
+  run_exec "$b" '{"cmd":"true"}'
+  expect_error restart.killed_exec_409 409 sandbox_not_running
+}
+
+# ---- 14. delete -----------------------------------------------------------------------------
+
+s_delete() {
+  local id first
+  id=$(cat "$T/restart.id" 2>/dev/null || true)
+  if [ -z "$id" ]; then
+    create_sandbox '{}'
+    id=$CID
+  fi
+  api DELETE "/v1/sandboxes/$id"
+  check delete.stops "$(snip)" [ "$ST" = 200 -a "$(j .status)" = stopped -a "$(j .stop_reason)" = deleted -a "$(j .stopped_at)" != null ]
+  first=$(j -c '{id, status, stop_reason, stopped_at}')
+  check delete.container_gone "runsc list: $(runsc_list | tr '\n' ' ')" not runsc_has "$id"
+  check delete.cgroup_gone "left: $(cgroup_dirs "$id")" [ -z "$(cgroup_dirs "$id")" ]
+  api DELETE "/v1/sandboxes/$id"
+  check delete.again_200_same "first $first, again $(j -c '{id, status, stop_reason, stopped_at}') (HTTP $ST)" \
+    [ "$ST" = 200 -a "$(j -c '{id, status, stop_reason, stopped_at}')" = "$first" ]
+  api GET "/v1/sandboxes/$id"
+  check delete.record_stays "$(snip)" [ "$ST" = 200 -a "$(j .status)" = stopped -a "$(j .stop_reason)" = deleted ]
+}
+
+# ---- 16. the CLI ----------------------------------------------------------------------------
+
+s_cli() {
+  local b3os=$B3OS_BIN/b3os id out rc
+  export B3OS_API_URL=$URL B3OS_API_KEY=$ADMIN
+  id=$("$b3os" create 2>"$T/cli.err" || true)
+  [[ $id == sbx_* ]] && echo "$id" >>"$T/ids"
+  check cli.create "output '$id' $(head -c 200 "$T/cli.err")" grep -Eqx 'sbx_[0-9a-z]{26}' <<<"$id"
+  [[ $id == sbx_* ]] || return 0
+  out=$("$b3os" list 2>&1 || true)
+  check cli.list "$out" grep -q "$id.*running" <<<"$out"
+  rc=0
+  out=$("$b3os" exec "$id" -- python3 -c 'print(1)' 2>&1) || rc=$?
+  check cli.exec "exit $rc, output '$out'" [ "$rc" = 0 -a "$out" = 1 ]
+  rc=0
+  out=$("$b3os" exec "$id" -- python3 -c 'import sys; sys.exit(7)' 2>&1) || rc=$?
+  check cli.exec_exit_code "exit $rc, want 7; output '$out'" [ "$rc" = 7 ]
+  rc=0
+  out=$("$b3os" exec "$id" -- 'echo $((2+3)); exit 5' 2>&1) || rc=$?
+  check cli.exec_shell_string "exit $rc, output '$out'" [ "$rc" = 5 -a "$out" = 5 ]
+  head -c 3M /dev/urandom >"$T/cli.bin"
+  rc=0
+  out=$("$b3os" upload "$id" "$T/cli.bin" /workspace/cli.bin 2>&1) || rc=$?
+  check cli.upload "exit $rc, output '$out'" [ "$rc" = 0 ]
+  rc=0
+  out=$("$b3os" download "$id" /workspace/cli.bin "$T/cli.back" 2>&1) || rc=$?
+  check cli.download_exact "exit $rc, output '$out'" cmp -s "$T/cli.bin" "$T/cli.back"
+  rc=0
+  out=$("$b3os" rm "$id" 2>&1) || rc=$?
+  check cli.rm "exit $rc, output '$out'" [ "$rc" = 0 -a "$out" = "$id" ]
+  api GET "/v1/sandboxes/$id"
+  check cli.rm_stopped "$(snip)" [ "$(j .status)" = stopped -a "$(j .stop_reason)" = deleted ]
+  rc=0
+  out=$("$b3os" exec "$id" -- true 2>&1) || rc=$?
+  check cli.exec_on_stopped_fails "exit $rc, output '$out'" [ "$rc" != 0 ]
+}
+
+# ---- 15. leak check -------------------------------------------------------------------------
+
+s_leaks() {
+  local i start ms ok=0 ids_file=$T/leak.ids left
+  : >"$ids_file"
+  start=$(now_ms)
+  for i in $(seq 1 "$CYCLES"); do
+    create_sandbox '{"metadata":{"batch":"leak"}}'
+    if [ -z "$CID" ]; then
+      fail leaks.cycle "create #$i: $(snip)"
+      continue
+    fi
+    echo "$CID" >>"$ids_file"
+    if delete_sandbox "$CID"; then ok=$((ok + 1)); else fail leaks.cycle "delete #$i: $(snip)"; fi
+  done
+  ms=$(($(now_ms) - start))
+  info "$CYCLES create/delete cycles took $((ms / 1000)).$(printf %03d $((ms % 1000))) s ($((ms / CYCLES)) ms per cycle)"
+  check leaks.cycles "$ok of $CYCLES cycles succeeded" [ "$ok" = "$CYCLES" ]
+
+  left=$(runsc_list | tr '\n' ' ')
+  check leaks.no_containers "runsc list: $left" [ -z "${left// /}" ]
+  left=""
+  while read -r id; do
+    left="$left$(pgrep -f "$id" | tr '\n' ' ' || true)"
+  done <"$ids_file"
+  check leaks.no_processes "processes naming the ids: $left" [ -z "${left// /}" ]
+  left="$(pgrep -f "b3os-shim $T/" | tr '\n' ' ' || true)$(pgrep -f -- "--root $T/run/runsc" | tr '\n' ' ' || true)"
+  check leaks.no_shim_or_runsc "processes of this run: $left" [ -z "${left// /}" ]
+  left=""
+  while read -r id; do left="$left$(cgroup_dirs "$id" | tr '\n' ' ')"; done <"$ids_file"
+  check leaks.no_cgroups "left: $left" [ -z "${left// /}" ]
+  left=$(grep -F -f "$ids_file" /proc/mounts | head -n 3 || true)
+  check leaks.no_mounts "$left" [ -z "$left" ]
+  left=$(ls -A "$T/run/sandboxes" 2>/dev/null | tr '\n' ' ')
+  check leaks.run_dir_empty "$T/run/sandboxes: $left" [ -z "${left// /}" ]
+}
+
+# ---- run ------------------------------------------------------------------------------------
+
+run_section s_exec
+run_section s_exec_timeout
+run_section s_exec_truncation
+run_section s_exec_concurrent
+run_section s_files
+run_section s_errors
+run_section s_idempotency
+run_section s_list
+run_section s_timeout
+run_section s_usage
+run_section s_secrets
+run_section s_restart
+run_section s_delete
+run_section s_cli
+run_section s_files_big
+delete_sandbox "$SBX" || fail delete.main "$(snip)"
+run_section s_leaks
+
+P=$(count_results PASS)
+F=$(count_results FAIL)
+S=$(count_results SKIP)
+ELAPSED=$(($(now_ms) - SUITE_START))
+echo "passed $P, failed $F, skipped $S in $((ELAPSED / 1000)) s"
+[ "$F" = 0 ] || exit 1

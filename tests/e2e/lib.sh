@@ -1,0 +1,206 @@
+# shellcheck shell=bash
+# Helpers for tests/e2e/e2e.sh: result lines, HTTP calls with curl, JSON checks with jq, and
+# starting/stopping/cleaning up a private b3osd.
+#
+# e2e.sh sets these before using the helpers:
+#   T         the temp directory of the run
+#   B3OS_BIN  the directory with b3osd, b3os, b3os-shim, b3os-agent
+#   URL       http://127.0.0.1:PORT of the private b3osd
+#   KEY       the API key api() sends (override per call: KEY=... api ...)
+
+E2E_RESULTS=${E2E_RESULTS:-}   # one line per result, so sections run in subshells can report
+
+# ---- results ----------------------------------------------------------------------------
+
+pass() { echo "PASS $1"; echo "PASS" >>"$E2E_RESULTS"; }
+fail() { echo "FAIL $1: $2"; echo "FAIL" >>"$E2E_RESULTS"; }
+skip() { echo "SKIP $1: $2"; echo "SKIP" >>"$E2E_RESULTS"; }
+info() { echo "# $*"; }
+
+# check NAME DETAIL CMD...: PASS if CMD succeeds, else FAIL with DETAIL. Always returns 0.
+check() {
+  local name=$1 detail=$2
+  shift 2
+  if "$@"; then pass "$name"; else fail "$name" "$detail"; fi
+  return 0
+}
+
+count_results() { grep -c "^$1\$" "$E2E_RESULTS" 2>/dev/null || true; }
+
+# ---- HTTP --------------------------------------------------------------------------------
+
+# api METHOD PATH [curl args...]: one request to the private b3osd with $KEY (none if KEY is
+# empty). Sets ST to the HTTP status (000 if curl failed) and TIME to the seconds it took;
+# the body is in $RESP and the headers in $RESPH. Never fails.
+api() {
+  local method=$1 path=$2
+  shift 2
+  local auth=()
+  [ -n "${KEY:-}" ] && auth=(-H "Authorization: Bearer $KEY")
+  : >"$RESP"
+  : >"$RESPH"
+  local out
+  out=$(curl -sS -g -o "$RESP" -D "$RESPH" -w '%{http_code} %{time_total}' -X "$method" \
+    ${auth[@]+"${auth[@]}"} "$@" "$URL$path" 2>"$T/curl.err") || out="000 0"
+  ST=${out%% *}
+  TIME=${out#* }
+}
+
+# apij METHOD PATH JSON [curl args...]: api with a JSON body.
+apij() {
+  local method=$1 path=$2 body=$3
+  shift 3
+  api "$method" "$path" -H 'Content-Type: application/json' --data-binary "$body" "$@"
+}
+
+# j [jq options] FILTER: jq -r on the last response body ("" when it is not JSON).
+j() { jq -r "$@" "$RESP" 2>/dev/null || true; }
+# jt [jq options] FILTER: true if the filter holds on the last response body.
+jt() { jq -e "$@" "$RESP" >/dev/null 2>&1; }
+# okj STATUS FILTER: true if the last response had STATUS and the filter holds on its body.
+okj() { [ "$ST" = "$1" ] && jt "$2"; }
+# not CMD...: true if CMD fails (for check).
+not() { ! "$@"; }
+# header NAME: the value of a header of the last response (case-insensitive name).
+header() { grep -i "^$1:" "$RESPH" | head -n1 | cut -d: -f2- | sed 's/^ *//; s/\r$//' || true; }
+# snip: the last response, shortened, for FAIL details.
+snip() { printf 'HTTP %s %s' "$ST" "$(head -c 300 "$RESP" | tr '\n' ' ')"; }
+
+# expect NAME STATUS: PASS if the last response had STATUS.
+expect() {
+  if [ "$ST" = "$2" ]; then pass "$1"; else fail "$1" "want HTTP $2, got $(snip)"; fi
+  return 0
+}
+
+# expect_error NAME STATUS CODE [WORD]: the last response is STATUS with error.code CODE, a
+# non-empty error.message and, when WORD is given, a message mentioning WORD.
+expect_error() {
+  local name=$1 status=$2 code=$3 word=${4:-}
+  local got_code got_msg
+  got_code=$(j '.error.code // empty')
+  got_msg=$(j '.error.message // empty')
+  if [ "$ST" != "$status" ] || [ "$got_code" != "$code" ]; then
+    fail "$name" "want HTTP $status $code, got $(snip)"
+  elif [ -z "$got_msg" ]; then
+    fail "$name" "error body has no error.message: $(snip)"
+  elif [ -n "$word" ] && [[ $got_msg != *"$word"* ]]; then
+    fail "$name" "message does not name '$word': $got_msg"
+  else
+    pass "$name"
+  fi
+  return 0
+}
+
+# create_sandbox JSON [curl args...]: POST /v1/sandboxes with $KEY. Sets CID to the new id
+# on 201 (and remembers it for the cleanup), else to "". The response stays in $RESP.
+create_sandbox() {
+  local body=$1
+  shift
+  apij POST /v1/sandboxes "$body" "$@"
+  CID=
+  if [ "$ST" = 201 ]; then
+    CID=$(j .id)
+    echo "$CID" >>"$T/ids"
+  fi
+}
+
+# delete_sandbox ID: DELETE it with $KEY; returns 0 on 200.
+delete_sandbox() {
+  api DELETE "/v1/sandboxes/$1"
+  [ "$ST" = 200 ]
+}
+
+# run_exec ID JSON: POST .../exec; the result is in $RESP.
+run_exec() { apij POST "/v1/sandboxes/$1/exec" "$2"; }
+
+# ---- runsc and host state -----------------------------------------------------------------
+
+runsc_list() { runsc --root "$T/run/runsc" list --quiet 2>/dev/null || true; }
+runsc_has() { runsc_list | grep -qx "$1"; }
+cgroup_dirs() { ls -d /sys/fs/cgroup/*/b3os/"$1" 2>/dev/null || true; }
+# rss_kb PID: the VmRSS of a process in kB (0 if gone).
+rss_kb() {
+  local r
+  r=$(awk '/^VmRSS:/ {print $2}' "/proc/$1/status" 2>/dev/null || true)
+  echo "${r:-0}"
+}
+mem_available_kb() { awk '/^MemAvailable:/ {print $2}' /proc/meminfo; }
+now_ms() { date +%s%3N; }
+
+# ---- the private daemon -------------------------------------------------------------------
+
+# free_port: a TCP port on 127.0.0.1 nothing listens on.
+free_port() {
+  local p
+  for _ in $(seq 1 50); do
+    p=$((20000 + RANDOM % 40000))
+    if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+      echo "$p"
+      return 0
+    fi
+  done
+  return 1
+}
+
+daemon_pid() { cat "$T/daemon.pid" 2>/dev/null || true; }
+
+# start_daemon: starts b3osd with the suite's flags (appending to $T/daemon.log) and waits
+# up to 30 s for /healthz. Returns 1 if it does not come up.
+start_daemon() {
+  "$B3OS_BIN/b3osd" --listen "127.0.0.1:$PORT" --data-dir "$T/data" --run-dir "$T/run" \
+    --runsc-root "$T/run/runsc" --templates-dir "$TEMPLATES" --quiet-key \
+    >>"$T/daemon.log" 2>&1 </dev/null &
+  local pid=$!
+  disown "$pid" 2>/dev/null || true
+  echo "$pid" >"$T/daemon.pid"
+  for _ in $(seq 1 300); do
+    if curl -sf -o /dev/null "$URL/healthz"; then return 0; fi
+    kill -0 "$pid" 2>/dev/null || return 1
+    sleep 0.1
+  done
+  return 1
+}
+
+# stop_daemon [SIGNAL]: kills the private b3osd (default KILL) and waits for it to go.
+stop_daemon() {
+  local pid
+  pid=$(daemon_pid)
+  [ -n "$pid" ] || return 0
+  kill "-${1:-KILL}" "$pid" 2>/dev/null || true
+  for _ in $(seq 1 100); do
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.05
+  done
+  rm -f "$T/daemon.pid"
+}
+
+# cleanup_everything: deletes every sandbox of the run through the API (while the daemon is
+# up), stops the daemon, then removes by hand whatever is left: runsc containers under
+# $T/run/runsc, b3os-shim processes of $T, cgroup directories of the run's sandbox ids.
+cleanup_everything() {
+  local pid id k
+  pid=$(daemon_pid)
+  if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+    for k in ${ALL_KEYS[@]+"${ALL_KEYS[@]}"}; do
+      for id in $(curl -s -m 10 -H "Authorization: Bearer $k" "$URL/v1/sandboxes?status=running&limit=100" |
+        jq -r '.data[]?.id' 2>/dev/null); do
+        curl -s -m 30 -o /dev/null -X DELETE -H "Authorization: Bearer $k" "$URL/v1/sandboxes/$id" || true
+      done
+    done
+  fi
+  stop_daemon KILL
+  for id in $(runsc_list); do
+    runsc --root "$T/run/runsc" kill --all "$id" KILL >/dev/null 2>&1 || true
+    runsc --root "$T/run/runsc" delete --force "$id" >/dev/null 2>&1 || true
+  done
+  # Shims of this run only: their command line names a socket under $T.
+  for pid in $(pgrep -f "b3os-shim $T/" 2>/dev/null || true); do
+    kill "$pid" 2>/dev/null || true
+  done
+  if [ -f "$T/ids" ]; then
+    while read -r id; do
+      [ -n "$id" ] || continue
+      for d in $(cgroup_dirs "$id"); do rmdir "$d" 2>/dev/null || true; done
+    done <"$T/ids"
+  fi
+}

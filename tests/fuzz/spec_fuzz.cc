@@ -1,0 +1,29 @@
+// libFuzzer target for JSON validation of create and exec bodies, and path resolution.
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+
+#include <nlohmann/json.hpp>
+
+#include "daemon/sandbox/spec.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace b3os::sandbox;
+  std::string_view in(reinterpret_cast<const char*>(data), size);
+  auto j = nlohmann::json::parse(in, nullptr, false);
+  if (!j.is_discarded()) {
+    if (auto c = parse_create(j, SpecLimits{})) {
+      if (c->vcpu < 1 || c->vcpu > 8 || c->timeout_s < 1 || c->metadata.size() > 16) std::abort();
+      (void)check_supported(*c);
+    }
+    if (auto e = parse_exec(j)) {
+      if (e->argv.empty() || e->timeout_ms < 1 || e->cwd.empty() || e->cwd[0] != '/') std::abort();
+    }
+    if (j.is_object() && j.contains("metadata")) (void)parse_metadata(j["metadata"], "metadata");
+  }
+  if (auto p = resolve_path(std::string(in))) {
+    if (p->empty() || (*p)[0] != '/' || p->find("/../") != std::string::npos) std::abort();
+  }
+  return 0;
+}

@@ -1,0 +1,187 @@
+// SandboxService against real runsc, SQLite and the real agent and shim (needs root and the
+// cached base template; skips with the reason otherwise).
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "common/ids.h"
+#include "daemon/sandbox/service.h"
+#include "daemon/store/store.h"
+#include "daemon/sys/process.h"
+
+namespace b3os::sandbox {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+const char* templates_dir() {
+  const char* t = std::getenv("B3OS_TEMPLATES_DIR");
+  return t ? t : "/var/lib/b3os/templates";
+}
+
+class ServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (geteuid() != 0) GTEST_SKIP() << "needs root (runsc)";
+    if (!fs::exists(std::string(templates_dir()) + "/base/.b3os-ready"))
+      GTEST_SKIP() << "base template not built at " << templates_dir() << "/base (scripts/test.sh builds it)";
+    tmp_ = fs::temp_directory_path() / ("b3os-svc-" + random_base32(8));
+    cfg_.data_dir = (tmp_ / "data").string();
+    cfg_.run_dir = (tmp_ / "run").string();
+    cfg_.runtime.root_dir = (tmp_ / "run/runsc").string();
+    cfg_.templates_dir_override = templates_dir();
+    cfg_.agent_path = std::string(B3OS_BUILD_DIR) + "/bin/b3os-agent";
+    cfg_.shim_path = std::string(B3OS_BUILD_DIR) + "/bin/b3os-shim";
+    fs::create_directories(cfg_.data_dir);
+    auto s = store::Store::open(cfg_.db_path());
+    ASSERT_TRUE(s) << s.error().message;
+    store_ = std::move(*s);
+    principal_ = {"prj_test", "key_test"};
+  }
+  void TearDown() override {
+    store_.reset();
+    if (!tmp_.empty()) {
+      runtime::Runsc r(cfg_.runtime);
+      if (auto ids = r.list())
+        for (auto& id : *ids) (void)r.destroy(id);
+      fs::remove_all(tmp_);
+    }
+  }
+
+  /// Nothing of sandbox `id` is left on the host.
+  void expect_no_leftovers(const std::string& id) {
+    runtime::Runsc r(cfg_.runtime);
+    auto ids = r.list();
+    ASSERT_TRUE(ids);
+    EXPECT_EQ(std::count(ids->begin(), ids->end(), id), 0) << "runsc container left";
+    EXPECT_FALSE(fs::exists(cfg_.sandboxes_dir() + "/" + id)) << "sandbox directory left";
+    for (const char* ctl : {"memory", "cpu", "pids"})
+      EXPECT_FALSE(fs::exists(std::string("/sys/fs/cgroup/") + ctl + "/b3os/" + id)) << ctl << " cgroup left";
+    auto ps = sys::run({"pgrep", "-f", id}, 5s);
+    ASSERT_TRUE(ps);
+    EXPECT_NE(ps->exit_code, 0) << "process left: " << ps->output;
+    std::ifstream mounts("/proc/mounts");
+    std::string all((std::istreambuf_iterator<char>(mounts)), std::istreambuf_iterator<char>());
+    EXPECT_EQ(all.find(id), std::string::npos) << "mount left";
+  }
+
+  fs::path tmp_;
+  config::Config cfg_;
+  std::unique_ptr<store::Store> store_;
+  Principal principal_;
+};
+
+TEST_F(ServiceTest, CreateExecFilesDelete) {
+  SandboxService svc(cfg_, *store_);
+  ASSERT_TRUE(svc.recover());
+  Timing t;
+  auto sbx = svc.create(principal_, SandboxSpec{}, t);
+  ASSERT_TRUE(sbx) << sbx.error().message;
+  const std::string id = (*sbx)["id"];
+  EXPECT_EQ((*sbx)["status"], "running");
+
+  ExecSpec e;
+  e.argv = {"python3", "-c", "print(6*7)"};
+  auto r = svc.exec(principal_, id, e, t, nullptr);
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r->exit_code, 0);
+  EXPECT_EQ(r->stdout_data, "42\n");
+
+  std::string content = random_bytes(300000);
+  size_t off = 0;
+  ChunkSource src = [&](char* buf, size_t cap) -> Result<size_t> {
+    size_t n = std::min(cap, content.size() - off);
+    std::memcpy(buf, content.data() + off, n);
+    off += n;
+    return n;
+  };
+  auto w = svc.write_file(principal_, id, "/workspace/f.bin", src, t);
+  ASSERT_TRUE(w) << w.error().message;
+  EXPECT_EQ((*w)["size"], content.size());
+  std::string back;
+  uint64_t declared = 0;
+  FileSink sink{[&](uint64_t n) -> Result<void> { declared = n; return {}; },
+                [&](std::string_view c) -> Result<void> { back.append(c); return {}; }};
+  ASSERT_TRUE(svc.read_file(principal_, id, "/workspace/f.bin", sink, t));
+  EXPECT_EQ(declared, content.size());
+  EXPECT_EQ(back, content);
+  auto missing = svc.read_file(principal_, id, "/workspace/none", sink, t);
+  ASSERT_FALSE(missing);
+  EXPECT_EQ(missing.error().code, ErrorCode::kFileNotFound);
+
+  // Another project cannot see it.
+  EXPECT_EQ(svc.get({"prj_other", "k"}, id).error().code, ErrorCode::kSandboxNotFound);
+  EXPECT_EQ(svc.exec({"prj_other", "k"}, id, e, t, nullptr).error().code, ErrorCode::kSandboxNotFound);
+
+  auto d = svc.remove(principal_, id, t);
+  ASSERT_TRUE(d);
+  EXPECT_EQ((*d)["status"], "stopped");
+  EXPECT_EQ((*d)["stop_reason"], "deleted");
+  EXPECT_EQ(svc.exec(principal_, id, e, t, nullptr).error().code, ErrorCode::kSandboxNotRunning);
+  expect_no_leftovers(id);
+}
+
+TEST_F(ServiceTest, FailedCreateLeavesNothing) {
+  cfg_.agent_path = "/bin/false";  // the "agent" exits at once: no HELLO
+  SandboxService svc(cfg_, *store_);
+  ASSERT_TRUE(svc.recover());
+  Timing t;
+  auto sbx = svc.create(principal_, SandboxSpec{}, t);
+  ASSERT_FALSE(sbx);
+  EXPECT_NE(sbx.error().message.find("agent"), std::string::npos) << sbx.error().message;
+  runtime::Runsc r(cfg_.runtime);
+  EXPECT_TRUE(r.list()->empty());
+  EXPECT_TRUE(fs::is_empty(cfg_.sandboxes_dir()));
+  auto page = svc.list(principal_, store::SandboxQuery{});
+  ASSERT_TRUE(page);
+  EXPECT_TRUE((*page)["data"].empty());
+  auto ps = sys::run({"pgrep", "-f", cfg_.run_dir}, 5s);
+  EXPECT_NE(ps->exit_code, 0) << "process left: " << ps->output;
+}
+
+TEST_F(ServiceTest, MissingShimFailsCleanly) {
+  cfg_.shim_path = "/nonexistent/b3os-shim";
+  SandboxService svc(cfg_, *store_);
+  ASSERT_TRUE(svc.recover());
+  Timing t;
+  auto sbx = svc.create(principal_, SandboxSpec{}, t);
+  ASSERT_FALSE(sbx);
+  EXPECT_TRUE(fs::is_empty(cfg_.sandboxes_dir()));
+}
+
+TEST_F(ServiceTest, RestartReattachesRunningSandboxes) {
+  std::string id;
+  {
+    SandboxService first(cfg_, *store_);
+    ASSERT_TRUE(first.recover());
+    Timing t;
+    auto sbx = first.create(principal_, SandboxSpec{}, t);
+    ASSERT_TRUE(sbx) << sbx.error().message;
+    id = (*sbx)["id"];
+    ExecSpec e;
+    e.argv = {"sh", "-c", "echo kept > /workspace/mark"};
+    ASSERT_TRUE(first.exec(principal_, id, e, t, nullptr));
+    first.stop();
+    // `first` goes away like a killed daemon: its channel closes, the shim keeps the fd.
+  }
+  SandboxService second(cfg_, *store_);
+  ASSERT_TRUE(second.recover());
+  auto got = second.get(principal_, id);
+  ASSERT_TRUE(got);
+  EXPECT_EQ((*got)["status"], "running");
+  ExecSpec e;
+  e.argv = {"cat", "/workspace/mark"};
+  Timing t;
+  auto r = second.exec(principal_, id, e, t, nullptr);
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r->stdout_data, "kept\n");
+  ASSERT_TRUE(second.remove(principal_, id, t));
+  expect_no_leftovers(id);
+}
+
+}  // namespace
+}  // namespace b3os::sandbox
