@@ -5,7 +5,6 @@
 #include <cerrno>
 #include <cstdio>
 #include <iostream>
-#include <iterator>
 #include <memory>
 
 #include <CLI/CLI.hpp>

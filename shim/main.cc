@@ -45,6 +45,13 @@ void fill_stdio() {
   }
 }
 
+// Whatever else the spawner leaked (a daemon's listening sockets, say) must not live on in a
+// process that outlasts it.
+void close_inherited() {
+  if (::close_range(kChannelFd + 1, ~0u, 0) == 0) return;
+  for (int fd = kChannelFd + 1; fd < 4096; ++fd) ::close(fd);
+}
+
 void detach_stdio() {
   const int n = ::open("/dev/null", O_RDWR);
   if (n < 0) return;
@@ -81,6 +88,7 @@ int main(int argc, char** argv) {
     say("fd 3 (the channel) is not open");
     return 2;
   }
+  close_inherited();
   ::setsid();
   ::signal(SIGPIPE, SIG_IGN);
   ::signal(SIGHUP, SIG_IGN);

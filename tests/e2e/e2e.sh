@@ -76,7 +76,8 @@ run_section() {
   set +e
   (
     set -eE
-    trap 'echo "# $fn: unexpected error at line $LINENO: $BASH_COMMAND" >&2' ERR
+    level=$BASH_SUBSHELL
+    trap '[ "$BASH_SUBSHELL" != "$level" ] || echo "# $fn: unexpected error at line $LINENO: $BASH_COMMAND" >&2' ERR
     "$fn"
   )
   rc=$?
@@ -169,6 +170,9 @@ bad=$(j "$JQ_BAD_VALUES")
 check create.values "wrong: $bad; $(snip)" [ -z "$bad" ]
 check create.server_timing "Server-Timing: $(header Server-Timing)" \
   grep -qiE '^Server-Timing:.*total;dur=[0-9.]+' "$RESPH"
+api GET /v1/templates
+check templates.base_ready "$(snip)" okj 200 '.object == "list" and
+  any(.data[]; .id == "tpl_base" and .name == "base" and .object == "template" and .status == "ready")'
 api GET "/v1/sandboxes/$SBX"
 missing=$(j "$JQ_MISSING")
 check get.fields "HTTP $ST, missing: $missing" [ "$ST" = 200 -a -z "$missing" -a "$(j .id)" = "$SBX" -a "$(j .status)" = running ]
@@ -189,12 +193,26 @@ s_exec() {
   check exec.env_cwd "$(snip)" okj 200 '.stdout == "bar baz\n/tmp\n" and .exit_code == 0'
   run_exec "$SBX" '{"cmd":["tr","a-z","A-Z"],"stdin":"hello\nworld\n"}'
   check exec.stdin "$(snip)" okj 200 '.stdout == "HELLO\nWORLD\n" and .exit_code == 0'
+  # 900 KiB of stdin: more than one flow-control window (512 KiB).
+  head -c $((900 * 1024)) /dev/zero | tr '\0' x | jq -Rsc '{cmd: "wc -c", stdin: .}' >"$T/stdin.json"
+  api POST "/v1/sandboxes/$SBX/exec" -H 'Content-Type: application/json' --data-binary @"$T/stdin.json"
+  check exec.stdin_900KiB "$(snip)" okj 200 '.stdout == "921600\n" and .exit_code == 0'
   run_exec "$SBX" '{"cmd":"echo out; echo err >&2; exit 3"}'
   check exec.exit_code "$(snip)" okj 200 '.exit_code == 3 and .stdout == "out\n" and .stderr == "err\n" and .timed_out == false'
   run_exec "$SBX" '{"cmd":["/no/such/program"]}'
   check exec.missing_program_127 "$(snip)" okj 200 '.exit_code == 127 and (.stderr | length) > 0'
   run_exec "$SBX" '{"cmd":"pwd","cwd":"/no/such/dir"}'
   expect_error exec.missing_cwd_400 400 invalid_request cwd
+  run_exec "$SBX" '{"cmd":"printf '"'"'a\\377b'"'"'"}'
+  check exec.non_utf8_replaced "$(snip)" okj 200 '.stdout == "a\ufffdb"'
+  run_exec "$SBX" '{}'
+  expect_error exec.no_cmd_400 400 invalid_request cmd
+  run_exec "$SBX" '{"cmd":[]}'
+  expect_error exec.empty_argv_400 400 invalid_request cmd
+  run_exec "$SBX" '{"cmd":"true","timeout_ms":0}'
+  expect_error exec.timeout_ms_0_400 400 invalid_request timeout_ms
+  run_exec "$SBX" '{"cmd":"true","shell":true}'
+  expect_error exec.unknown_field_400 400 invalid_request shell
 }
 
 s_exec_timeout() {
@@ -248,7 +266,7 @@ s_files() {
     [ "$(header Content-Length)" = 5242880 -a "$(header Content-Type)" = application/octet-stream ]
   api GET "/v1/sandboxes/$SBX/files/list?path=/workspace"
   check files.list "$(snip)" okj 200 '.object == "list" and .path == "/workspace" and
-    ([.data[] | select(.name == "x.bin" and .path == "/workspace/x.bin" and .type == "file" and .size == 5242880)] | length) == 1'
+    ([.data[] | select(.name == "x.bin" and .path == "/workspace/x.bin" and .type == "file" and .size == 5242880 and .mode == 420 and (.modified_at | type) == "string")] | length) == 1'
   api DELETE "/v1/sandboxes/$SBX/files?path=/workspace/x.bin"
   check files.delete "$(snip)" [ "$ST" = 200 -a "$(j .deleted)" = true -a "$(j .path)" = /workspace/x.bin ]
   api GET "/v1/sandboxes/$SBX/files?path=/workspace/x.bin"
@@ -262,6 +280,20 @@ s_files() {
   expect_error files.get_directory_400 400 invalid_request
   api PUT "/v1/sandboxes/$SBX/files?path=/workspace/t.txt" -H 'Content-Type: text/plain' --data-binary 'hello'
   expect_error files.upload_wrong_type_415 415 unsupported_media_type
+  api GET "/v1/sandboxes/$SBX/files/list?path=/no/such/dir"
+  expect_error files.list_missing_404 404 file_not_found
+  api DELETE "/v1/sandboxes/$SBX/files?path=/workspace/no-such-file"
+  expect_error files.delete_missing_404 404 file_not_found
+  api GET "/v1/sandboxes/$SBX/files?path=/workspace/../etc/passwd"
+  expect_error files.dotdot_400 400 invalid_request path
+  api GET "/v1/sandboxes/$SBX/files"
+  expect_error files.no_path_400 400 invalid_request path
+  # An upload announcing more than --max-upload-bytes (default 16 GiB) is refused before its body.
+  api PUT "/v1/sandboxes/$SBX/files?path=/workspace/huge.bin" -m 20 -H 'Content-Type: application/octet-stream' \
+    -H 'Content-Length: 20000000000' --data-binary 'abc'
+  expect_error files.upload_over_limit_413 413 payload_too_large
+  api DELETE "/v1/sandboxes/$SBX/files?path=/workspace/rel&recursive=true"
+  check files.delete_recursive "$(snip)" okj 200 '.deleted == true and .path == "/workspace/rel"'
 }
 
 s_files_big() {
@@ -292,10 +324,21 @@ s_files_big() {
     done
   ) &
   local mon=$!
+  # During the upload another stream (an exec) must still get through: one big file may not
+  # starve the channel.
+  (
+    sleep 3
+    curl -s -o "$T/big.exec" -w '%{http_code} %{time_total}' -m 60 -H "Authorization: Bearer $ADMIN" \
+      -H 'Content-Type: application/json' -d '{"cmd":"echo alive"}' "$URL/v1/sandboxes/$id/exec" >"$T/big.exec.status"
+  ) &
+  local side=$!
   # curl -T streams the file; --data-binary @file would read 1 GiB into curl's memory.
   api PUT "/v1/sandboxes/$id/files?path=/workspace/big.bin" -H 'Content-Type: application/octet-stream' -T "$T/big.bin"
   up=$TIME
   check files_big.upload "$(snip)" [ "$ST" = 201 -a "$(j .size)" = 1073741824 ]
+  wait "$side" || true
+  check files_big.exec_during_upload "exec answered '$(cat "$T/big.exec.status" 2>/dev/null || true)' $(head -c 200 "$T/big.exec" 2>/dev/null || true)" \
+    awk '{ exit !($1 == 200 && $2 < 5) }' "$T/big.exec.status"
   api GET "/v1/sandboxes/$id/files?path=/workspace/big.bin"
   down=$TIME
   touch "$T/big.stop"
@@ -317,10 +360,16 @@ s_errors() {
     grep -qiE '^WWW-Authenticate: *Bearer' "$RESPH"
   KEY=b3os_sk_00000000000000000000000000000000 api GET /v1/sandboxes
   expect_error errors.unknown_key_401 401 unauthorized
+  check errors.unknown_key_www_authenticate "WWW-Authenticate: '$(header WWW-Authenticate)'" \
+    grep -qiE '^WWW-Authenticate: *Bearer' "$RESPH"
   KEY=not-a-key api GET /v1/sandboxes
   expect_error errors.malformed_key_401 401 unauthorized
   api GET /v1/sandboxes/sbx_00000000000000000000000000
   expect_error errors.unknown_sandbox_404 404 sandbox_not_found
+  check errors.server_timing_on_errors "Server-Timing: '$(header Server-Timing)'" \
+    grep -qiE '^Server-Timing:.*total;dur=[0-9.]+' "$RESPH"
+  api GET /v1/sandboxes/not-an-id
+  expect_error errors.malformed_sandbox_id_404 404 sandbox_not_found
   KEY=$OTHER api GET "/v1/sandboxes/$SBX"
   expect_error errors.other_project_get_404 404 sandbox_not_found
   KEY=$OTHER run_exec "$SBX" '{"cmd":"true"}'
@@ -395,17 +444,38 @@ s_errors() {
   expect_error errors.forkable_501 501 not_implemented forkable
   apij POST /v1/sandboxes '{"on_idle":"pause"}'
   expect_error errors.on_idle_pause_501 501 not_implemented on_idle
+  apij POST /v1/sandboxes '{"egress":{"mode":"allowlist","allow":["192.0.2.0/24"]}}'
+  expect_error errors.egress_allowlist_501 501 not_implemented egress
+  apij POST /v1/sandboxes '{"snapshot":"snp_00000000000000000000000000"}'
+  expect_error errors.snapshot_501 501 not_implemented snapshot
 
   apij POST "/v1/sandboxes/$SBX/fork" '{}'
   expect_error errors.fork_409 409 fork_unavailable
   apij POST "/v1/sandboxes/$SBX/fork" '{"count":0}'
   expect_error errors.fork_count_0_400 400 invalid_request count
+  KEY=$OTHER apij POST "/v1/sandboxes/$SBX/fork" '{}'
+  expect_error errors.other_project_fork_404 404 sandbox_not_found
   api POST "/v1/sandboxes/$SBX/pause"
   expect_error errors.pause_501 501 not_implemented
+  api POST "/v1/sandboxes/$SBX/resume"
+  expect_error errors.resume_501 501 not_implemented
+  api POST "/v1/sandboxes/$SBX/snapshot"
+  expect_error errors.snapshot_route_501 501 not_implemented
+  api POST /v1/sandboxes/sbx_00000000000000000000000000/pause
+  expect_error errors.pause_unknown_404 404 sandbox_not_found
+  api GET /v1/snapshots
+  expect_error errors.snapshots_501 501 not_implemented
+  apij POST /v1/infer/chat '{}'
+  expect_error errors.infer_501 501 not_implemented
+  api GET /mcp
+  expect_error errors.mcp_501 501 not_implemented
+  run_exec sbx_00000000000000000000000000 '{"cmd":"true"}'
+  expect_error errors.exec_unknown_404 404 sandbox_not_found
   api GET /v1/no-such-route
   expect_error errors.unknown_route_404 404 not_found
   api PATCH /v1/sandboxes
   expect_error errors.wrong_method_405 405 method_not_allowed
+  check errors.wrong_method_allow_header "Allow: '$(header Allow)'" grep -qi '^Allow: .*POST' "$RESPH"
   api PUT "/v1/sandboxes/$SBX"
   expect_error errors.wrong_method_sandbox_405 405 method_not_allowed
 
@@ -421,10 +491,20 @@ s_errors() {
 
 s_idempotency() {
   local body='{"metadata":{"test":"idem"}}' k="e2e-idem-$$" first second other
-  create_sandbox "$body" -H "Idempotency-Key: $k"
-  first=$CID
-  check idem.first_201 "$(snip)" [ -n "$first" ]
-  check idem.first_not_replayed "Idempotent-Replayed: '$(header Idempotent-Replayed)'" [ -z "$(header Idempotent-Replayed)" ]
+  # The first request runs in the background; the same key while it runs is a conflict.
+  curl -s -o "$T/idem.first" -D "$T/idem.first.headers" -w '%{http_code}' -H "Authorization: Bearer $ADMIN" \
+    -H 'Content-Type: application/json' -H "Idempotency-Key: $k" --data-binary "$body" \
+    "$URL/v1/sandboxes" >"$T/idem.first.status" &
+  local bg=$!
+  sleep 0.2
+  apij POST /v1/sandboxes "$body" -H "Idempotency-Key: $k"
+  expect_error idem.in_flight_409 409 idempotency_key_conflict
+  wait "$bg" || true
+  first=$(jq -r '.id // empty' "$T/idem.first" 2>/dev/null || true)
+  [ -z "$first" ] || echo "$first" >>"$T/ids"
+  check idem.first_201 "HTTP $(cat "$T/idem.first.status") $(head -c 200 "$T/idem.first")" \
+    [ "$(cat "$T/idem.first.status")" = 201 -a -n "$first" ]
+  check idem.first_not_replayed "the first answer has Idempotent-Replayed" not grep -qi '^Idempotent-Replayed:' "$T/idem.first.headers"
   create_sandbox "$body" -H "Idempotency-Key: $k"
   second=$CID
   check idem.replay_same_id "first $first, second $second ($(snip))" [ -n "$first" -a "$first" = "$second" ]
@@ -438,8 +518,42 @@ s_idempotency() {
   expect_error idem.other_key_same_project_409 409 idempotency_key_conflict
   api GET '/v1/sandboxes?metadata[test]=idem'
   check idem.one_sandbox "$(snip)" [ "$(j '.data | length')" = 1 ]
-  [ -z "$first" ] || delete_sandbox "$first" || fail idem.cleanup "$(snip)"
+  apij POST /v1/sandboxes "$body" -H "Idempotency-Key: $(head -c 256 /dev/zero | tr '\0' k)"
+  expect_error idem.key_too_long_400 400 invalid_request Idempotency-Key
+  apij POST /v1/sandboxes "$body" -H "Idempotency-Key: a b"
+  expect_error idem.key_with_space_400 400 invalid_request Idempotency-Key
+  # The same key on another path is a conflict.
+  apij POST "/v1/sandboxes/$SBX/exec" '{"cmd":"true"}' -H "Idempotency-Key: $k"
+  expect_error idem.other_path_409 409 idempotency_key_conflict
+  # A 4xx answer is stored too (only 5xx are not): the retry is a replay of the 400.
+  apij POST /v1/sandboxes '{"timeout_s":0}' -H "Idempotency-Key: $k-bad"
+  apij POST /v1/sandboxes '{"timeout_s":0}' -H "Idempotency-Key: $k-bad"
+  check idem.4xx_replayed "Idempotent-Replayed: '$(header Idempotent-Replayed)', $(snip)" \
+    [ "$ST" = 400 -a "$(header Idempotent-Replayed)" = true -a "$(j .error.code)" = invalid_request ]
+  if [ -n "$first" ]; then
+    api DELETE "/v1/sandboxes/$first" -H "Idempotency-Key: $k-delete"
+    api DELETE "/v1/sandboxes/$first" -H "Idempotency-Key: $k-delete"
+    check idem.delete_replayed "Idempotent-Replayed: '$(header Idempotent-Replayed)', $(snip)" \
+      [ "$ST" = 200 -a "$(header Idempotent-Replayed)" = true -a "$(j .status)" = stopped ]
+  fi
   [ -z "$other" ] || KEY=$OTHER delete_sandbox "$other" || fail idem.cleanup_other "$(snip)"
+}
+
+# ---- rate limit ----------------------------------------------------------------------------
+
+s_rate_limit() {
+  # 150 requests at once on a fresh key (bucket: 50/s, burst 100) must meet some 429s.
+  local k i codes
+  k=$("$B3OS_BIN/b3os" keys create --project default --data-dir "$T/data" 2>/dev/null)
+  for i in $(seq 1 150); do
+    printf 'url = "%s/v1/sandboxes/sbx_00000000000000000000000000"\noutput = "/dev/null"\n' "$URL"
+  done >"$T/rate.curl"
+  curl -s -K "$T/rate.curl" -H "Authorization: Bearer $k" -w '%{http_code} %header{retry-after}\n' >"$T/rate.out" || true
+  codes=$(awk '{print $1}' "$T/rate.out" | sort | uniq -c | tr '\n' ' ')
+  check rate_limit.429 "status counts: $codes" grep -q '^429 [0-9]' "$T/rate.out"
+  check rate_limit.burst_served "status counts: $codes" [ "$(grep -c '^404' "$T/rate.out")" -ge 90 ]
+  api GET /v1/sandboxes/sbx_00000000000000000000000000
+  check rate_limit.per_key "another key got $(snip)" [ "$ST" = 404 ]
 }
 
 # ---- 9. list (also starts the sandbox of the timeout check) --------------------------------
@@ -449,10 +563,27 @@ s_list() {
   echo "$CID" >"$T/timeout.id"
   now_ms >"$T/timeout.ms"
   check timeout.create "$(snip)" [ -n "$CID" -a "$(j .timeout_s)" = 2 ]
+  # A second sandbox with timeout_s 2 is kept busy (an exec every 0.5 s, in the background)
+  # until s_timeout looks: activity postpones its stop.
+  create_sandbox '{"timeout_s":2}'
+  echo "$CID" >"$T/timeout.busy"
+  if [ -n "$CID" ]; then
+    (
+      for _ in $(seq 1 240); do
+        [ -d "$T" ] && [ ! -e "$T/timeout.busy.stop" ] || break
+        curl -s -o /dev/null -m 10 -H "Authorization: Bearer $ADMIN" -H 'Content-Type: application/json' \
+          -d '{"cmd":"true"}' "$URL/v1/sandboxes/$CID/exec" || true
+        sleep 0.5
+      done
+    ) &
+  fi
 
-  local b1 b2 b3 cursor
-  create_sandbox '{"metadata":{"batch":"e2e"}}'
+  local b1 b2 b3 cursor long
+  # b1 also carries a 500-character value (counted in characters: "é" is 2 bytes in UTF-8).
+  long=$(printf 'é%.0s' $(seq 1 500))
+  create_sandbox "{\"metadata\":{\"batch\":\"e2e\",\"long\":\"$long\"}}"
   b1=$CID
+  check list.metadata_500_chars "$(snip)" okj 201 '.metadata.long | length == 500'
   create_sandbox '{"metadata":{"batch":"e2e"}}'
   b2=$CID
   create_sandbox '{"metadata":{"batch":"e2e"}}'
@@ -478,6 +609,10 @@ s_list() {
   expect_error list.limit_101_400 400 invalid_request limit
   api GET '/v1/sandboxes?status=sleeping'
   expect_error list.bad_status_400 400 invalid_request status
+  api GET '/v1/sandboxes?cursor=bogus'
+  expect_error list.bad_cursor_400 400 invalid_request cursor
+  api GET '/v1/sandboxes?colour=blue'
+  expect_error list.unknown_param_400 400 invalid_request colour
   delete_sandbox "$b1" || fail list.delete "$(snip)"
   delete_sandbox "$b2" || fail list.delete "$(snip)"
 }
@@ -488,6 +623,8 @@ s_timeout() {
   local id since
   id=$(cat "$T/timeout.id")
   [ -n "$id" ] || { fail timeout.stopped "no sandbox was created"; return 0; }
+  local busy
+  busy=$(cat "$T/timeout.busy")
   since=$(($(now_ms) - $(cat "$T/timeout.ms")))
   [ "$since" -ge 4000 ] || sleep "$(awk -v ms=$((4000 - since)) 'BEGIN { printf "%.3f", ms / 1000 }')"
   api GET "/v1/sandboxes/$id"
@@ -496,16 +633,32 @@ s_timeout() {
   check timeout.cgroup_gone "left: $(cgroup_dirs "$id")" [ -z "$(cgroup_dirs "$id")" ]
   run_exec "$id" '{"cmd":"true"}'
   expect_error timeout.exec_409 409 sandbox_not_running
+  api GET "/v1/sandboxes/$id/files?path=/etc/hostname"
+  expect_error timeout.download_409 409 sandbox_not_running
+  api PUT "/v1/sandboxes/$id/files?path=/workspace/a" -H 'Content-Type: application/octet-stream' --data-binary 'x'
+  expect_error timeout.upload_409 409 sandbox_not_running
+  api GET "/v1/sandboxes/$id/files/list?path=/workspace"
+  expect_error timeout.list_409 409 sandbox_not_running
+  if [ -n "$busy" ]; then
+    api GET "/v1/sandboxes/$busy"
+    check timeout.activity_keeps_alive "$(snip)" okj 200 '.status == "running" and
+      (.expires_at | sub("\\.[0-9]+Z$"; "Z") | fromdateiso8601) > now'
+    touch "$T/timeout.busy.stop"
+    delete_sandbox "$busy" || fail timeout.delete_busy "$(snip)"
+  else
+    fail timeout.activity_keeps_alive "no busy sandbox was created"
+  fi
 }
 
 # ---- 11. usage and resource limits ----------------------------------------------------------
 
 s_usage() {
   local id v1 g1 v2 g2 quota limit
-  create_sandbox '{"vcpu":2,"memory_mib":1024}'
+  # Also: a template may be named by its id, and a charset parameter on the media type is fine.
+  create_sandbox '{"template":"tpl_base","vcpu":2,"memory_mib":1024}' -H 'Content-Type: application/json; charset=utf-8'
   id=$CID
   [ -n "$id" ] || { fail usage.create "$(snip)"; return 0; }
-  check usage.reported_size "$(snip)" okj 201 '.vcpu == 2 and .memory_mib == 1024'
+  check usage.reported_size "$(snip)" okj 201 '.vcpu == 2 and .memory_mib == 1024 and .template.name == "base"'
   quota=$(cat "/sys/fs/cgroup/cpu/b3os/$id/cpu.cfs_quota_us" 2>/dev/null || echo missing)
   limit=$(cat "/sys/fs/cgroup/memory/b3os/$id/memory.limit_in_bytes" 2>/dev/null || echo missing)
   check usage.cgroup_cpu_quota "cpu.cfs_quota_us $quota, want 200000" [ "$quota" = 200000 ]
@@ -546,6 +699,8 @@ s_secrets() {
   grep -q s3cr3t "$RESP" && leaks="$leaks list"
   run_exec "$id" '{"cmd":"echo $TOKEN $PLAIN"}'
   check secrets.in_exec_env "$(snip)" okj 200 '.stdout == "s3cr3t visible\n"'
+  check secrets.not_in_run_dir "the value is in: $(grep -rl s3cr3t "$T/run" 2>/dev/null | head -n 3 | tr '\n' ' ' || true)" \
+    not grep -rqs s3cr3t "$T/run"
   delete_sandbox "$id" || fail secrets.delete "$(snip)"
   grep -q s3cr3t "$RESP" && leaks="$leaks delete"
   api GET "/v1/sandboxes/$id"
@@ -597,7 +752,7 @@ s_restart() {
   api GET "/v1/sandboxes/$b"
   check restart.killed_is_failed "$(snip)" \
     okj 200 '.status == "failed" and .stop_reason == "failed" and (.stop_message | type == "string" and length > 0) and (.stopped_at | type) == "string"'
-  check restart.killed_cleaned "shim: $(pgrep -f "$b" | tr '\n' ' '), dir: $(ls -d "$T/run/sandboxes/$b" 2>/dev/null)" \
+  check restart.killed_cleaned "processes: $(pgrep -f "$b" | tr '\n' ' ' || true), dir: $(ls -d "$T/run/sandboxes/$b" 2>/dev/null || true)" \
     [ -z "$(pgrep -f "$b" || true)" -a ! -e "$T/run/sandboxes/$b" ]
   run_exec "$b" '{"cmd":"true"}'
   expect_error restart.killed_exec_409 409 sandbox_not_running
@@ -612,7 +767,22 @@ s_delete() {
     create_sandbox '{}'
     id=$CID
   fi
+  # A command still running when its sandbox is deleted must not keep its caller waiting.
+  curl -s -o "$T/del.exec" -w '%{http_code} %{time_total}' -m 60 -H "Authorization: Bearer $ADMIN" \
+    -H 'Content-Type: application/json' -d '{"cmd":"sleep 30"}' "$URL/v1/sandboxes/$id/exec" >"$T/del.exec.status" &
+  local bg=$!
+  sleep 1
   api DELETE "/v1/sandboxes/$id"
+  cp "$RESP" "$T/del.resp"
+  cp "$RESPH" "$T/del.resph"
+  local dst=$ST
+  wait "$bg" || true
+  check delete.running_exec_ends "exec answered '$(cat "$T/del.exec.status")' $(head -c 200 "$T/del.exec")" \
+    awk '{ exit !($1 != "000" && $2 < 10) }' "$T/del.exec.status"
+  info "an exec cut short by DELETE answered HTTP $(cat "$T/del.exec.status") $(head -c 150 "$T/del.exec")"
+  cp "$T/del.resp" "$RESP"
+  cp "$T/del.resph" "$RESPH"
+  ST=$dst
   check delete.stops "$(snip)" [ "$ST" = 200 -a "$(j .status)" = stopped -a "$(j .stop_reason)" = deleted -a "$(j .stopped_at)" != null ]
   first=$(j -c '{id, status, stop_reason, stopped_at}')
   check delete.container_gone "runsc list: $(runsc_list | tr '\n' ' ')" not runsc_has "$id"
@@ -641,6 +811,9 @@ s_cli() {
   rc=0
   out=$("$b3os" exec "$id" -- python3 -c 'import sys; sys.exit(7)' 2>&1) || rc=$?
   check cli.exec_exit_code "exit $rc, want 7; output '$out'" [ "$rc" = 7 ]
+  rc=0
+  out=$("$b3os" exec "$id" --timeout-ms 300 -- 'sleep 5' 2>&1) || rc=$?
+  check cli.exec_timeout_124 "exit $rc, want 124; output '$out'" [ "$rc" = 124 ]
   rc=0
   out=$("$b3os" exec "$id" -- 'echo $((2+3)); exit 5' 2>&1) || rc=$?
   check cli.exec_shell_string "exit $rc, output '$out'" [ "$rc" = 5 -a "$out" = 5 ]
@@ -707,6 +880,7 @@ run_section s_exec_concurrent
 run_section s_files
 run_section s_errors
 run_section s_idempotency
+run_section s_rate_limit
 run_section s_list
 run_section s_timeout
 run_section s_usage

@@ -14,7 +14,7 @@ set -euo pipefail
 build=${B3OS_BUILD_DIR:?set B3OS_BUILD_DIR to the cmake build directory}
 rootfs=${B3OS_TEMPLATE_ROOTFS:-/var/lib/b3os/templates/base/rootfs}
 find_bin() {
-  for p in "$build/$1/$2" "$build/$2"; do
+  for p in "$build/bin/$2" "$build/$1/$2" "$build/$2"; do
     if [ -x "$p" ]; then echo "$p"; return 0; fi
   done
   echo "agent_runsc: $2 not found under $build" >&2
@@ -101,6 +101,7 @@ class Channel:
     def __init__(self, sock):
         self.sock = sock
         self.buf = bytearray()
+        self.pos = 0  # parsed prefix of buf, dropped in bulk (per-frame deletes are slow)
         self.queues = {}
         self.next_id = 1
 
@@ -118,13 +119,17 @@ class Channel:
 
     def _read_frame(self, deadline):
         while True:
-            if len(self.buf) >= 12:
-                m0, m1, v, t, s, n = struct.unpack_from("<BBBBII", self.buf)
+            at = self.pos
+            if len(self.buf) - at >= 12:
+                m0, m1, v, t, s, n = struct.unpack_from("<BBBBII", self.buf, at)
                 if (m0, m1, v) != (0xB3, 5, 1):
-                    raise RuntimeError("bad frame header from agent: %r" % bytes(self.buf[:12]))
-                if len(self.buf) >= 12 + n:
-                    p = bytes(self.buf[12:12 + n])
-                    del self.buf[:12 + n]
+                    raise RuntimeError("bad frame header from agent: %r" % bytes(self.buf[at:at + 12]))
+                if len(self.buf) - at >= 12 + n:
+                    p = bytes(self.buf[at + 12:at + 12 + n])
+                    self.pos = at + 12 + n
+                    if self.pos >= 1 << 20 or self.pos == len(self.buf):
+                        del self.buf[:self.pos]
+                        self.pos = 0
                     return t, s, p
             self._fill(deadline)
 
@@ -155,6 +160,7 @@ class Channel:
         nonce = os.urandom(16)
         want = frame(RESYNC_ACK, 0, nonce)
         self.buf = bytearray()
+        self.pos = 0
         self.queues = {}
         self.sock.sendall(garbage)
         start = time.monotonic()
