@@ -1,0 +1,204 @@
+#!/usr/bin/env python3
+"""b3os benchmarks: what users feel, each beside the raw runsc baseline measured in the same run.
+
+Starts its own b3osd (temp data and run dirs, the cached base template), then measures:
+  exec      POST /exec of `true` over a kept-alive HTTP connection  vs  `runsc exec ID /bin/true`
+  create    POST /v1/sandboxes then the first exec done            vs  runsc create + start + exec true
+  upload    PUT 64 MiB                                              vs  `runsc exec ID sh -c 'cat > f'`
+  download  GET 64 MiB                                              vs  `runsc exec ID cat f`
+Prints medians and ratios. Usage (root): bench/bench.py [--bin build/bin] [--runs N]
+"""
+import argparse
+import http.client
+import json
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+MIB = 1024 * 1024
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Client:
+    def __init__(self, port, key):
+        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+        self.auth = {"Authorization": f"Bearer {key}"}
+
+    def call(self, method, path, body=None, raw=None, ctype="application/json"):
+        headers = dict(self.auth)
+        data = None
+        if body is not None:
+            data = json.dumps(body).encode()
+            headers["Content-Type"] = "application/json"
+        elif raw is not None:
+            data = raw
+            headers["Content-Type"] = ctype
+        self.conn.request(method, path, body=data, headers=headers)
+        r = self.conn.getresponse()
+        payload = r.read()
+        if r.status >= 300:
+            raise RuntimeError(f"{method} {path}: {r.status} {payload[:300]!r}")
+        return r, payload
+
+
+def median(xs):
+    return statistics.median(xs)
+
+
+def timed(fn, runs):
+    out = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        fn()
+        out.append((time.perf_counter() - t0) * 1000)
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", default=os.path.join(os.path.dirname(__file__), "..", "build", "bin"))
+    ap.add_argument("--runs", type=int, default=20)
+    ap.add_argument("--templates", default=os.environ.get("B3OS_TEMPLATES_DIR", "/var/lib/b3os/templates"))
+    args = ap.parse_args()
+    bindir = os.path.abspath(args.bin)
+    tmp = tempfile.mkdtemp(prefix="b3os-bench-")
+    port = free_port()
+    runsc_root = f"{tmp}/run/runsc"
+    log = open(f"{tmp}/b3osd.log", "w")
+    daemon = subprocess.Popen(
+        [f"{bindir}/b3osd", "--listen", f"127.0.0.1:{port}", "--data-dir", f"{tmp}/data", "--run-dir", f"{tmp}/run",
+         "--runsc-root", runsc_root, "--templates-dir", args.templates, "--quiet-key", "--rate", "100000",
+         "--burst", "100000"],
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    raw_root = f"{tmp}/raw"
+    os.makedirs(raw_root)
+    rows = []
+    try:
+        for _ in range(100):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        key = open(f"{tmp}/data/admin.key").read().strip()
+        c = Client(port, key)
+        runsc = ["runsc", "--root", runsc_root]
+
+        # --- exec round trip ---
+        _, body = c.call("POST", "/v1/sandboxes", {"template": "base"})
+        sbx = json.loads(body)["id"]
+        c.call("POST", f"/v1/sandboxes/{sbx}/exec", {"cmd": ["true"]})  # warm
+        inner = []
+
+        def api_exec():
+            _, b = c.call("POST", f"/v1/sandboxes/{sbx}/exec", {"cmd": ["true"]})
+            inner.append(json.loads(b)["duration_ms"])
+
+        def raw_exec():
+            subprocess.run(runsc + ["exec", sbx, "/bin/true"], check=True)
+
+        runs = args.runs
+        api = timed(api_exec, runs)
+        raw = timed(raw_exec, runs)
+        rows.append(("exec `true` round trip (ms)", median(api), median(raw), "<= 45 ms and <= 0.6x"))
+        rows.append(("  of which spawn inside the sandbox (ms)", median(inner), None, "floor ~31 ms"))
+
+        # --- files: 64 MiB each way ---
+        blob = os.urandom(64 * MIB)
+        src = f"{tmp}/blob.bin"
+        with open(src, "wb") as f:
+            f.write(blob)
+        up, down = [], []
+        for _ in range(max(3, runs // 4)):
+            t0 = time.perf_counter()
+            c.call("PUT", f"/v1/sandboxes/{sbx}/files?path=/workspace/blob.bin", raw=blob, ctype="application/octet-stream")
+            up.append(64 * MIB / (time.perf_counter() - t0) / 1e6)
+            t0 = time.perf_counter()
+            _, got = c.call("GET", f"/v1/sandboxes/{sbx}/files?path=/workspace/blob.bin")
+            down.append(64 * MIB / (time.perf_counter() - t0) / 1e6)
+            assert got == blob, "download differs from upload"
+        raw_up, raw_down = [], []
+        for _ in range(max(3, runs // 4)):
+            t0 = time.perf_counter()
+            with open(src, "rb") as f:
+                subprocess.run(runsc + ["exec", sbx, "sh", "-c", "cat > /workspace/raw.bin"], stdin=f, check=True)
+            raw_up.append(64 * MIB / (time.perf_counter() - t0) / 1e6)
+            t0 = time.perf_counter()
+            out = subprocess.run(runsc + ["exec", sbx, "cat", "/workspace/raw.bin"], stdout=subprocess.PIPE, check=True).stdout
+            raw_down.append(64 * MIB / (time.perf_counter() - t0) / 1e6)
+            assert len(out) == 64 * MIB
+        rows.append(("upload 64 MiB (MB/s)", median(up), median(raw_up), ">= 100 MB/s"))
+        rows.append(("download 64 MiB (MB/s)", median(down), median(raw_down), ">= 100 MB/s"))
+        c.call("DELETE", f"/v1/sandboxes/{sbx}")
+
+        # --- create to first exec done ---
+        create_total, server_total = [], []
+        for _ in range(max(5, runs // 2)):
+            t0 = time.perf_counter()
+            _, b = c.call("POST", "/v1/sandboxes", {"template": "base"})
+            s = json.loads(b)
+            c.call("POST", f"/v1/sandboxes/{s['id']}/exec", {"cmd": ["true"]})
+            create_total.append((time.perf_counter() - t0) * 1000)
+            server_total.append(s["timing"]["total_ms"])
+            phases = s["timing"]
+            c.call("DELETE", f"/v1/sandboxes/{s['id']}")
+        # Raw: the same bundle shape by hand, with /bin/sleep as PID 1 and `runsc exec true`.
+        bundle = f"{tmp}/rawbundle"
+        os.makedirs(bundle)
+        cfg = {
+            "ociVersion": "1.0.2",
+            "process": {"terminal": False, "user": {"uid": 0, "gid": 0}, "args": ["/bin/sleep", "1000"],
+                        "env": ["PATH=/usr/bin:/bin"], "cwd": "/"},
+            "root": {"path": f"{args.templates}/base/rootfs", "readonly": False},
+            "mounts": [{"destination": "/proc", "type": "proc", "source": "proc"}],
+            "linux": {"namespaces": [{"type": "pid"}, {"type": "ipc"}, {"type": "uts"}, {"type": "mount"},
+                                     {"type": "network"}]},
+        }
+        with open(f"{bundle}/config.json", "w") as f:
+            json.dump(cfg, f)
+        rawc = ["runsc", "--root", raw_root, "--overlay2", "root:memory", "--network", "none"]
+        raw_create = []
+        for i in range(max(5, runs // 2)):
+            cid = f"raw{i}"
+            t0 = time.perf_counter()
+            subprocess.run(rawc + ["create", "--bundle", bundle, cid], check=True, stdin=subprocess.DEVNULL,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            subprocess.run(rawc + ["start", cid], check=True)
+            subprocess.run(rawc + ["exec", cid, "/bin/true"], check=True)
+            raw_create.append((time.perf_counter() - t0) * 1000)
+            subprocess.run(rawc + ["delete", "--force", cid], check=True)
+        rows.append(("create -> first exec done (ms)", median(create_total), median(raw_create), "<= 400 ms"))
+        rows.append(("  create server total_ms", median(server_total), None, ""))
+        phase_line = ", ".join(f"{k[:-3]} {v:.1f}" for k, v in phases.items() if k != "total_ms")
+    finally:
+        os.killpg(daemon.pid, signal.SIGTERM)
+        daemon.wait()
+        for root in (runsc_root, raw_root):
+            ids = subprocess.run(["runsc", "--root", root, "list", "--quiet"], stdout=subprocess.PIPE, text=True).stdout.split()
+            for i in ids:
+                subprocess.run(["runsc", "--root", root, "delete", "--force", i], stderr=subprocess.DEVNULL)
+        subprocess.run(["pkill", "-f", f"b3os-shim {tmp}"], stderr=subprocess.DEVNULL)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    print(f"b3os benchmarks: {os.cpu_count()} cores, {args.runs} runs, medians")
+    print(f"{'metric':42} {'b3os':>10} {'raw runsc':>10} {'ratio':>7}  target")
+    for name, ours, raw, target in rows:
+        raw_s = f"{raw:10.1f}" if raw is not None else f"{'':>10}"
+        ratio = f"{ours / raw:7.2f}" if raw else f"{'':>7}"
+        print(f"{name:42} {ours:10.1f} {raw_s} {ratio}  {target}")
+    print(f"last create's phases (ms): {phase_line}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
