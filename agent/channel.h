@@ -16,7 +16,9 @@ class Channel {
   /// Wraps the (already nonblocking) read and write fds; it does not own them.
   Channel(int in_fd, int out_fd);
 
+  /// The fd the loop polls for incoming frames.
   int in_fd() const { return in_fd_; }
+  /// The fd the loop polls for room to write queued frames.
   int out_fd() const { return out_fd_; }
   /// True until the peer closed the read side (EOF or a hard error).
   bool readable() const { return readable_; }

@@ -77,8 +77,7 @@ Result<void> check_cwd(const std::string& cwd) {
 
 }  // namespace
 
-Result<std::unique_ptr<Stream>> ExecStream::start(Channel& channel, uint32_t id,
-                                                  const Json& req) {
+Result<std::unique_ptr<Stream>> ExecStream::start(Channel& channel, uint32_t id, const Json& req) {
   auto spec = parse_spec(req);
   if (!spec) return fail(spec.error());
   auto timeout_ms = get_u64(req, "timeout_ms", 0);
@@ -90,12 +89,12 @@ Result<std::unique_ptr<Stream>> ExecStream::start(Channel& channel, uint32_t id,
   const auto started = Clock::now();
   auto child = spawn_child(*spec);
   if (!child) return fail(child.error());
-  return std::unique_ptr<Stream>(new ExecStream(channel, id, std::move(*child), started,
-                                                *timeout_ms, *max_output));
+  return std::unique_ptr<Stream>(
+      new ExecStream(channel, id, std::move(*child), started, *timeout_ms, *max_output));
 }
 
-ExecStream::ExecStream(Channel& channel, uint32_t id, SpawnedChild child,
-                       Clock::time_point started, uint64_t timeout_ms, uint64_t max_output)
+ExecStream::ExecStream(Channel& channel, uint32_t id, SpawnedChild child, Clock::time_point started,
+                       uint64_t timeout_ms, uint64_t max_output)
     : Stream(channel, id),
       pid_(child.pid),
       stdin_fd_(std::move(child.stdin_fd)),

@@ -19,12 +19,9 @@ std::string parent_dir(const std::string& path) {
   return slash == 0 ? std::string("/") : path.substr(0, slash);
 }
 
-Error cancelled_error() {
-  return Error{ErrorCode::kInvalidRequest, "cancelled", 0};
-}
+Error cancelled_error() { return Error{ErrorCode::kInvalidRequest, "cancelled", 0}; }
 
 }  // namespace
-
 
 Result<std::unique_ptr<Stream>> FileWriteStream::open(Channel& channel, uint32_t id,
                                                       const Json& req) {
@@ -113,7 +110,6 @@ void FileWriteStream::abandon() {
   discard_tmp();
   finished_ = true;
 }
-
 
 Result<std::unique_ptr<Stream>> FileReadStream::open(Channel& channel, uint32_t id,
                                                      const Json& req) {

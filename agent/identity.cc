@@ -33,7 +33,8 @@ std::string random_hex(size_t n) {
     // getrandom cannot fail on any kernel runsc supports; a boot id only has to be unique.
     timespec ts;
     ::clock_gettime(CLOCK_REALTIME, &ts);
-    uint64_t x = static_cast<uint64_t>(ts.tv_sec) * 1000000007ull ^ static_cast<uint64_t>(ts.tv_nsec);
+    uint64_t x =
+        static_cast<uint64_t>(ts.tv_sec) * 1000000007ull ^ static_cast<uint64_t>(ts.tv_nsec);
     for (size_t i = got; i < n; ++i) {
       x = x * 6364136223846793005ull + 1442695040888963407ull;
       raw[i] = static_cast<char>(x >> 56);

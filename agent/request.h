@@ -3,11 +3,10 @@
 // fields of an OPEN, and errors in the shape the channel's END and IDENTITY_ACK carry.
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
-
-#include <nlohmann/json.hpp>
 
 #include "common/result.h"
 

@@ -28,6 +28,7 @@ class Stream {
   Stream(const Stream&) = delete;
   Stream& operator=(const Stream&) = delete;
 
+  /// The stream id the daemon chose in OPEN.
   uint32_t id() const { return id_; }
   /// True once END was sent (or the stream was abandoned): the loop then drops it.
   bool finished() const { return finished_; }

@@ -13,10 +13,10 @@ namespace b3os::protocol {
 namespace {
 
 const FrameType kAllTypes[] = {
-    FrameType::kHello,  FrameType::kResync, FrameType::kResyncAck, FrameType::kPing,
+    FrameType::kHello,  FrameType::kResync,   FrameType::kResyncAck,   FrameType::kPing,
     FrameType::kPong,   FrameType::kIdentity, FrameType::kIdentityAck, FrameType::kOpen,
-    FrameType::kData,   FrameType::kStdout, FrameType::kStderr,    FrameType::kEof,
-    FrameType::kWindow, FrameType::kHeader, FrameType::kEnd,       FrameType::kCancel,
+    FrameType::kData,   FrameType::kStdout,   FrameType::kStderr,      FrameType::kEof,
+    FrameType::kWindow, FrameType::kHeader,   FrameType::kEnd,         FrameType::kCancel,
 };
 
 std::vector<Frame> drain(FrameParser& p) {
