@@ -188,7 +188,11 @@ Result<SpawnedChild> spawn_child(const SpawnSpec& spec) {
   plan.stderr_w = stderr_w.get();
   if (!have_close_range()) plan.close_up_to = highest_open_fd();
 
-  const pid_t pid = ::fork();
+  // vfork: the child borrows the agent's memory until execve instead of copying its page
+  // tables, which under gVisor halves the spawn (about 27 ms instead of 45 ms for /bin/true).
+  // run_child only reads the prepared plan and makes async-signal-safe calls, and signal
+  // dispositions and masks are per task, so nothing it does reaches the parent.
+  const pid_t pid = ::vfork();
   if (pid < 0) return fail(errno_error(ErrorCode::kInternal, "fork", errno));
   if (pid == 0) run_child(plan);
 

@@ -199,6 +199,8 @@ s_exec() {
   check exec.stdin_900KiB "$(snip)" okj 200 '.stdout == "921600\n" and .exit_code == 0'
   run_exec "$SBX" '{"cmd":"echo out; echo err >&2; exit 3"}'
   check exec.exit_code "$(snip)" okj 200 '.exit_code == 3 and .stdout == "out\n" and .stderr == "err\n" and .timed_out == false'
+  run_exec "$SBX" '{"cmd":"kill -TERM $$"}'
+  check exec.killed_by_signal_143 "$(snip)" okj 200 '.exit_code == 143 and .timed_out == false'
   run_exec "$SBX" '{"cmd":["/no/such/program"]}'
   check exec.missing_program_127 "$(snip)" okj 200 '.exit_code == 127 and (.stderr | length) > 0'
   run_exec "$SBX" '{"cmd":"pwd","cwd":"/no/such/dir"}'
@@ -230,6 +232,13 @@ s_exec_truncation() {
   check exec_truncation.stdout_1MiB "stdout has $n bytes, HTTP $ST" [ "$n" = 1048576 ]
   check exec_truncation.flags "$(jq -c 'del(.stdout)' "$RESP" 2>/dev/null | head -c 300)" \
     okj 200 '.stdout_truncated == true and .stderr_truncated == false and .stderr == "small" and .exit_code == 0'
+  # The boundary: exactly 1 MiB is kept whole; one byte more is truncated.
+  run_exec "$SBX" '{"cmd":["python3","-c","import sys; sys.stdout.write(\"b\" * (1 << 20))"]}'
+  check exec_truncation.exactly_1MiB_not_truncated "$(jq -c 'del(.stdout)' "$RESP" 2>/dev/null | head -c 300)" \
+    okj 200 '.stdout_truncated == false and (.stdout | length) == 1048576'
+  run_exec "$SBX" '{"cmd":["python3","-c","import sys; sys.stderr.write(\"c\" * ((1 << 20) + 1))"]}'
+  check exec_truncation.stderr_1MiB_plus_1 "$(jq -c 'del(.stderr)' "$RESP" 2>/dev/null | head -c 300)" \
+    okj 200 '.stderr_truncated == true and (.stderr | length) == 1048576 and .stdout_truncated == false'
 }
 
 s_exec_concurrent() {
@@ -280,6 +289,17 @@ s_files() {
   expect_error files.get_directory_400 400 invalid_request
   api PUT "/v1/sandboxes/$SBX/files?path=/workspace/t.txt" -H 'Content-Type: text/plain' --data-binary 'hello'
   expect_error files.upload_wrong_type_415 415 unsupported_media_type
+  api PUT "/v1/sandboxes/$SBX/files?path=/workspace/empty" -H 'Content-Type: application/octet-stream' --data-binary ''
+  check files.upload_empty "$(snip)" okj 201 '.size == 0'
+  api GET "/v1/sandboxes/$SBX/files?path=/workspace/empty"
+  check files.download_empty "HTTP $ST, $(wc -c <"$RESP") bytes, Content-Length '$(header Content-Length)'" \
+    [ "$ST" = 200 -a ! -s "$RESP" -a "$(header Content-Length)" = 0 ]
+  # From a pipe curl sends the body chunked (no Content-Length).
+  head -c 300K /dev/urandom >"$T/chunked.bin"
+  api PUT "/v1/sandboxes/$SBX/files?path=/workspace/chunked.bin" -H 'Content-Type: application/octet-stream' -T - <"$T/chunked.bin"
+  check files.upload_chunked "$(snip)" okj 201 '.size == 307200'
+  api GET "/v1/sandboxes/$SBX/files?path=/workspace/chunked.bin"
+  check files.chunked_readback "HTTP $ST" cmp -s "$T/chunked.bin" "$RESP"
   api GET "/v1/sandboxes/$SBX/files/list?path=/no/such/dir"
   expect_error files.list_missing_404 404 file_not_found
   api DELETE "/v1/sandboxes/$SBX/files?path=/workspace/no-such-file"
@@ -584,9 +604,9 @@ s_list() {
   create_sandbox "{\"metadata\":{\"batch\":\"e2e\",\"long\":\"$long\"}}"
   b1=$CID
   check list.metadata_500_chars "$(snip)" okj 201 '.metadata.long | length == 500'
-  create_sandbox '{"metadata":{"batch":"e2e"}}'
+  create_sandbox '{"metadata":{"batch":"e2e","q":"a b&c=d/é"}}'
   b2=$CID
-  create_sandbox '{"metadata":{"batch":"e2e"}}'
+  create_sandbox '{"metadata":{"batch":"e2e","team.name:x-y":"v"}}'
   b3=$CID
   check list.create_3 "$(snip)" [ -n "$b1" -a -n "$b2" -a -n "$b3" ]
   api GET '/v1/sandboxes?limit=2&metadata[batch]=e2e'
@@ -596,6 +616,10 @@ s_list() {
   api GET "/v1/sandboxes?limit=2&metadata[batch]=e2e&cursor=$cursor"
   check list.page2 "want [$b1] and next_cursor null; $(snip)" \
     [ "$ST" = 200 -a "$(j '[.data[].id] | join(",")')" = "$b1" -a "$(j '.next_cursor')" = null ]
+  api GET '/v1/sandboxes?metadata[q]=a%20b%26c%3Dd%2F%C3%A9'
+  check list.metadata_urlencoded "want [$b2]; $(snip)" [ "$ST" = 200 -a "$(j '[.data[].id] | join(",")')" = "$b2" ]
+  api GET '/v1/sandboxes?metadata[team.name:x-y]=v'
+  check list.metadata_key_chars "want [$b3]; $(snip)" [ "$ST" = 200 -a "$(j '[.data[].id] | join(",")')" = "$b3" ]
   api GET '/v1/sandboxes?metadata[batch]=e2e&metadata[nope]=x'
   check list.metadata_and "$(snip)" [ "$ST" = 200 -a "$(j '.data | length')" = 0 ]
   delete_sandbox "$b3" || fail list.delete "$(snip)"
@@ -717,6 +741,9 @@ s_restart() {
   a=$CID
   create_sandbox '{"metadata":{"test":"restart-killed"}}'
   b=$CID
+  local d act
+  create_sandbox '{"timeout_s":60,"metadata":{"test":"restart-activity"}}'
+  d=$CID
   [ -n "$a" ] && [ -n "$b" ] || { fail restart.create "$(snip)"; return 0; }
   echo "$a" >"$T/restart.id"
   printf 'import time\nn = 0\nwhile True:\n    n += 1\n    open("/tmp/count", "w").write(str(n))\n    time.sleep(0.05)\n' >"$T/counter.py"
@@ -728,7 +755,19 @@ s_restart() {
   c0=$(j .stdout)
   check restart.counter_runs "$(snip)" [ "${c0:-0}" -gt 0 ]
 
+  # Activity on d shortly before the crash moves its expiry; the restart must keep that.
+  sleep 1.5
+  act=$(now_ms)
+  [ -z "$d" ] || run_exec "$d" '{"cmd":"true"}'
+  # A stored idempotent answer must survive the restart.
+  run_exec "$a" '{"cmd":"echo stored"}' -H "Idempotency-Key: restart-exec-$$"
+  # A create still in flight when b3osd dies.
+  curl -s -o "$T/crash.create" -m 30 -H "Authorization: Bearer $ADMIN" -H 'Content-Type: application/json' \
+    -H "Idempotency-Key: crash-$$" -d '{"metadata":{"test":"crash"}}' "$URL/v1/sandboxes" &
+  local crash=$!
+  sleep 0.3
   stop_daemon KILL
+  wait "$crash" || true
   runsc --root "$T/run/runsc" kill --all "$b" KILL >/dev/null 2>&1 || true
   runsc --root "$T/run/runsc" delete --force "$b" >/dev/null 2>&1 || true
   if ! start_daemon; then
@@ -736,6 +775,12 @@ s_restart() {
     return 0
   fi
   pass restart.daemon_starts
+  if [ -n "$d" ]; then
+    api GET "/v1/sandboxes/$d"
+    check restart.keeps_last_activity "exec at $(date -u -d @$((act / 1000)) +%T) with timeout_s 60, but expires_at is $(j .expires_at)" \
+      okj 200 '.status == "running" and (.expires_at | sub("\\.(?<ms>[0-9]+)Z$"; "Z") | fromdateiso8601) * 1000 + 999 >= '"$((act + 60000))"
+    delete_sandbox "$d" || true
+  fi
   api GET "/v1/sandboxes/$a"
   check restart.still_running "$(snip)" okj 200 '.status == "running" and .stop_reason == null'
   run_exec "$a" '{"cmd":"cat /tmp/count"}'
@@ -756,6 +801,21 @@ s_restart() {
     [ -z "$(pgrep -f "$b" || true)" -a ! -e "$T/run/sandboxes/$b" ]
   run_exec "$b" '{"cmd":"true"}'
   expect_error restart.killed_exec_409 409 sandbox_not_running
+
+  local running containers
+  api GET '/v1/sandboxes?status=running&limit=100'
+  running=$(j '[.data[].id] | sort | join(" ")')
+  containers=$(runsc_list | sort | tr '\n' ' ' | sed 's/ $//')
+  check restart.containers_match_records "running records [$running], containers [$containers]" \
+    [ -n "$running" -a "$running" = "$containers" ]
+  run_exec "$a" '{"cmd":"echo stored"}' -H "Idempotency-Key: restart-exec-$$"
+  check restart.idempotency_replay_survives "Idempotent-Replayed: '$(header Idempotent-Replayed)', $(snip)" \
+    [ "$ST" = 200 -a "$(header Idempotent-Replayed)" = true -a "$(j .stdout)" = stored ]
+  # The create cut short by the crash is not running any more, so its key must not be
+  # "still in progress" (docs/api.md: 409 only while the first request is still running).
+  create_sandbox '{"metadata":{"test":"crash"}}' -H "Idempotency-Key: crash-$$"
+  check restart.idempotency_key_after_crash "retry of the interrupted create: want 201, got $(snip)" [ "$ST" = 201 ]
+  [ -z "$CID" ] || delete_sandbox "$CID" || true
 }
 
 # ---- 14. delete -----------------------------------------------------------------------------

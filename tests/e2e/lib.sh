@@ -110,8 +110,12 @@ delete_sandbox() {
   [ "$ST" = 200 ]
 }
 
-# run_exec ID JSON: POST .../exec; the result is in $RESP.
-run_exec() { apij POST "/v1/sandboxes/$1/exec" "$2"; }
+# run_exec ID JSON [curl args...]: POST .../exec; the result is in $RESP.
+run_exec() {
+  local id=$1 body=$2
+  shift 2
+  apij POST "/v1/sandboxes/$id/exec" "$body" "$@"
+}
 
 # ---- runsc and host state -----------------------------------------------------------------
 
