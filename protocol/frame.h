@@ -19,9 +19,9 @@ inline constexpr uint8_t kVersion = 1;
 inline constexpr size_t kHeaderSize = 12;
 /// Largest payload of one frame. DATA frames are sent in chunks of at most kMaxData.
 inline constexpr uint32_t kMaxPayload = 1u << 20;
-inline constexpr uint32_t kMaxData = 64u * 1024;
+inline constexpr uint32_t kMaxData = 256u * 1024;
 /// Credit each side starts with, per stream and direction, for DATA/STDOUT/STDERR bytes.
-inline constexpr uint32_t kInitialWindow = 512u * 1024;
+inline constexpr uint32_t kInitialWindow = 4u * 1024 * 1024;
 
 enum class FrameType : uint8_t {
   kHello = 0x01,      // agent -> daemon, stream 0: JSON {"version", "agent", "boot_id"}

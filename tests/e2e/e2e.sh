@@ -42,6 +42,7 @@ if [ ! -e "$TEMPLATES/base/.b3os-ready" ]; then
 fi
 
 T=$(mktemp -d /tmp/b3os-e2e.XXXXXX)
+export B3OS_E2E_PIDFILE=$T/daemon.pid
 E2E_RESULTS=$T/results
 RESP=$T/resp
 RESPH=$T/resp.headers
@@ -83,9 +84,9 @@ run_section() {
   rc=$?
   set -e
   [ "$rc" = 0 ] || fail "$fn" "the section stopped at an unexpected error (exit $rc); see the line above"
-  # A section may have lost the daemon (the restart check); bring it back for the others.
-  if ! kill -0 "$(daemon_pid)" 2>/dev/null; then
-    info "b3osd is not running after $fn; starting it again"
+  # The daemon must survive every section (s_restart kills it on purpose and starts it again).
+  if ! daemon_alive; then
+    fail "$fn.daemon_alive" "b3osd died during $fn: $(grep 'b3osd exited with status' "$T/daemon.log" | tail -n1)"
     start_daemon || die "b3osd does not start again; see $T/daemon.log"
   fi
   return 0
@@ -756,9 +757,14 @@ s_restart() {
   check restart.counter_runs "$(snip)" [ "${c0:-0}" -gt 0 ]
 
   # Activity on d shortly before the crash moves its expiry; the restart must keep that.
+  local d_expires=""
   sleep 1.5
   act=$(now_ms)
-  [ -z "$d" ] || run_exec "$d" '{"cmd":"true"}'
+  if [ -n "$d" ]; then
+    run_exec "$d" '{"cmd":"true"}'
+    api GET "/v1/sandboxes/$d"
+    d_expires=$(j .expires_at)
+  fi
   # A stored idempotent answer must survive the restart.
   run_exec "$a" '{"cmd":"echo stored"}' -H "Idempotency-Key: restart-exec-$$"
   # A create still in flight when b3osd dies.
@@ -777,8 +783,10 @@ s_restart() {
   pass restart.daemon_starts
   if [ -n "$d" ]; then
     api GET "/v1/sandboxes/$d"
-    check restart.keeps_last_activity "exec at $(date -u -d @$((act / 1000)) +%T) with timeout_s 60, but expires_at is $(j .expires_at)" \
-      okj 200 '.status == "running" and (.expires_at | sub("\\.(?<ms>[0-9]+)Z$"; "Z") | fromdateiso8601) * 1000 + 999 >= '"$((act + 60000))"
+    # expires_at has millisecond precision; allow 0.5 s.
+    check restart.keeps_last_activity "expires_at was $d_expires before the kill (last exec at $(date -u -d @$((act / 1000)) +%T), timeout_s 60), $(j .expires_at) after the restart" \
+      okj 200 'def ms: capture("^(?<s>[^.]+)(\\.(?<f>[0-9]{3}))?Z$") | ((.s + "Z" | fromdateiso8601) * 1000 + ((.f // "0") | tonumber));
+        .status == "running" and (.expires_at | ms) + 500 >= ("'"$d_expires"'" | ms)'
     delete_sandbox "$d" || true
   fi
   api GET "/v1/sandboxes/$a"

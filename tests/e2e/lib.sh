@@ -147,16 +147,30 @@ free_port() {
 }
 
 daemon_pid() { cat "$T/daemon.pid" 2>/dev/null || true; }
+daemon_alive() {
+  local pid
+  pid=$(daemon_pid)
+  [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null
+}
 
 # start_daemon: starts b3osd with the suite's flags (appending to $T/daemon.log) and waits
-# up to 30 s for /healthz. Returns 1 if it does not come up.
+# up to 30 s for /healthz. Returns 1 if it does not come up. A small bash parent waits for
+# b3osd and appends "b3osd exited with status N" to the log, so a crash is visible there.
 start_daemon() {
-  "$B3OS_BIN/b3osd" --listen "127.0.0.1:$PORT" --data-dir "$T/data" --run-dir "$T/run" \
+  rm -f "$T/daemon.pid"
+  bash -c '"$@" </dev/null & echo $! >"$B3OS_E2E_PIDFILE"; wait $!
+           echo "b3osd exited with status $? at $(date +%T.%3N)"' b3osd-e2e-wrapper \
+    "$B3OS_BIN/b3osd" --listen "127.0.0.1:$PORT" --data-dir "$T/data" --run-dir "$T/run" \
     --runsc-root "$T/run/runsc" --templates-dir "$TEMPLATES" --quiet-key \
     >>"$T/daemon.log" 2>&1 </dev/null &
-  local pid=$!
-  disown "$pid" 2>/dev/null || true
-  echo "$pid" >"$T/daemon.pid"
+  disown $! 2>/dev/null || true
+  local pid=""
+  for _ in $(seq 1 100); do
+    pid=$(cat "$T/daemon.pid" 2>/dev/null || true)
+    [ -z "$pid" ] || break
+    sleep 0.01
+  done
+  [ -n "$pid" ] || return 1
   for _ in $(seq 1 300); do
     if curl -sf -o /dev/null "$URL/healthz"; then return 0; fi
     kill -0 "$pid" 2>/dev/null || return 1
