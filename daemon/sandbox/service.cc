@@ -538,6 +538,23 @@ Result<void> SandboxService::recover() {
 
 // ---- exec and files ----
 
+Error SandboxService::explain(Sandbox& s, Error e) {
+  if (!s.channel || !s.channel->closed()) return e;
+  // The reader thread is recording why the sandbox died; give it a moment.
+  for (int i = 0; i < 200; ++i) {
+    {
+      std::lock_guard lk(s.mu);
+      if (s.finished) {
+        std::string why = s.doc.value("stop_message", json()).is_string() ? s.doc["stop_message"].get<std::string>()
+                                                                         : s.doc["status"].get<std::string>();
+        return Error{ErrorCode::kSandboxNotRunning, "sandbox " + s.id + " stopped: " + why, 0};
+      }
+    }
+    std::this_thread::sleep_for(10ms);
+  }
+  return Error{ErrorCode::kSandboxNotRunning, "sandbox " + s.id + " stopped: " + e.message, 0};
+}
+
 Result<std::shared_ptr<agentlink::Stream>> SandboxService::open_stream(Sandbox& s, const json& request) {
   std::shared_ptr<agentlink::AgentChannel> ch;
   {
@@ -577,19 +594,20 @@ Result<ExecResult> SandboxService::exec(const Principal& p, const std::string& i
   auto& st = **stream;
   const auto deadline = Clock::now() + std::chrono::milliseconds(spec.timeout_ms) + kExecGrace;
   if (spec.stdin_data) {
-    if (auto r = st.send_data(*spec.stdin_data, deadline); !r && r.error().code != ErrorCode::kConflict) return fail(r.error());
+    if (auto r = st.send_data(*spec.stdin_data, deadline); !r && r.error().code != ErrorCode::kConflict)
+      return fail(explain(s, r.error()));
     (void)st.send_eof();
   }
   ExecResult res;
   for (;;) {
     auto f = st.next(std::min(deadline, Clock::now() + 250ms));
     if (!f) {
-      if (Clock::now() >= deadline) return fail(f.error());
+      if (Clock::now() >= deadline) return fail(explain(s, f.error()));
       if (cancelled && cancelled()) {
         st.cancel();
         return fail(ErrorCode::kInternal, "the client went away; the command was cancelled");
       }
-      if (s.channel->closed()) return fail(ErrorCode::kSandboxNotRunning, "sandbox " + id + " stopped during the command");
+      if (s.channel->closed()) return fail(explain(s, f.error()));
       continue;
     }
     if (f->type == protocol::FrameType::kStdout || f->type == protocol::FrameType::kStderr) {
@@ -629,17 +647,17 @@ Result<json> SandboxService::write_file(const Principal& p, const std::string& i
     if (*n == 0) break;
     auto r = st.send_data(std::string_view(buf.data(), *n), Clock::now() + kFileIdleTimeout);
     if (!r) {
-      if (r.error().code != ErrorCode::kConflict) return fail(r.error());
+      if (r.error().code != ErrorCode::kConflict) return fail(explain(**sr, r.error()));
       agent_ended = true;  // the agent refused the file; its END says why
       break;
     }
   }
   if (!agent_ended) {
-    if (auto r = st.send_eof(); !r) return fail(r.error());
+    if (auto r = st.send_eof(); !r) return fail(explain(**sr, r.error()));
   }
   for (;;) {
     auto f = st.next(Clock::now() + kFileIdleTimeout);
-    if (!f) return fail(f.error());
+    if (!f) return fail(explain(**sr, f.error()));
     if (f->type != protocol::FrameType::kEnd) continue;
     auto end = parse_end(*f);
     if (!end) return fail(end.error());
@@ -659,7 +677,7 @@ Result<void> SandboxService::read_file(const Principal& p, const std::string& id
   auto& st = **stream;
   for (;;) {
     auto f = st.next(Clock::now() + kFileIdleTimeout);
-    if (!f) return fail(f.error());
+    if (!f) return fail(explain(**sr, f.error()));
     switch (f->type) {
       case protocol::FrameType::kHeader: {
         json h = json::parse(f->payload, nullptr, false);
@@ -693,7 +711,7 @@ Result<json> SandboxService::list_dir(const Principal& p, const std::string& id,
   if (!stream) return fail(stream.error());
   for (;;) {
     auto f = (*stream)->next(Clock::now() + kFileIdleTimeout);
-    if (!f) return fail(f.error());
+    if (!f) return fail(explain(**sr, f.error()));
     if (f->type != protocol::FrameType::kEnd) continue;
     auto end = parse_end(*f);
     if (!end) return fail(end.error());
@@ -721,7 +739,7 @@ Result<json> SandboxService::remove_path(const Principal& p, const std::string& 
   if (!stream) return fail(stream.error());
   for (;;) {
     auto f = (*stream)->next(Clock::now() + kFileIdleTimeout);
-    if (!f) return fail(f.error());
+    if (!f) return fail(explain(**sr, f.error()));
     if (f->type != protocol::FrameType::kEnd) continue;
     auto end = parse_end(*f);
     if (!end) return fail(end.error());

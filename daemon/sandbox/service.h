@@ -103,6 +103,8 @@ class SandboxService {
   Result<std::shared_ptr<Sandbox>> running(const Principal& p, const std::string& id);
   Result<std::shared_ptr<agentlink::Stream>> open_stream(Sandbox& s, const nlohmann::json& request);
   nlohmann::json view(const Sandbox& s) const;
+  /// Turns a channel failure into "the sandbox stopped: why" when the sandbox is gone.
+  Error explain(Sandbox& s, Error e);
   Result<void> persist(Sandbox& s);
   void touch(Sandbox& s);
   /// Moves a sandbox to stopped/failed, persists it, and releases every host resource.
