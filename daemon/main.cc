@@ -101,6 +101,10 @@ int main(int argc, char** argv) {
     std::cerr << "b3osd: " << store.error().message << "\n";
     return 1;
   }
+  if (auto r = (*store)->idempotency_clear_pending(); !r) {
+    std::cerr << "b3osd: " << r.error().message << "\n";
+    return 1;
+  }
   auto key = admin_key(**store, cfg.data_dir);
   if (!key) {
     std::cerr << "b3osd: " << key.error().message << "\n";

@@ -314,6 +314,11 @@ Result<void> Store::idempotency_finish(const std::string& project_id, const std:
   return {};
 }
 
+Result<void> Store::idempotency_clear_pending() {
+  std::lock_guard lk(mu_);
+  return exec("DELETE FROM idempotency WHERE status IS NULL");
+}
+
 Result<void> Store::idempotency_abort(const std::string& project_id, const std::string& key) {
   std::lock_guard lk(mu_);
   Stmt st(db_, "DELETE FROM idempotency WHERE project_id = ? AND key = ? AND status IS NULL");

@@ -88,6 +88,9 @@ class Store {
   /// Stores the response of a claimed key.
   Result<void> idempotency_finish(const std::string& project_id, const std::string& key, int status,
                                   const std::string& content_type, const std::string& body);
+  /// Releases every claim that has no response: called at start, when the requests that
+  /// claimed them died with the previous process.
+  Result<void> idempotency_clear_pending();
   /// Releases a claimed key without a stored response (the request failed with a 5xx).
   Result<void> idempotency_abort(const std::string& project_id, const std::string& key);
 

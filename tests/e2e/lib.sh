@@ -1,4 +1,5 @@
 # shellcheck shell=bash
+# shellcheck disable=SC2034 # ST, TIME, CID are read by e2e.sh
 # Helpers for tests/e2e/e2e.sh: result lines, HTTP calls with curl, JSON checks with jq, and
 # starting/stopping/cleaning up a private b3osd.
 #

@@ -113,6 +113,10 @@ TEST_F(StoreTest, IdempotencyReplayConflictAndAbort) {
   ASSERT_EQ(store_->idempotency_begin("p", "k2", "key_a", "POST", "/x", "h")->kind, K::kNew);
   ASSERT_TRUE(store_->idempotency_abort("p", "k2"));
   EXPECT_EQ(store_->idempotency_begin("p", "k2", "key_a", "POST", "/x", "h")->kind, K::kNew);
+  // At start, claims whose request died with the old process are released; answers stay.
+  ASSERT_TRUE(store_->idempotency_clear_pending());
+  EXPECT_EQ(store_->idempotency_begin("p", "k2", "key_a", "POST", "/x", "h")->kind, K::kNew);
+  EXPECT_EQ(store_->idempotency_begin("p", "k1", "key_a", "POST", "/v1/sandboxes", "h1")->kind, K::kReplay);
 }
 
 }  // namespace
