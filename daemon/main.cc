@@ -15,6 +15,7 @@
 #include "daemon/http/server.h"
 #include "daemon/sandbox/service.h"
 #include "daemon/store/store.h"
+#include "daemon/sys/process.h"
 
 namespace fs = std::filesystem;
 using namespace b3os;
@@ -91,6 +92,16 @@ int main(int argc, char** argv) {
     return 1;
   }
   ::signal(SIGPIPE, SIG_IGN);
+  // Blocked before any thread starts, so every thread inherits the mask and only the
+  // waiter below sees SIGTERM/SIGINT. Children get a clean mask from spawn().
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  sigset_t blocked = stop_signals;
+  sigaddset(&blocked, SIGCHLD);  // taken by the orphan reaper's thread
+  pthread_sigmask(SIG_BLOCK, &blocked, nullptr);
+  sys::start_orphan_reaper();
   spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
 
   std::error_code ec;
@@ -124,11 +135,6 @@ int main(int argc, char** argv) {
   }
 
   // SIGTERM/SIGINT end the process; sandboxes keep running and a restart reattaches them.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGTERM);
-  sigaddset(&stop_signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   std::thread([&] {
     int sig = 0;
     sigwait(&stop_signals, &sig);

@@ -31,7 +31,6 @@ constexpr auto kHelloTimeout = 15s;
 constexpr auto kControlTimeout = 5s;
 constexpr auto kFileIdleTimeout = 60s;
 constexpr auto kExecGrace = 10s;
-constexpr int64_t kExpiryPersistEveryMs = 5000;
 
 const std::map<std::string, std::string> kTemplateDescriptions = {
     {"base", "Debian 12 minbase with python3, curl, ca-certificates and procps"},
@@ -69,14 +68,11 @@ void kill_and_wait(pid_t pid) {
   if (pid <= 0 || !is_shim_process(pid)) return;
   ::kill(pid, SIGTERM);
   for (int i = 0; i < 200; ++i) {
-    int status;
-    pid_t r = ::waitpid(pid, &status, WNOHANG);
-    if (r == pid) return;
-    if (r < 0 && ::kill(pid, 0) != 0) return;  // not our child (adopted after a restart) and gone
+    if (sys::try_reap(pid) && ::kill(pid, 0) != 0) return;  // reaped, or not our child and gone
     std::this_thread::sleep_for(5ms);
   }
   ::kill(pid, SIGKILL);
-  ::waitpid(pid, nullptr, WNOHANG);
+  sys::try_reap(pid);
 }
 
 pid_t read_pid_file(const std::string& path) {
@@ -97,7 +93,22 @@ struct SandboxService::Sandbox {
   std::atomic<int64_t> last_activity_ms{0};
   int64_t persisted_activity_ms = 0;
   bool finished = false;
+  std::atomic<int> active_ops{0};  // execs and transfers in flight: the sandbox is not idle
 };
+
+namespace {
+/// Marks a sandbox busy for the life of one operation.
+class ActiveOp {
+ public:
+  explicit ActiveOp(std::atomic<int>& n) : n_(n) { ++n_; }
+  ~ActiveOp() { --n_; }
+  ActiveOp(const ActiveOp&) = delete;
+  ActiveOp& operator=(const ActiveOp&) = delete;
+
+ private:
+  std::atomic<int>& n_;
+};
+}  // namespace
 
 void compute_usage(json& doc, int64_t now_ms) {
   const json& in = doc["_b3os"];
@@ -170,7 +181,15 @@ Result<void> SandboxService::persist(Sandbox& s) {
   return store_.put_sandbox({s.id, s.project_id, d["status"].get<std::string>(), d, s.secrets});
 }
 
-void SandboxService::touch(Sandbox& s) { s.last_activity_ms = now_unix_ms(); }
+void SandboxService::touch(Sandbox& s) {
+  // Written through at once (a small WAL write, well under a millisecond) so that a restart
+  // never moves expires_at backwards and stops a sandbox that was in use.
+  s.last_activity_ms = now_unix_ms();
+  std::lock_guard lk(s.mu);
+  if (!s.finished && s.last_activity_ms.load() != s.persisted_activity_ms) {
+    if (auto r = persist(s); !r) spdlog::warn("sandbox {}: {}", s.id, r.error().message);
+  }
+}
 
 std::shared_ptr<SandboxService::Sandbox> SandboxService::find_live(const Principal& p, const std::string& id) {
   std::lock_guard lk(mu_);
@@ -200,7 +219,7 @@ Result<pid_t> SandboxService::start_shim(const std::string& dir, int fd) {
   char buf[16] = {};
   if (::poll(&pfd, 1, 5000) != 1 || ::read(rd.get(), buf, sizeof buf - 1) <= 0 || std::string(buf) != "ready\n") {
     ::kill(*pid, SIGKILL);
-    ::waitpid(*pid, nullptr, 0);
+    (void)sys::wait_exit(*pid);
     return fail(ErrorCode::kInternal, "b3os-shim did not start (" + cfg_.shim_path + ")");
   }
   std::ofstream(dir + "/shim.pid") << *pid << "\n";
@@ -461,13 +480,8 @@ void SandboxService::reaper_loop() {
     const int64_t now = now_unix_ms();
     for (auto& s : all) {
       int64_t timeout_ms = int64_t(s->doc.value("timeout_s", 300)) * 1000;
-      if (now >= s->last_activity_ms.load() + timeout_ms) {
+      if (s->active_ops.load() == 0 && now >= s->last_activity_ms.load() + timeout_ms) {
         finish(s, "stopped", "timeout", "no API activity for timeout_s (" + std::to_string(timeout_ms / 1000) + " s)");
-        continue;
-      }
-      std::lock_guard g(s->mu);
-      if (!s->finished && s->last_activity_ms.load() - s->persisted_activity_ms >= kExpiryPersistEveryMs) {
-        if (auto r = persist(*s); !r) spdlog::warn("sandbox {}: {}", s->id, r.error().message);
       }
     }
     lk.lock();
@@ -545,8 +559,9 @@ Error SandboxService::explain(Sandbox& s, Error e) {
     {
       std::lock_guard lk(s.mu);
       if (s.finished) {
-        std::string why = s.doc.value("stop_message", json()).is_string() ? s.doc["stop_message"].get<std::string>()
-                                                                         : s.doc["status"].get<std::string>();
+        std::string why = s.doc["stop_message"].is_string() ? s.doc["stop_message"].get<std::string>()
+                          : s.doc["stop_reason"] == "deleted" ? std::string("it was deleted")
+                                                              : "its timeout passed with no API activity";
         return Error{ErrorCode::kSandboxNotRunning, "sandbox " + s.id + " stopped: " + why, 0};
       }
     }
@@ -572,6 +587,7 @@ Result<ExecResult> SandboxService::exec(const Principal& p, const std::string& i
   auto sr = running(p, id);
   if (!sr) return fail(sr.error());
   auto& s = **sr;
+  ActiveOp busy(s.active_ops);
   json env = {{"PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
               {"HOME", "/root"},
               {"LANG", "C.UTF-8"},
@@ -636,6 +652,7 @@ Result<json> SandboxService::write_file(const Principal& p, const std::string& i
   Stopwatch sw;
   auto sr = running(p, id);
   if (!sr) return fail(sr.error());
+  ActiveOp busy((*sr)->active_ops);
   auto stream = open_stream(**sr, {{"op", "file_write"}, {"path", path}, {"mode", 0644}});
   if (!stream) return fail(stream.error());
   auto& st = **stream;
@@ -672,6 +689,7 @@ Result<void> SandboxService::read_file(const Principal& p, const std::string& id
   Stopwatch sw;
   auto sr = running(p, id);
   if (!sr) return fail(sr.error());
+  ActiveOp busy((*sr)->active_ops);
   auto stream = open_stream(**sr, {{"op", "file_read"}, {"path", path}});
   if (!stream) return fail(stream.error());
   auto& st = **stream;
@@ -707,6 +725,7 @@ Result<json> SandboxService::list_dir(const Principal& p, const std::string& id,
   Stopwatch sw;
   auto sr = running(p, id);
   if (!sr) return fail(sr.error());
+  ActiveOp busy((*sr)->active_ops);
   auto stream = open_stream(**sr, {{"op", "list"}, {"path", path}});
   if (!stream) return fail(stream.error());
   for (;;) {
@@ -735,6 +754,7 @@ Result<json> SandboxService::remove_path(const Principal& p, const std::string& 
   Stopwatch sw;
   auto sr = running(p, id);
   if (!sr) return fail(sr.error());
+  ActiveOp busy((*sr)->active_ops);
   auto stream = open_stream(**sr, {{"op", "remove"}, {"path", path}, {"recursive", recursive}});
   if (!stream) return fail(stream.error());
   for (;;) {

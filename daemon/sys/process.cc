@@ -4,10 +4,17 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <dirent.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
+#include <fstream>
+#include <mutex>
+#include <set>
+#include <thread>
 
 #include "common/unique_fd.h"
 
@@ -17,6 +24,15 @@ namespace b3os::sys {
 
 namespace {
 constexpr size_t kMaxCapturedOutput = 64 * 1024;
+
+// Children that some caller will reap itself; the orphan reaper leaves them alone.
+std::mutex g_owned_mu;
+std::set<pid_t> g_owned;
+
+void forget(pid_t pid) {
+  std::lock_guard lk(g_owned_mu);
+  g_owned.erase(pid);
+}
 
 int exit_code_of(int status) {
   if (WIFEXITED(status)) return WEXITSTATUS(status);
@@ -72,18 +88,64 @@ Result<pid_t> spawn(const SpawnOptions& opts) {
   for (const auto& a : opts.argv) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
   pid_t pid = -1;
+  std::unique_lock owned(g_owned_mu);  // so the reaper cannot take the child before it is owned
   int rc = ::posix_spawnp(&pid, argv[0], &fa, &attr, argv.data(), environ);
+  if (rc == 0) g_owned.insert(pid);
+  owned.unlock();
   posix_spawn_file_actions_destroy(&fa);
   posix_spawnattr_destroy(&attr);
   if (rc != 0) return fail(errno_error(ErrorCode::kInternal, "starting " + opts.argv[0], rc));
   return pid;
 }
 
+bool try_reap(pid_t pid) {
+  int status = 0;
+  pid_t r = ::waitpid(pid, &status, WNOHANG);
+  if (r == pid || (r < 0 && errno == ECHILD)) {
+    forget(pid);
+    return true;
+  }
+  return false;
+}
+
+void start_orphan_reaper() {
+  ::prctl(PR_SET_CHILD_SUBREAPER, 1);
+  std::thread([] {
+    sigset_t chld;
+    sigemptyset(&chld);
+    sigaddset(&chld, SIGCHLD);
+    const std::string self = std::to_string(::getpid());
+    for (;;) {
+      timespec tick{1, 0};
+      ::sigtimedwait(&chld, nullptr, &tick);
+      // Reap zombies that are ours by adoption only; spawn()'s callers reap their own.
+      DIR* d = ::opendir("/proc");
+      if (!d) continue;
+      while (dirent* e = ::readdir(d)) {
+        if (e->d_name[0] < '1' || e->d_name[0] > '9') continue;
+        std::ifstream f(std::string("/proc/") + e->d_name + "/stat");
+        std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+        size_t close = stat.rfind(')');
+        if (close == std::string::npos || close + 4 >= stat.size() || stat[close + 2] != 'Z') continue;
+        size_t ppid_at = close + 4;
+        if (stat.compare(ppid_at, self.size() + 1, self + " ") != 0) continue;
+        pid_t pid = static_cast<pid_t>(std::atoi(e->d_name));
+        std::lock_guard lk(g_owned_mu);
+        if (!g_owned.count(pid)) ::waitpid(pid, nullptr, WNOHANG);
+      }
+      ::closedir(d);
+    }
+  }).detach();
+}
+
 Result<int> wait_exit(pid_t pid) {
   int status = 0;
   for (;;) {
     pid_t r = ::waitpid(pid, &status, 0);
-    if (r == pid) return exit_code_of(status);
+    if (r == pid) {
+      forget(pid);
+      return exit_code_of(status);
+    }
     if (r < 0 && errno == EINTR) continue;
     return fail(errno_error(ErrorCode::kInternal, "waitpid " + std::to_string(pid), errno));
   }

@@ -33,8 +33,16 @@ struct CommandResult {
 /// running after `timeout` is killed. A non-zero exit is not an error here: callers decide.
 Result<CommandResult> run(const std::vector<std::string>& argv, std::chrono::milliseconds timeout);
 
-/// Waits for pid; returns its exit code (128+signal when killed).
+/// Waits for a child started by spawn(); returns its exit code (128+signal when killed).
 Result<int> wait_exit(pid_t pid);
+/// Reaps a child started by spawn() if it has exited; true when it is gone.
+bool try_reap(pid_t pid);
+
+/// Makes b3osd the reaper of its orphaned descendants (runsc's sandbox and gofer processes
+/// outlive the `runsc create` that started them) and starts a thread that reaps them as they
+/// exit, so a deleted sandbox leaves no zombie and `runsc delete` need not wait for init.
+/// SIGCHLD must be blocked in every thread (b3osd blocks it before starting any).
+void start_orphan_reaper();
 
 /// Joins argv for messages and logs.
 std::string join_argv(const std::vector<std::string>& argv);
