@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <fstream>
 
@@ -64,8 +65,7 @@ std::string oci_config(const ContainerSpec& spec, const RuntimeConfig& cfg) {
        {{"namespaces", {{{"type", "pid"}}, {{"type", "ipc"}}, {{"type", "uts"}}, {{"type", "mount"}}, {{"type", "network"}}}},
         {"cgroupsPath", "/b3os/" + spec.id},
         {"resources",
-         {{"cpu", {{"quota", int64_t(spec.vcpu) * kCpuPeriodUs}, {"period", kCpuPeriodUs}}},
-          {"memory", {{"limit", mem_bytes}}},
+         {{"memory", {{"limit", mem_bytes}}},
           {"pids", {{"limit", 32768}}}}}}},
   };
   return c.dump(2);
@@ -101,6 +101,29 @@ Result<void> Runsc::create(const ContainerSpec& spec, int stdio_fd) {
     (void)destroy(spec.id);
     return fail(ErrorCode::kInternal, "runsc create failed (exit " + std::to_string(*code) + "): " + why);
   }
+  return {};
+}
+
+Result<void> Runsc::limit_cpu(const std::string& id, int vcpu) {
+  const int64_t quota = int64_t(vcpu) * kCpuPeriodUs;
+  // cgroup v1 (this machine) or v2, wherever runsc put the container's cgroup.
+  const std::string v1 = "/sys/fs/cgroup/cpu/b3os/" + id;
+  const std::string v2 = "/sys/fs/cgroup/b3os/" + id;
+  std::string file, value;
+  if (::access((v1 + "/cpu.cfs_quota_us").c_str(), W_OK) == 0) {
+    std::ofstream(v1 + "/cpu.cfs_period_us") << kCpuPeriodUs;
+    file = v1 + "/cpu.cfs_quota_us";
+    value = std::to_string(quota);
+  } else if (::access((v2 + "/cpu.max").c_str(), W_OK) == 0) {
+    file = v2 + "/cpu.max";
+    value = std::to_string(quota) + " " + std::to_string(kCpuPeriodUs);
+  } else {
+    return fail(ErrorCode::kInternal, "no CPU cgroup for sandbox " + id + " (looked in " + v1 + " and " + v2 + ")");
+  }
+  std::ofstream f(file);
+  f << value;
+  f.flush();
+  if (!f) return fail(ErrorCode::kInternal, "setting the CPU limit in " + file);
   return {};
 }
 

@@ -323,6 +323,8 @@ Result<json> SandboxService::create(const Principal& p, const SandboxSpec& spec,
                    {"time_ns", now_unix_ms() * 1000000}};
   if (auto r = s->channel->send_identity(identity, kControlTimeout); !r) return undo(r.error());
   t.lap("agent", sw);
+  if (auto r = runsc_.limit_cpu(id, spec.vcpu); !r) return undo(r.error());
+  t.lap("limits", sw);
 
   const int64_t now = now_unix_ms();
   s->last_activity_ms = now;
