@@ -723,51 +723,44 @@ Result<void> SandboxService::read_file(const Principal& p, const std::string& id
   }
 }
 
-Result<json> SandboxService::list_dir(const Principal& p, const std::string& id, const std::string& path, Timing& t) {
-  Stopwatch sw;
+Result<json> SandboxService::call_agent(const Principal& p, const std::string& id, const json& request) {
   auto sr = running(p, id);
   if (!sr) return fail(sr.error());
   ActiveOp busy((*sr)->active_ops);
-  auto stream = open_stream(**sr, {{"op", "list"}, {"path", path}});
+  auto stream = open_stream(**sr, request);
   if (!stream) return fail(stream.error());
   for (;;) {
     auto f = (*stream)->next(Clock::now() + kFileIdleTimeout);
     if (!f) return fail(explain(**sr, f.error()));
-    if (f->type != protocol::FrameType::kEnd) continue;
-    auto end = parse_end(*f);
-    if (!end) return fail(end.error());
-    json data = json::array();
-    for (auto& e : (*end)["entries"]) {
-      std::string name = e.value("name", "");
-      data.push_back({{"name", name},
-                      {"path", path == "/" ? "/" + name : path + "/" + name},
-                      {"type", e.value("type", "other")},
-                      {"size", e.value("size", uint64_t{0})},
-                      {"mode", e.value("mode", 0)},
-                      {"modified_at", format_rfc3339(e.value("mtime_ns", int64_t{0}) / 1000000)}});
-    }
-    t.lap("list", sw);
-    return json{{"object", "list"}, {"path", path}, {"data", data}, {"next_cursor", nullptr}};
+    if (f->type == protocol::FrameType::kEnd) return parse_end(*f);
   }
+}
+
+Result<json> SandboxService::list_dir(const Principal& p, const std::string& id, const std::string& path, Timing& t) {
+  Stopwatch sw;
+  auto end = call_agent(p, id, {{"op", "list"}, {"path", path}});
+  if (!end) return fail(end.error());
+  json data = json::array();
+  for (auto& e : (*end)["entries"]) {
+    std::string name = e.value("name", "");
+    data.push_back({{"name", name},
+                    {"path", path == "/" ? "/" + name : path + "/" + name},
+                    {"type", e.value("type", "other")},
+                    {"size", e.value("size", uint64_t{0})},
+                    {"mode", e.value("mode", 0)},
+                    {"modified_at", format_rfc3339(e.value("mtime_ns", int64_t{0}) / 1000000)}});
+  }
+  t.lap("list", sw);
+  return json{{"object", "list"}, {"path", path}, {"data", data}, {"next_cursor", nullptr}};
 }
 
 Result<json> SandboxService::remove_path(const Principal& p, const std::string& id, const std::string& path,
                                          bool recursive, Timing& t) {
   Stopwatch sw;
-  auto sr = running(p, id);
-  if (!sr) return fail(sr.error());
-  ActiveOp busy((*sr)->active_ops);
-  auto stream = open_stream(**sr, {{"op", "remove"}, {"path", path}, {"recursive", recursive}});
-  if (!stream) return fail(stream.error());
-  for (;;) {
-    auto f = (*stream)->next(Clock::now() + kFileIdleTimeout);
-    if (!f) return fail(explain(**sr, f.error()));
-    if (f->type != protocol::FrameType::kEnd) continue;
-    auto end = parse_end(*f);
-    if (!end) return fail(end.error());
-    t.lap("remove", sw);
-    return json{{"path", path}, {"deleted", true}};
-  }
+  auto end = call_agent(p, id, {{"op", "remove"}, {"path", path}, {"recursive", recursive}});
+  if (!end) return fail(end.error());
+  t.lap("remove", sw);
+  return json{{"path", path}, {"deleted", true}};
 }
 
 Result<double> SandboxService::ping(const Principal& p, const std::string& id) {

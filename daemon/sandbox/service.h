@@ -102,6 +102,8 @@ class SandboxService {
   std::shared_ptr<Sandbox> find_live(const Principal& p, const std::string& id);
   Result<std::shared_ptr<Sandbox>> running(const Principal& p, const std::string& id);
   Result<std::shared_ptr<agentlink::Stream>> open_stream(Sandbox& s, const nlohmann::json& request);
+  /// One request whose whole answer is the agent's END (list, remove, stat).
+  Result<nlohmann::json> call_agent(const Principal& p, const std::string& id, const nlohmann::json& request);
   nlohmann::json view(const Sandbox& s) const;
   /// Turns a channel failure into "the sandbox stopped: why" when the sandbox is gone.
   Error explain(Sandbox& s, Error e);

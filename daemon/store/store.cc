@@ -106,6 +106,18 @@ Result<SandboxRow> row_from(Stmt& st) {
   return r;
 }
 
+Result<std::vector<SandboxRow>> all_rows(sqlite3* db, Stmt& st, std::string_view what) {
+  std::vector<SandboxRow> out;
+  int rc;
+  while ((rc = st.step()) == SQLITE_ROW) {
+    auto r = row_from(st);
+    if (!r) return fail(r.error());
+    out.push_back(std::move(*r));
+  }
+  if (rc != SQLITE_DONE) return fail(db_error(db, what));
+  return out;
+}
+
 }  // namespace
 
 std::string sha256_hex(std::string_view data) {
@@ -238,29 +250,13 @@ Result<std::vector<SandboxRow>> Store::list_sandboxes(const SandboxQuery& q) {
     st.bind(static_cast<int>(4 + 2 * i), q.metadata[i].first);
     st.bind(static_cast<int>(5 + 2 * i), q.metadata[i].second);
   }
-  std::vector<SandboxRow> out;
-  int rc;
-  while ((rc = st.step()) == SQLITE_ROW) {
-    auto r = row_from(st);
-    if (!r) return fail(r.error());
-    out.push_back(std::move(*r));
-  }
-  if (rc != SQLITE_DONE) return fail(db_error(db_, "listing sandboxes"));
-  return out;
+  return all_rows(db_, st, "listing sandboxes");
 }
 
 Result<std::vector<SandboxRow>> Store::active_sandboxes() {
   std::lock_guard lk(mu_);
   Stmt st(db_, "SELECT id, project_id, status, doc, secrets FROM sandboxes WHERE status IN ('running', 'paused')");
-  std::vector<SandboxRow> out;
-  int rc;
-  while ((rc = st.step()) == SQLITE_ROW) {
-    auto r = row_from(st);
-    if (!r) return fail(r.error());
-    out.push_back(std::move(*r));
-  }
-  if (rc != SQLITE_DONE) return fail(db_error(db_, "listing active sandboxes"));
-  return out;
+  return all_rows(db_, st, "listing active sandboxes");
 }
 
 Result<IdempotencyHit> Store::idempotency_begin(const std::string& project_id, const std::string& key,
