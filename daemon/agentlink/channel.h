@@ -79,6 +79,10 @@ class AgentChannel : public std::enable_shared_from_this<AgentChannel> {
   /// Opens a stream with `request` as the OPEN payload.
   Result<std::shared_ptr<Stream>> open(const nlohmann::json& request);
 
+  /// Holds every writer back (no frame half-written) for as long as the lock lives; used
+  /// around a checkpoint so the image never holds a torn frame from the daemon.
+  std::unique_lock<std::mutex> quiesce() { return std::unique_lock<std::mutex>(write_mu_); }
+
   /// Stops the reader and closes the fd (without calling on_close).
   void shutdown();
   bool closed() const { return closed_.load(); }

@@ -244,10 +244,12 @@ Result<Reply> Api::dispatch_json(Call& c) {
       return fail(ErrorCode::kInvalidRequest, "count: must be an integer between 1 and " + std::to_string(kMaxForkCount));
     if (c.body.contains("metadata"))
       if (auto md = sandbox::parse_metadata(c.body["metadata"], "metadata"); !md) return fail(md.error());
-    auto src = sandboxes_.get(c.principal, id);
-    if (!src) return fail(src.error());
-    // No sandbox can be forkable until fork lands (create refuses forkable: true with 501).
-    return fail(ErrorCode::kForkUnavailable, "sandbox " + id + " was not created with forkable: true");
+    std::optional<std::map<std::string, std::string>> metadata;
+    if (c.body.contains("metadata")) metadata = *sandbox::parse_metadata(c.body["metadata"], "metadata");
+    const int count = c.body.contains("count") ? c.body["count"].get<int>() : 1;
+    auto r = sandboxes_.fork(c.principal, id, count, metadata, c.timing);
+    if (!r) return fail(r.error());
+    return Reply{201, std::move(*r), {}};
   }
   if (s.size() == 4 && (verb == "pause" || verb == "resume" || verb == "snapshot")) {
     if (m != "POST") return method_not_allowed("POST");

@@ -127,6 +127,24 @@ Result<void> Runsc::limit_cpu(const std::string& id, int vcpu) {
   return {};
 }
 
+Result<void> Runsc::checkpoint(const std::string& id, const std::string& image_dir) {
+  auto argv = base_argv();
+  argv.insert(argv.end(), {"checkpoint", "--leave-running", "--compression=none", "--image-path", image_dir, id});
+  auto r = sys::run(argv, 120s);
+  if (!r) return fail(r.error());
+  if (r->exit_code != 0) return fail(ErrorCode::kInternal, "runsc checkpoint " + id + " failed: " + r->output);
+  return {};
+}
+
+Result<void> Runsc::restore(const std::string& id, const std::string& bundle_dir, const std::string& image_dir) {
+  auto argv = base_argv();
+  argv.insert(argv.end(), {"restore", "--detach", "--image-path", image_dir, "--bundle", bundle_dir, id});
+  auto r = sys::run(argv, 120s);
+  if (!r) return fail(r.error());
+  if (r->exit_code != 0) return fail(ErrorCode::kInternal, "runsc restore " + id + " failed: " + r->output);
+  return {};
+}
+
 Result<void> Runsc::start(const std::string& id) {
   auto argv = base_argv();
   argv.insert(argv.end(), {"start", id});

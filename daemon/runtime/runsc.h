@@ -47,6 +47,11 @@ class Runsc {
   /// after boot rather than in the OCI config: a 1-vCPU quota during boot throttles gVisor's
   /// own start-up by about 100 ms.
   Result<void> limit_cpu(const std::string& id, int vcpu);
+  /// Saves a running container's memory, root overlay and processes to `image_dir`; the
+  /// container runs on (`--leave-running`).
+  Result<void> checkpoint(const std::string& id, const std::string& image_dir);
+  /// Restores `image_dir` into a created (not started) container.
+  Result<void> restore(const std::string& id, const std::string& bundle_dir, const std::string& image_dir);
   /// Starts a created container (the agent begins to run).
   Result<void> start(const std::string& id);
   /// Kills and deletes a container and its cgroup; a missing container is not an error.

@@ -15,6 +15,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/ids.h"
+#include "common/scope_exit.h"
 #include "common/unique_fd.h"
 #include "daemon/sys/process.h"
 #include "shim/fd_passing.h"
@@ -94,6 +95,7 @@ struct SandboxService::Sandbox {
   int64_t persisted_activity_ms = 0;
   bool finished = false;
   std::atomic<int> active_ops{0};  // execs and transfers in flight: the sandbox is not idle
+  std::string hostname;
 };
 
 namespace {
@@ -236,44 +238,10 @@ void SandboxService::release(const std::string& id, pid_t shim_pid) {
   if (ec) spdlog::warn("sandbox {}: removing {}: {}", id, dir, ec.message());
 }
 
-Result<json> SandboxService::create(const Principal& p, const SandboxSpec& spec, Timing& t) {
-  Stopwatch sw;
-  if (auto r = check_supported(spec); !r) return fail(r.error());
-  const std::string tdir = template_rootfs(spec.template_name);
-  if (tdir.empty() || (!fs::exists(tdir) && !kTemplateDescriptions.count(fs::path(tdir).filename().string())))
-    return fail(ErrorCode::kTemplateNotFound, "no template \"" + spec.template_name + "\" (see GET /v1/templates)");
-  if (!fs::exists(tdir + "/.b3os-ready"))
-    return fail(ErrorCode::kProductUnavailable, "template \"" + spec.template_name +
-                                                    "\" is not built on this node; run templates/" +
-                                                    fs::path(tdir).filename().string() + "/build.sh " + tdir);
-  const std::string tname = fs::path(tdir).filename().string();
-  {
-    std::lock_guard lk(mu_);
-    int mine = starting_by_project_[p.project_id];
-    for (auto& [id, s] : live_) mine += s->project_id == p.project_id;
-    if (mine >= cfg_.max_sandboxes_per_project)
-      return fail(ErrorCode::kConcurrencyLimited, "this project already has " + std::to_string(mine) +
-                                                      " sandboxes running, its limit; delete one first");
-    if (static_cast<int>(live_.size()) + starting_ >= cfg_.max_sandboxes_per_node)
-      return fail(ErrorCode::kCapacityUnavailable, "this node is at its limit of " +
-                                                       std::to_string(cfg_.max_sandboxes_per_node) + " sandboxes");
-    ++starting_;
-    ++starting_by_project_[p.project_id];
-  }
-  struct Unreserve {
-    SandboxService* self;
-    std::string project;
-    ~Unreserve() {
-      std::lock_guard lk(self->mu_);
-      --self->starting_;
-      if (--self->starting_by_project_[project] == 0) self->starting_by_project_.erase(project);
-    }
-  } unreserve{this, p.project_id};
-  t.lap("validate", sw);
-
+Result<std::shared_ptr<SandboxService::Sandbox>> SandboxService::launch(const Launch& l, Timing& t, Stopwatch& sw) {
   auto s = std::make_shared<Sandbox>();
-  s->id = new_id("sbx");
-  s->project_id = p.project_id;
+  s->id = l.id;
+  s->project_id = l.project_id;
   const std::string dir = cfg_.sandboxes_dir() + "/" + s->id;
   std::error_code ec;
   fs::create_directories(dir, ec);
@@ -281,10 +249,8 @@ Result<json> SandboxService::create(const Principal& p, const SandboxSpec& spec,
   ::chmod(dir.c_str(), 0700);
 
   // From here every failure must undo what was done: no container, shim or file may stay.
-  auto undo = [&](Error e) -> Result<json> {
-    if (s->channel) s->channel->shutdown();
-    release(s->id, s->shim_pid);
-    spdlog::warn("sandbox {}: create failed: {}", s->id, e.message);
+  auto undo = [&](Error e) -> Result<std::shared_ptr<Sandbox>> {
+    discard(*s);
     return fail(std::move(e));
   };
 
@@ -300,22 +266,33 @@ Result<json> SandboxService::create(const Principal& p, const SandboxSpec& spec,
   runtime::ContainerSpec cs;
   cs.id = s->id;
   cs.bundle_dir = dir;
-  cs.rootfs = tdir + "/rootfs";
+  cs.rootfs = l.rootfs;
   cs.agent_path = cfg_.agent_path;
   cs.hostname = "sbx-" + s->id.substr(4, 12);
-  cs.vcpu = spec.vcpu;
-  cs.memory_mib = spec.memory_mib;
+  cs.vcpu = l.vcpu;
+  cs.memory_mib = l.memory_mib;
   cs.log_path = dir + "/sandbox.log";
+  s->hostname = cs.hostname;
   if (auto r = runsc_.create(cs, agent_end.get()); !r) return undo(r.error());
   agent_end.reset();
   t.lap("create", sw);
-  if (auto r = runsc_.start(s->id); !r) return undo(r.error());
-  t.lap("start", sw);
+  if (l.image.empty()) {
+    if (auto r = runsc_.start(s->id); !r) return undo(r.error());
+    t.lap("start", sw);
+  } else {
+    if (auto r = runsc_.restore(s->id, dir, l.image); !r) return undo(r.error());
+    t.lap("restore", sw);
+  }
 
   const std::string id = s->id;
   s->channel = agentlink::AgentChannel::start(std::move(daemon_end), id,
                                               [this, id](const std::string& why) { on_channel_closed(id, why); });
-  if (auto h = s->channel->wait_hello(kHelloTimeout); !h) return undo(h.error().wrap("starting the agent"));
+  if (l.image.empty()) {
+    if (auto h = s->channel->wait_hello(kHelloTimeout); !h) return undo(h.error().wrap("starting the agent"));
+  } else {
+    // A restored agent is mid-conversation with the source's daemon; start afresh.
+    if (auto r = s->channel->resync(kControlTimeout); !r) return undo(r.error().wrap("reaching the restored agent"));
+  }
   json identity = {{"sandbox_id", id},
                    {"hostname", cs.hostname},
                    {"machine_id", to_hex(random_bytes(16))},
@@ -323,9 +300,68 @@ Result<json> SandboxService::create(const Principal& p, const SandboxSpec& spec,
                    {"time_ns", now_unix_ms() * 1000000}};
   if (auto r = s->channel->send_identity(identity, kControlTimeout); !r) return undo(r.error());
   t.lap("agent", sw);
-  if (auto r = runsc_.limit_cpu(id, spec.vcpu); !r) return undo(r.error());
+  if (auto r = runsc_.limit_cpu(id, l.vcpu); !r) return undo(r.error());
   t.lap("limits", sw);
+  return s;
+}
 
+Result<void> SandboxService::reserve(const std::string& project_id, int n) {
+  std::lock_guard lk(mu_);
+  int mine = starting_by_project_[project_id];
+  for (auto& [id, s] : live_) mine += s->project_id == project_id;
+  if (mine + n > cfg_.max_sandboxes_per_project)
+    return fail(ErrorCode::kConcurrencyLimited, "this project has " + std::to_string(mine) + " sandboxes running and " +
+                                                    std::to_string(n) + " more would pass its limit of " +
+                                                    std::to_string(cfg_.max_sandboxes_per_project) +
+                                                    "; delete some first");
+  if (static_cast<int>(live_.size()) + starting_ + n > cfg_.max_sandboxes_per_node)
+    return fail(ErrorCode::kCapacityUnavailable, "this node is at its limit of " +
+                                                     std::to_string(cfg_.max_sandboxes_per_node) + " sandboxes");
+  starting_ += n;
+  starting_by_project_[project_id] += n;
+  return {};
+}
+
+void SandboxService::unreserve(const std::string& project_id, int n) {
+  std::lock_guard lk(mu_);
+  starting_ -= n;
+  if ((starting_by_project_[project_id] -= n) <= 0) starting_by_project_.erase(project_id);
+}
+
+void SandboxService::discard(Sandbox& s) {
+  if (s.channel) s.channel->shutdown();
+  release(s.id, s.shim_pid);
+}
+
+Result<json> SandboxService::create(const Principal& p, const SandboxSpec& spec, Timing& t) {
+  Stopwatch sw;
+  if (auto r = check_supported(spec); !r) return fail(r.error());
+  const std::string tdir = template_rootfs(spec.template_name);
+  if (tdir.empty() || (!fs::exists(tdir) && !kTemplateDescriptions.count(fs::path(tdir).filename().string())))
+    return fail(ErrorCode::kTemplateNotFound, "no template \"" + spec.template_name + "\" (see GET /v1/templates)");
+  if (!fs::exists(tdir + "/.b3os-ready"))
+    return fail(ErrorCode::kProductUnavailable, "template \"" + spec.template_name +
+                                                    "\" is not built on this node; run templates/" +
+                                                    fs::path(tdir).filename().string() + "/build.sh " + tdir);
+  const std::string tname = fs::path(tdir).filename().string();
+  if (auto r = reserve(p.project_id, 1); !r) return fail(r.error());
+  ScopeExit unreserve_later([&] { unreserve(p.project_id, 1); });
+  t.lap("validate", sw);
+
+  Launch l;
+  l.id = new_id("sbx");
+  l.project_id = p.project_id;
+  l.rootfs = tdir + "/rootfs";
+  l.vcpu = spec.vcpu;
+  l.memory_mib = spec.memory_mib;
+  auto launched = launch(l, t, sw);
+  if (!launched) return fail(launched.error());
+  auto s = *launched;
+  const std::string& id = s->id;
+  auto undo = [&](Error e) -> Result<json> {
+    discard(*s);
+    return fail(std::move(e));
+  };
   const int64_t now = now_unix_ms();
   s->last_activity_ms = now;
   s->secrets = map_to_json(spec.secrets);
@@ -359,7 +395,8 @@ Result<json> SandboxService::create(const Principal& p, const SandboxSpec& spec,
       {"stop_reason", nullptr},
       {"stop_message", nullptr},
       {"metadata", map_to_json(spec.metadata)},
-      {"_b3os", {{"started_ms", now}, {"stopped_ms", nullptr}, {"paused_total_ms", 0}, {"hostname", cs.hostname}}},
+      {"_b3os", {{"started_ms", now}, {"stopped_ms", nullptr}, {"paused_total_ms", 0}, {"hostname", s->hostname},
+                 {"rootfs", l.rootfs}}},
   };
   if (auto r = persist(*s); !r) return undo(r.error());
   {
@@ -369,6 +406,121 @@ Result<json> SandboxService::create(const Principal& p, const SandboxSpec& spec,
   t.lap("store", sw);
   spdlog::info("sandbox {}: running (project {}, template {})", id, p.project_id, tname);
   return view(*s);
+}
+
+Result<json> SandboxService::fork(const Principal& p, const std::string& id, int count,
+                                  const std::optional<std::map<std::string, std::string>>& metadata, Timing& t) {
+  Stopwatch sw;
+  auto sr = running(p, id);
+  if (!sr) return fail(sr.error());
+  auto src = *sr;
+  json src_doc;
+  json src_secrets;
+  {
+    std::lock_guard lk(src->mu);
+    src_doc = src->doc;
+    src_secrets = src->secrets;
+  }
+  if (!src_doc.value("forkable", false))
+    return fail(ErrorCode::kForkUnavailable, "sandbox " + id + " was not created with forkable: true");
+  if (auto r = reserve(p.project_id, count); !r) return fail(r.error());
+  ScopeExit unreserve_later([&] { unreserve(p.project_id, count); });
+  ActiveOp busy(src->active_ops);
+  t.lap("validate", sw);
+
+  // One checkpoint of the source, restored into each fork; the image is removed at the end.
+  const std::string image = cfg_.run_dir + "/images/" + new_id("img");
+  std::error_code ec;
+  fs::create_directories(image, ec);
+  if (ec) return fail(ErrorCode::kInternal, "creating " + image + ": " + ec.message());
+  ScopeExit remove_image([&] {
+    std::error_code e;
+    fs::remove_all(image, e);
+  });
+  {
+    auto quiet = src->channel->quiesce();
+    t.lap("pause", sw);
+    if (auto r = runsc_.checkpoint(id, image); !r) return fail(r.error().wrap("forking " + id));
+    t.lap("snapshot", sw);
+  }
+
+  struct Outcome {
+    Result<std::shared_ptr<Sandbox>> sandbox = fail(ErrorCode::kInternal, "not started");
+    Timing timing;
+  };
+  std::vector<Outcome> outcomes(count);
+  {
+    std::vector<std::thread> workers;
+    for (int i = 0; i < count; ++i) {
+      workers.emplace_back([&, i] {
+        Launch l;
+        l.id = new_id("sbx");
+        l.project_id = p.project_id;
+        l.rootfs = src_doc["_b3os"].value("rootfs", template_rootfs(src_doc["template"]["name"]) + "/rootfs");
+        l.vcpu = src_doc.value("vcpu", 1);
+        l.memory_mib = src_doc.value("memory_mib", 512);
+        l.image = image;
+        Stopwatch w;
+        outcomes[i].sandbox = launch(l, outcomes[i].timing, w);
+      });
+    }
+    for (auto& w : workers) w.join();
+  }
+  // All or nothing: one failed fork undoes the others.
+  for (auto& o : outcomes) {
+    if (o.sandbox) continue;
+    Error e = o.sandbox.error();
+    for (auto& other : outcomes)
+      if (other.sandbox) discard(**other.sandbox);
+    return fail(e.wrap("forking " + id));
+  }
+  // The slowest fork's launch phases, under their own names ("restore" among them).
+  const Timing* slowest = &outcomes[0].timing;
+  auto sum = [](const Timing& x) {
+    double total = 0;
+    for (auto& [n, ms] : x.phases) total += ms;
+    return total;
+  };
+  for (auto& o : outcomes)
+    if (sum(o.timing) > sum(*slowest)) slowest = &o.timing;
+  for (auto& ph : slowest->phases) t.add(ph.first == "create" ? "precreate" : ph.first, ph.second);
+  sw.reset();
+
+  const int64_t now = now_unix_ms();
+  json data = json::array();
+  std::vector<std::shared_ptr<Sandbox>> made;
+  for (auto& o : outcomes) {
+    auto s = *o.sandbox;
+    s->last_activity_ms = now;
+    s->secrets = src_secrets;
+    s->doc = src_doc;
+    s->doc["id"] = s->id;
+    s->doc["host_id"] = "sbx-" + s->id.substr(4);
+    s->doc["created_at"] = format_rfc3339(now);
+    s->doc["started_at"] = format_rfc3339(now);
+    s->doc["paused_at"] = nullptr;
+    if (metadata) s->doc["metadata"] = map_to_json(*metadata);
+    s->doc["_b3os"] = {{"started_ms", now}, {"stopped_ms", nullptr}, {"paused_total_ms", 0},
+                       {"hostname", s->hostname}, {"rootfs", src_doc["_b3os"].value("rootfs", "")},
+                       {"forked_from", id}};
+    if (auto r = persist(*s); !r) {
+      for (auto& o2 : outcomes) discard(**o2.sandbox);
+      return fail(r.error());
+    }
+    made.push_back(s);
+  }
+  {
+    std::lock_guard lk(mu_);
+    for (auto& s : made) live_[s->id] = s;
+  }
+  for (auto& s : made) {
+    std::lock_guard lk(s->mu);
+    data.push_back(view(*s));
+  }
+  t.lap("store", sw);
+  touch(*src);
+  spdlog::info("sandbox {}: forked into {}", id, count);
+  return json{{"object", "list"}, {"data", data}, {"next_cursor", nullptr}};
 }
 
 Result<json> SandboxService::get(const Principal& p, const std::string& id) {

@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <functional>
 #include <map>
+#include <optional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -79,6 +80,10 @@ class SandboxService {
   /// One page: {"object":"list","data":[...],"next_cursor":...}.
   Result<nlohmann::json> list(const Principal& p, store::SandboxQuery q);
   Result<nlohmann::json> remove(const Principal& p, const std::string& id, Timing& t);
+  /// Forks a running forkable sandbox into `count` new running sandboxes with its memory,
+  /// disk and processes: {"object":"list","data":[...]}. All or nothing.
+  Result<nlohmann::json> fork(const Principal& p, const std::string& id, int count,
+                              const std::optional<std::map<std::string, std::string>>& metadata, Timing& t);
 
   Result<ExecResult> exec(const Principal& p, const std::string& id, const ExecSpec& spec, Timing& t,
                           const CancelCheck& cancelled);
@@ -99,6 +104,20 @@ class SandboxService {
  private:
   struct Sandbox;
 
+  /// What starting one container needs: a boot, or a restore of a checkpoint image.
+  struct Launch {
+    std::string id, project_id, rootfs;
+    int vcpu = 1, memory_mib = 512;
+    std::string image;  // checkpoint directory to restore; empty: boot the template
+  };
+  /// Starts a container with its shim and channel, agent ready, identity and limits applied.
+  /// On failure nothing of it is left.
+  Result<std::shared_ptr<Sandbox>> launch(const Launch& l, Timing& t, Stopwatch& sw);
+  /// Counts `n` sandboxes about to start against the project's and the node's limits.
+  Result<void> reserve(const std::string& project_id, int n);
+  void unreserve(const std::string& project_id, int n);
+  /// Undoes a launch that will not become a sandbox.
+  void discard(Sandbox& s);
   std::shared_ptr<Sandbox> find_live(const Principal& p, const std::string& id);
   Result<std::shared_ptr<Sandbox>> running(const Principal& p, const std::string& id);
   Result<std::shared_ptr<agentlink::Stream>> open_stream(Sandbox& s, const nlohmann::json& request);

@@ -473,8 +473,6 @@ s_errors() {
   expect_error errors.api_unknown_scope_400 400 invalid_request root:all
   apij POST /v1/sandboxes '{"ports":[{"port":8080,"public":true}]}'
   expect_error errors.ports_501 501 not_implemented ports
-  apij POST /v1/sandboxes '{"forkable":true}'
-  expect_error errors.forkable_501 501 not_implemented forkable
   apij POST /v1/sandboxes '{"on_idle":"pause"}'
   expect_error errors.on_idle_pause_501 501 not_implemented on_idle
   apij POST /v1/sandboxes '{"egress":{"mode":"allowlist","allow":["192.0.2.0/24"]}}'
@@ -953,6 +951,66 @@ s_leaks() {
 
 # ---- run ------------------------------------------------------------------------------------
 
+# ---- fork ------------------------------------------------------------------------------------
+
+s_fork() {
+  create_sandbox '{"forkable":true,"env":{"E":"e1"},"secrets":{"S":"s1"}}'
+  check fork.create_forkable_201 "$(snip)" okj 201 '.forkable == true'
+  local src=$CID
+  # A counter in a running Python process and a file written before the fork.
+  run_exec "$src" '{"cmd":"echo before > /workspace/f; nohup python3 -c \"import time\ni=0\nwhile True:\n  i+=1; open(\u0027/workspace/c\u0027,\u0027w\u0027).write(str(i)); time.sleep(0.05)\" >/dev/null 2>&1 & sleep 0.3"}'
+  check fork.setup "$(snip)" okj 200 '.exit_code == 0'
+  apij POST "/v1/sandboxes/$src/fork" '{"count":3,"metadata":{"role":"fork"}}'
+  check fork.count3_201 "$(snip)" okj 201 '.object == "list" and (.data | length) == 3'
+  check fork.server_timing_restore "$(header Server-Timing)" bash -c "header() { :; }; grep -qi 'restore;dur=' '$RESPH' && grep -qi 'snapshot;dur=' '$RESPH' && grep -qi 'total;dur=' '$RESPH'"
+  local forks
+  forks=$(j '.data[].id')
+  for f in $forks; do echo "$f" >>"$T/ids"; done
+  check fork.fields "$(snip)" jt 'all(.data[]; .status == "running" and .forkable == true and .env.E == "e1" and .secret_names == ["S"] and .metadata.role == "fork")'
+  local hosts="" mids="" rands="" n=0
+  for f in $forks; do
+    run_exec "$f" '{"cmd":"cat /workspace/f; a=$(cat /workspace/c); sleep 0.4; b=$(cat /workspace/c); [ $b -gt $a ] && echo counting; hostname; cat /etc/machine-id; echo $E $S; head -c 16 /dev/urandom | od -An -tx1 | tr -d \" \\n\"; echo; python3 -c \"import random; print(random.random())\"; echo $HOSTNAME-only > /workspace/mine"}'
+    n=$((n + 1))
+    check "fork.$n.memory_disk_processes" "$(snip)" jt '.exit_code == 0 and (.stdout | startswith("before\ncounting\n"))'
+    check "fork.$n.env_secrets" "$(snip)" jt '(.stdout | split("\n"))[4] == "e1 s1"'
+    hosts="$hosts $(j '.stdout | split("\n")[2]')"
+    mids="$mids $(j '.stdout | split("\n")[3]')"
+    rands="$rands $(j '.stdout | split("\n")[5]') $(j '.stdout | split("\n")[6]')"
+  done
+  check fork.distinct_hostnames "$hosts" test "$(echo "$hosts" | tr ' ' '\n' | sed '/^$/d' | sort -u | wc -l)" = 3
+  check fork.distinct_machine_ids "$mids" test "$(echo "$mids" | tr ' ' '\n' | sed '/^$/d' | sort -u | wc -l)" = 3
+  check fork.distinct_entropy "$rands" test "$(echo "$rands" | tr ' ' '\n' | sed '/^$/d' | sort -u | wc -l)" = 6
+  # A file written in one fork is in that fork only.
+  run_exec "$src" '{"cmd":"ls /workspace; cat /workspace/c"}'
+  check fork.source_runs_on_without_fork_files "$(snip)" jt '.exit_code == 0 and (.stdout | contains("mine") | not)'
+  local first
+  first=$(echo "$forks" | head -n1)
+  # A fork of a fork.
+  apij POST "/v1/sandboxes/$first/fork" '{"count":1}'
+  check fork.fork_of_fork "$(snip)" okj 201 '(.data | length) == 1'
+  local grand
+  grand=$(j '.data[0].id')
+  echo "$grand" >>"$T/ids"
+  run_exec "$grand" '{"cmd":"cat /workspace/mine"}'
+  check fork.fork_of_fork_has_parent_files "$(snip)" jt '.exit_code == 0 and (.stdout | endswith("-only\n"))'
+  # A non-forkable source: 409, nothing made.
+  create_sandbox '{}'
+  local plain=$CID before
+  before=$(runsc_list | wc -l)
+  apij POST "/v1/sandboxes/$plain/fork" '{"count":2}'
+  expect_error fork.not_forkable_409 409 fork_unavailable
+  check fork.not_forkable_nothing_made "runsc list changed" test "$(runsc_list | wc -l)" = "$before"
+  # Over the project's concurrency limit: 429 before any work.
+  apij POST "/v1/sandboxes/$src/fork" '{"count":16}'
+  expect_error fork.concurrency_429 429 concurrency_limited
+  check fork.concurrency_nothing_made "runsc list changed" test "$(runsc_list | wc -l)" = "$before"
+  for id in $src $forks $grand $plain; do delete_sandbox "$id" || true; done
+  local left=0
+  for id in $src $forks $grand $plain; do runsc_has "$id" && left=$((left + 1)); [ -n "$(cgroup_dirs "$id")" ] && left=$((left + 1)); done
+  check fork.delete_leaves_nothing "$left containers or cgroups left" test "$left" = 0
+  check fork.no_images_left "$(ls "$T/run/images" 2>/dev/null)" test -z "$(ls "$T/run/images" 2>/dev/null)"
+}
+
 run_section s_exec
 run_section s_exec_timeout
 run_section s_exec_truncation
@@ -968,6 +1026,7 @@ run_section s_secrets
 run_section s_restart
 run_section s_delete
 run_section s_cli
+run_section s_fork
 run_section s_files_big
 delete_sandbox "$SBX" || fail delete.main "$(snip)"
 run_section s_leaks
