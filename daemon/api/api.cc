@@ -251,7 +251,13 @@ Result<Reply> Api::dispatch_json(Call& c) {
     if (!r) return fail(r.error());
     return Reply{201, std::move(*r), {}};
   }
-  if (s.size() == 4 && (verb == "pause" || verb == "resume" || verb == "snapshot")) {
+  if (s.size() == 4 && (verb == "pause" || verb == "resume")) {
+    if (m != "POST") return method_not_allowed("POST");
+    auto r = verb == "pause" ? sandboxes_.pause(c.principal, id, c.timing) : sandboxes_.resume(c.principal, id, c.timing);
+    if (!r) return fail(r.error());
+    return Reply{200, std::move(*r), {}};
+  }
+  if (s.size() == 4 && verb == "snapshot") {
     if (m != "POST") return method_not_allowed("POST");
     if (auto src = sandboxes_.get(c.principal, id); !src) return fail(src.error());
     return nyi(verb);

@@ -145,6 +145,40 @@ Result<void> Runsc::restore(const std::string& id, const std::string& bundle_dir
   return {};
 }
 
+namespace {
+// runsc pause stops the sandbox's tasks, but its sentry's own runtime still ticks (~25 ms of
+// CPU a second here); freezing the cgroup as well makes a paused sandbox use no CPU at all.
+void set_frozen(const std::string& id, bool frozen) {
+  const std::string v1 = "/sys/fs/cgroup/freezer/b3os/" + id + "/freezer.state";
+  const std::string v2 = "/sys/fs/cgroup/b3os/" + id + "/cgroup.freeze";
+  if (::access(v1.c_str(), W_OK) == 0) {
+    std::ofstream(v1) << (frozen ? "FROZEN" : "THAWED");
+  } else if (::access(v2.c_str(), W_OK) == 0) {
+    std::ofstream(v2) << (frozen ? "1" : "0");
+  }
+}
+}  // namespace
+
+Result<void> Runsc::pause(const std::string& id) {
+  auto argv = base_argv();
+  argv.insert(argv.end(), {"pause", id});
+  auto r = sys::run(argv, 30s);
+  if (!r) return fail(r.error());
+  if (r->exit_code != 0) return fail(ErrorCode::kInternal, "runsc pause " + id + " failed: " + r->output);
+  set_frozen(id, true);
+  return {};
+}
+
+Result<void> Runsc::resume(const std::string& id) {
+  set_frozen(id, false);
+  auto argv = base_argv();
+  argv.insert(argv.end(), {"resume", id});
+  auto r = sys::run(argv, 30s);
+  if (!r) return fail(r.error());
+  if (r->exit_code != 0) return fail(ErrorCode::kInternal, "runsc resume " + id + " failed: " + r->output);
+  return {};
+}
+
 Result<void> Runsc::start(const std::string& id) {
   auto argv = base_argv();
   argv.insert(argv.end(), {"start", id});
@@ -173,6 +207,7 @@ Result<ContainerState> Runsc::state(const std::string& id) {
 }
 
 Result<void> Runsc::destroy(const std::string& id) {
+  if (auto st = state(id); st && *st == ContainerState::kPaused) (void)resume(id);
   auto kill = base_argv();
   kill.insert(kill.end(), {"kill", "--all", id, "KILL"});
   (void)sys::run(kill, 10s);  // fails harmlessly when the container is already stopped

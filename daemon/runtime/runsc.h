@@ -52,6 +52,9 @@ class Runsc {
   Result<void> checkpoint(const std::string& id, const std::string& image_dir);
   /// Restores `image_dir` into a created (not started) container.
   Result<void> restore(const std::string& id, const std::string& bundle_dir, const std::string& image_dir);
+  /// Freezes every process of a container (cgroup freezer), and thaws it.
+  Result<void> pause(const std::string& id);
+  Result<void> resume(const std::string& id);
   /// Starts a created container (the agent begins to run).
   Result<void> start(const std::string& id);
   /// Kills and deletes a container and its cgroup; a missing container is not an error.

@@ -117,10 +117,13 @@ void compute_usage(json& doc, int64_t now_ms) {
   int64_t start = in.value("started_ms", now_ms);
   int64_t end = in.contains("stopped_ms") && !in["stopped_ms"].is_null() ? in["stopped_ms"].get<int64_t>() : now_ms;
   int64_t paused = in.value("paused_total_ms", int64_t{0});
-  int64_t ms = std::max<int64_t>(0, end - start - paused);
+  if (in.contains("paused_since_ms") && in["paused_since_ms"].is_number()) paused += end - in["paused_since_ms"].get<int64_t>();
+  // vCPU is metered while running only; memory is held, and metered, while paused too.
+  int64_t alive = std::max<int64_t>(0, end - start);
+  int64_t ran = std::max<int64_t>(0, alive - paused);
   int64_t vcpu = doc.value("vcpu", 1);
   int64_t mib = doc.value("memory_mib", 512);
-  doc["usage"] = {{"vcpu_ms", vcpu * ms}, {"gib_ms", ms * mib / 1024}};
+  doc["usage"] = {{"vcpu_ms", vcpu * ran}, {"gib_ms", alive * mib / 1024}};
 }
 
 SandboxService::SandboxService(config::Config cfg, store::Store& store)
@@ -421,6 +424,8 @@ Result<json> SandboxService::fork(const Principal& p, const std::string& id, int
     src_doc = src->doc;
     src_secrets = src->secrets;
   }
+  if (src_doc["status"] == "paused")
+    return fail(ErrorCode::kSandboxNotRunning, "sandbox " + id + " is paused; resume it before forking");
   if (!src_doc.value("forkable", false))
     return fail(ErrorCode::kForkUnavailable, "sandbox " + id + " was not created with forkable: true");
   if (auto r = reserve(p.project_id, count); !r) return fail(r.error());
@@ -521,6 +526,57 @@ Result<json> SandboxService::fork(const Principal& p, const std::string& id, int
   touch(*src);
   spdlog::info("sandbox {}: forked into {}", id, count);
   return json{{"object", "list"}, {"data", data}, {"next_cursor", nullptr}};
+}
+
+Result<void> SandboxService::pause_locked(Sandbox& s, const char* why) {
+  if (s.finished) return fail(ErrorCode::kSandboxNotRunning, "sandbox " + s.id + " is " + s.doc["status"].get<std::string>());
+  if (s.doc["status"] == "paused") return {};
+  if (auto r = runsc_.pause(s.id); !r) return r;
+  const int64_t now = now_unix_ms();
+  s.doc["status"] = "paused";
+  s.doc["paused_at"] = format_rfc3339(now);
+  s.doc["_b3os"]["paused_since_ms"] = now;
+  if (auto r = persist(s); !r) return r;
+  spdlog::info("sandbox {}: paused ({})", s.id, why);
+  return {};
+}
+
+Result<json> SandboxService::pause(const Principal& p, const std::string& id, Timing& t) {
+  Stopwatch sw;
+  auto sr = running(p, id);
+  if (!sr) return fail(sr.error());
+  auto& s = **sr;
+  std::lock_guard lk(s.mu);
+  if (auto r = pause_locked(s, "requested"); !r) return fail(r.error());
+  t.lap("pause", sw);
+  return view(s);
+}
+
+Result<json> SandboxService::resume(const Principal& p, const std::string& id, Timing& t) {
+  Stopwatch sw;
+  auto sr = running(p, id);
+  if (!sr) return fail(sr.error());
+  auto& s = **sr;
+  {
+    std::lock_guard lk(s.mu);
+    if (s.finished) return fail(ErrorCode::kSandboxNotRunning, "sandbox " + id + " is " + s.doc["status"].get<std::string>());
+    if (s.doc["status"] == "paused") {
+      if (auto r = runsc_.resume(id); !r) return fail(r.error());
+      const int64_t now = now_unix_ms();
+      auto& in = s.doc["_b3os"];
+      in["paused_total_ms"] = in.value("paused_total_ms", int64_t{0}) + (now - in.value("paused_since_ms", now));
+      in.erase("paused_since_ms");
+      s.doc["status"] = "running";
+      s.doc["paused_at"] = nullptr;
+      s.last_activity_ms = now;
+      if (auto r = persist(s); !r) return fail(r.error());
+      spdlog::info("sandbox {}: resumed", id);
+    }
+  }
+  touch(s);
+  t.lap("resume", sw);
+  std::lock_guard lk(s.mu);
+  return view(s);
 }
 
 Result<json> SandboxService::get(const Principal& p, const std::string& id) {
@@ -633,10 +689,17 @@ void SandboxService::reaper_loop() {
     }
     const int64_t now = now_unix_ms();
     for (auto& s : all) {
+      // The document is only ever read under the sandbox's lock: other threads change it.
+      std::unique_lock g(s->mu);
       int64_t timeout_ms = int64_t(s->doc.value("timeout_s", 300)) * 1000;
-      if (s->active_ops.load() == 0 && now >= s->last_activity_ms.load() + timeout_ms) {
-        finish(s, "stopped", "timeout", "no API activity for timeout_s (" + std::to_string(timeout_ms / 1000) + " s)");
+      if (s->active_ops.load() > 0 || now < s->last_activity_ms.load() + timeout_ms) continue;
+      if (s->finished || s->doc["status"] == "paused") continue;  // a paused sandbox does not expire
+      if (s->doc.value("on_idle", "stop") == "pause") {
+        if (auto r = pause_locked(*s, "idle"); !r) spdlog::warn("sandbox {}: idle pause: {}", s->id, r.error().message);
+        continue;
       }
+      g.unlock();
+      finish(s, "stopped", "timeout", "no API activity for timeout_s (" + std::to_string(timeout_ms / 1000) + " s)");
     }
     lk.lock();
   }
@@ -660,8 +723,11 @@ Result<void> SandboxService::recover() {
     s->shim_pid = read_pid_file(dir + "/shim.pid");
     std::string why;
     auto st = runsc_.state(row.id);
-    if (!st || *st != runtime::ContainerState::kRunning) {
+    const bool paused = st && *st == runtime::ContainerState::kPaused;
+    if (!st || (*st != runtime::ContainerState::kRunning && !paused)) {
       why = "its container was gone when b3osd restarted";
+    } else if (paused && !runsc_.resume(row.id)) {
+      why = "its paused container could not be thawed after b3osd restarted";
     } else if (auto fd = receive_fd(dir + "/shim.sock"); !fd) {
       why = "its agent channel could not be recovered after b3osd restarted (" + fd.error().message + ")";
     } else {
@@ -670,6 +736,8 @@ Result<void> SandboxService::recover() {
                                                   [this, id](const std::string& w) { on_channel_closed(id, w); });
       if (auto r = s->channel->resync(3s); !r) {
         why = "its agent did not answer after b3osd restarted (" + r.error().message + ")";
+      } else if (paused && !runsc_.pause(row.id)) {
+        why = "its container could not be paused again after b3osd restarted";
       }
     }
     if (why.empty()) {
@@ -729,6 +797,8 @@ Result<std::shared_ptr<agentlink::Stream>> SandboxService::open_stream(Sandbox& 
   {
     std::lock_guard lk(s.mu);
     if (s.finished) return fail(ErrorCode::kSandboxNotRunning, "sandbox " + s.id + " is " + s.doc["status"].get<std::string>());
+    if (s.doc["status"] == "paused")
+      return fail(ErrorCode::kSandboxNotRunning, "sandbox " + s.id + " is paused; resume it first (POST /v1/sandboxes/" + s.id + "/resume)");
     ch = s.channel;
   }
   touch(s);

@@ -80,6 +80,10 @@ class SandboxService {
   /// One page: {"object":"list","data":[...],"next_cursor":...}.
   Result<nlohmann::json> list(const Principal& p, store::SandboxQuery q);
   Result<nlohmann::json> remove(const Principal& p, const std::string& id, Timing& t);
+  /// Freezes a running sandbox (status paused; no vCPU is metered) and thaws it again. Both
+  /// answer the sandbox; pausing a paused one or resuming a running one changes nothing.
+  Result<nlohmann::json> pause(const Principal& p, const std::string& id, Timing& t);
+  Result<nlohmann::json> resume(const Principal& p, const std::string& id, Timing& t);
   /// Forks a running forkable sandbox into `count` new running sandboxes with its memory,
   /// disk and processes: {"object":"list","data":[...]}. All or nothing.
   Result<nlohmann::json> fork(const Principal& p, const std::string& id, int count,
@@ -133,6 +137,8 @@ class SandboxService {
               const std::string& message);
   void release(const std::string& id, pid_t shim_pid);
   void reaper_loop();
+  /// Pauses `s` (caller holds no lock); `why` goes to the log.
+  Result<void> pause_locked(Sandbox& s, const char* why);
   void on_channel_closed(const std::string& id, const std::string& why);
   std::string diagnose_exit(const std::string& id);
   Result<pid_t> start_shim(const std::string& dir, int fd);

@@ -240,7 +240,6 @@ Result<SandboxSpec> parse_create(const json& body, const SpecLimits& limits) {
 Result<void> check_supported(const SandboxSpec& s) {
   auto nyi = [](const std::string& what) { return fail(ErrorCode::kNotImplemented, what); };
   if (s.snapshot) return nyi("snapshot: creating from a snapshot is not available on this deployment yet");
-  if (s.on_idle == "pause") return nyi("on_idle: \"pause\" needs pause/resume, not available on this deployment yet");
   if (s.egress.mode != "deny")
     return nyi("egress.mode \"" + s.egress.mode + "\": only \"deny\" (no network) is available on this deployment yet");
   if (!s.api.scopes.empty()) return nyi("api.scopes: the model gateway (infer:run) is not available on this deployment yet");

@@ -473,8 +473,6 @@ s_errors() {
   expect_error errors.api_unknown_scope_400 400 invalid_request root:all
   apij POST /v1/sandboxes '{"ports":[{"port":8080,"public":true}]}'
   expect_error errors.ports_501 501 not_implemented ports
-  apij POST /v1/sandboxes '{"on_idle":"pause"}'
-  expect_error errors.on_idle_pause_501 501 not_implemented on_idle
   apij POST /v1/sandboxes '{"egress":{"mode":"allowlist","allow":["192.0.2.0/24"]}}'
   expect_error errors.egress_allowlist_501 501 not_implemented egress
   apij POST /v1/sandboxes '{"snapshot":"snp_00000000000000000000000000"}'
@@ -486,10 +484,8 @@ s_errors() {
   expect_error errors.fork_count_0_400 400 invalid_request count
   KEY=$OTHER apij POST "/v1/sandboxes/$SBX/fork" '{}'
   expect_error errors.other_project_fork_404 404 sandbox_not_found
-  api POST "/v1/sandboxes/$SBX/pause"
-  expect_error errors.pause_501 501 not_implemented
-  api POST "/v1/sandboxes/$SBX/resume"
-  expect_error errors.resume_501 501 not_implemented
+  KEY=$OTHER api POST "/v1/sandboxes/$SBX/pause"
+  expect_error errors.other_project_pause_404 404 sandbox_not_found
   api POST "/v1/sandboxes/$SBX/snapshot"
   expect_error errors.snapshot_route_501 501 not_implemented
   api POST /v1/sandboxes/sbx_00000000000000000000000000/pause
@@ -1011,6 +1007,47 @@ s_fork() {
   check fork.no_images_left "$(ls "$T/run/images" 2>/dev/null)" test -z "$(ls "$T/run/images" 2>/dev/null)"
 }
 
+# ---- pause and resume ------------------------------------------------------------------------
+
+s_pause() {
+  create_sandbox '{"timeout_s":600}'
+  local id=$CID
+  run_exec "$id" '{"cmd":"nohup python3 -c \"import time\ni=0\nwhile True:\n  i+=1; open(\u0027/workspace/c\u0027,\u0027w\u0027).write(str(i)); time.sleep(0.05)\" >/dev/null 2>&1 & sleep 0.3"}'
+  api POST "/v1/sandboxes/$id/pause"
+  check pause.200 "$(snip)" okj 200 '.status == "paused" and (.paused_at | type) == "string"'
+  local frozen_cpu
+  frozen_cpu=$(cat "/sys/fs/cgroup/cpuacct/b3os/$id/cpuacct.usage" 2>/dev/null || echo 0)
+  api GET "/v1/sandboxes/$id"
+  local v1
+  v1=$(j .usage.vcpu_ms)
+  sleep 1
+  api GET "/v1/sandboxes/$id"
+  check pause.vcpu_not_metered "vcpu_ms $v1 -> $(j .usage.vcpu_ms)" test "$(j .usage.vcpu_ms)" = "$v1"
+  check pause.no_cpu_used "cpuacct moved $(( ($(cat "/sys/fs/cgroup/cpuacct/b3os/$id/cpuacct.usage" 2>/dev/null || echo 0) - frozen_cpu) / 1000000 )) ms in 1 s" test "$(cat "/sys/fs/cgroup/cpuacct/b3os/$id/cpuacct.usage" 2>/dev/null || echo 0)" -le "$((frozen_cpu + 5000000))"
+  run_exec "$id" '{"cmd":"true"}'
+  expect_error pause.exec_409 409 sandbox_not_running paused
+  api POST "/v1/sandboxes/$id/pause"
+  check pause.again_200 "$(snip)" okj 200 '.status == "paused"'
+  api POST "/v1/sandboxes/$id/resume"
+  check resume.200 "$(snip)" okj 200 '.status == "running" and .paused_at == null'
+  run_exec "$id" '{"cmd":"a=$(cat /workspace/c); sleep 0.4; b=$(cat /workspace/c); [ $b -gt $a ] && echo counting"}'
+  check resume.same_process_continues "$(snip)" jt '.stdout == "counting\n"'
+  # on_idle: pause pauses an idle sandbox instead of stopping it.
+  create_sandbox '{"timeout_s":1,"on_idle":"pause"}'
+  local idle=$CID
+  sleep 3
+  api GET "/v1/sandboxes/$idle"
+  check on_idle_pause.paused "$(snip)" okj 200 '.status == "paused" and .stop_reason == null'
+  api POST "/v1/sandboxes/$idle/resume"
+  run_exec "$idle" '{"cmd":"echo alive"}'
+  check on_idle_pause.resumes "$(snip)" jt '.stdout == "alive\n"'
+  api POST "/v1/sandboxes/$idle/pause"
+  delete_sandbox "$idle"
+  check pause.delete_paused "$(snip)" jt '.status == "stopped" and .stop_reason == "deleted"'
+  check pause.delete_paused_leaves_nothing "container left" not runsc_has "$idle"
+  delete_sandbox "$id" || true
+}
+
 run_section s_exec
 run_section s_exec_timeout
 run_section s_exec_truncation
@@ -1027,6 +1064,7 @@ run_section s_restart
 run_section s_delete
 run_section s_cli
 run_section s_fork
+run_section s_pause
 run_section s_files_big
 delete_sandbox "$SBX" || fail delete.main "$(snip)"
 run_section s_leaks

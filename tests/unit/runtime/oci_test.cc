@@ -43,5 +43,14 @@ TEST(Usage, FromLifetimeAndLimits) {
   EXPECT_EQ(live["usage"]["gib_ms"], 500);
 }
 
+TEST(Usage, PausedTimeHoldsMemoryButNoCpu) {
+  // 10 s alive, 4 s of it paused earlier and 2 s paused now.
+  nlohmann::json doc = {{"vcpu", 2}, {"memory_mib", 1024},
+                        {"_b3os", {{"started_ms", 0}, {"stopped_ms", nullptr}, {"paused_total_ms", 4000}, {"paused_since_ms", 8000}}}};
+  sandbox::compute_usage(doc, 10000);
+  EXPECT_EQ(doc["usage"]["vcpu_ms"], 2 * 4000);
+  EXPECT_EQ(doc["usage"]["gib_ms"], 10000);
+}
+
 }  // namespace
 }  // namespace b3os
