@@ -179,6 +179,55 @@ def main():
             raw_create.append((time.perf_counter() - t0) * 1000)
             subprocess.run(rawc + ["delete", "--force", cid], check=True)
         rows.append(("create -> first exec done (ms)", median(create_total), median(raw_create), "<= 400 ms"))
+
+        # --- fork of an idle forkable sandbox ---
+        def st_total(resp):
+            for part in resp.getheader("Server-Timing", "").split(","):
+                name, _, dur = part.strip().partition(";dur=")
+                if name == "total":
+                    return float(dur)
+            return float("nan")
+
+        def phase(resp, want):
+            for part in resp.getheader("Server-Timing", "").split(","):
+                name, _, dur = part.strip().partition(";dur=")
+                if name == want:
+                    return float(dur)
+            return 0.0
+
+        _, b = c.call("POST", "/v1/sandboxes", {"template": "base", "forkable": True})
+        src = json.loads(b)["id"]
+        fork1, fork1_paused, fork3 = [], [], []
+        for n, out in ((1, fork1), (3, fork3)):
+            for _ in range(max(3, runs // 4)):
+                r, b = c.call("POST", f"/v1/sandboxes/{src}/fork", {"count": n})
+                out.append(st_total(r))
+                if n == 1:
+                    fork1_paused.append(phase(r, "pause") + phase(r, "snapshot"))
+                for f in json.loads(b)["data"]:
+                    c.call("DELETE", f"/v1/sandboxes/{f['id']}")
+        c.call("DELETE", f"/v1/sandboxes/{src}")
+        # Raw: checkpoint a running container by hand, create another, restore into it.
+        subprocess.run(rawc + ["create", "--bundle", bundle, "rawsrc"], check=True, stdin=subprocess.DEVNULL,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.run(rawc + ["start", "rawsrc"], check=True)
+        raw_fork = []
+        for i in range(max(3, runs // 4)):
+            img = f"{tmp}/rawimg{i}"
+            os.makedirs(img)
+            t0 = time.perf_counter()
+            subprocess.run(rawc + ["checkpoint", "--leave-running", "--compression=none", "--image-path", img, "rawsrc"],
+                           check=True)
+            subprocess.run(rawc + ["create", "--bundle", bundle, f"rawf{i}"], check=True, stdin=subprocess.DEVNULL,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            subprocess.run(rawc + ["restore", "--detach", "--image-path", img, "--bundle", bundle, f"rawf{i}"], check=True)
+            raw_fork.append((time.perf_counter() - t0) * 1000)
+            subprocess.run(rawc + ["delete", "--force", f"rawf{i}"], check=True)
+            shutil.rmtree(img, ignore_errors=True)
+        subprocess.run(rawc + ["delete", "--force", "rawsrc"], check=True)
+        rows.append(("fork count 1, server total (ms)", median(fork1), median(raw_fork), "<= 150 ms (issue 3)"))
+        rows.append(("  source paused (pause+snapshot) (ms)", median(fork1_paused), None, "<= 80 ms (issue 3)"))
+        rows.append(("fork count 3, server total (ms)", median(fork3), None, "<= 300 ms (issue 3)"))
         rows.append(("  create server total_ms", median(server_total), None, ""))
         phase_line = ", ".join(f"{k[:-3]} {v:.1f}" for k, v in phases.items() if k != "total_ms")
     finally:
