@@ -74,8 +74,8 @@ def env(name, default=None):
         return value
     if default is not None:
         return default
-    print(f"fix.py: {name} is not set. Create the sandbox with \"api\": {{\"scopes\": [\"infer:run\"]}} "
-          "so the model gateway sets OPENAI_BASE_URL and B3OS_MODEL, or set them in the exec's env.",
+    print(f"fix.py: {name} is not set: create the sandbox with \"api\": {{\"scopes\": [\"infer:run\"]}} "
+          "and the model gateway sets OPENAI_BASE_URL, OPENAI_API_KEY and B3OS_MODEL in every exec.",
           file=sys.stderr)
     sys.exit(2)
 

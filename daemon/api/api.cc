@@ -186,7 +186,7 @@ Result<Reply> Api::dispatch_json(Call& c) {
     if (m != "GET") return method_not_allowed("GET");
     return Reply{200, sandboxes_.templates(), {}};
   }
-  if (s.size() >= 2 && s[1] == "snapshots") return nyi("snapshots (/v1/snapshots)");
+  if (s.size() >= 2 && s[1] == "snapshots") return snapshots(c);
   if (s.size() >= 2 && s[1] == "infer") return nyi("the model gateway (/v1/infer)");
   if (s.size() < 2 || s[1] != "sandboxes") return fail(ErrorCode::kNotFound, "no such route: " + c.target.path);
   if (s.size() == 2) {
@@ -259,14 +259,50 @@ Result<Reply> Api::dispatch_json(Call& c) {
   }
   if (s.size() == 4 && verb == "snapshot") {
     if (m != "POST") return method_not_allowed("POST");
-    if (auto src = sandboxes_.get(c.principal, id); !src) return fail(src.error());
-    return nyi(verb);
+    auto r = sandboxes_.snapshot(c.principal, id, c.timing);
+    if (!r) return fail(r.error());
+    return Reply{201, std::move(*r), {}};
   }
   if (verb == "ports") {
     if (auto src = sandboxes_.get(c.principal, id); !src) return fail(src.error());
     return nyi("ports");
   }
   return fail(ErrorCode::kNotFound, "no such route: " + c.target.path);
+}
+
+Result<Reply> Api::snapshots(Call& c) {
+  const auto& s = c.target.segments;
+  const std::string& m = c.method;
+  if (s.size() == 2) {
+    if (m != "GET") {
+      Reply r = error_reply({ErrorCode::kMethodNotAllowed, m + " is not allowed on /v1/snapshots (allowed: GET; take one "
+                                                               "with POST /v1/sandboxes/{id}/snapshot)", 0});
+      r.headers.emplace_back("Allow", "GET");
+      return r;
+    }
+    int limit = 20;
+    if (auto l = c.target.param("limit")) {
+      char* end = nullptr;
+      long v = std::strtol(l->c_str(), &end, 10);
+      if (l->empty() || *end || v < 1 || v > 100) return fail(ErrorCode::kInvalidRequest, "limit: must be an integer from 1 to 100");
+      limit = static_cast<int>(v);
+    }
+    std::optional<std::string> cursor;
+    if (auto cur = c.target.param("cursor"); cur && !cur->empty()) {
+      if (!valid_id(*cur, "snp")) return fail(ErrorCode::kInvalidRequest, "cursor: not a cursor from next_cursor");
+      cursor = *cur;
+    }
+    auto r = sandboxes_.list_snapshots(c.principal, cursor, limit);
+    if (!r) return fail(r.error());
+    return Reply{200, std::move(*r), {}};
+  }
+  if (s.size() != 3) return fail(ErrorCode::kNotFound, "no such route: " + c.target.path);
+  if (!valid_id(s[2], "snp")) return fail(ErrorCode::kSnapshotNotFound, "no snapshot " + s[2] + " in this project");
+  Result<json> r = m == "GET"      ? sandboxes_.get_snapshot(c.principal, s[2])
+                   : m == "DELETE" ? sandboxes_.delete_snapshot(c.principal, s[2])
+                                   : Result<json>(fail(ErrorCode::kMethodNotAllowed, m + " is not allowed on a snapshot (allowed: GET, DELETE)"));
+  if (!r) return fail(r.error());
+  return Reply{200, std::move(*r), {}};
 }
 
 Result<Reply> Api::create_sandbox(Call& c) {

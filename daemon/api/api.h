@@ -44,6 +44,7 @@ class Api {
   Result<Reply> create_sandbox(Call& c);
   Result<Reply> list_sandboxes(Call& c);
   Result<Reply> exec(Call& c);
+  Result<Reply> snapshots(Call& c);
   void upload(Call& c);
   void download(Call& c);
 

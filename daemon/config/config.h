@@ -31,6 +31,7 @@ struct Config {
 
   std::string db_path() const { return data_dir + "/b3os.db"; }
   std::string templates_dir() const { return templates_dir_override.empty() ? data_dir + "/templates" : templates_dir_override; }
+  std::string snapshots_dir() const { return data_dir + "/snapshots"; }
   std::string sandboxes_dir() const { return run_dir + "/sandboxes"; }
 };
 

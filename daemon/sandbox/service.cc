@@ -339,6 +339,7 @@ void SandboxService::discard(Sandbox& s) {
 Result<json> SandboxService::create(const Principal& p, const SandboxSpec& spec, Timing& t) {
   Stopwatch sw;
   if (auto r = check_supported(spec); !r) return fail(r.error());
+  if (spec.snapshot) return create_from_snapshot(p, spec, t);
   const std::string tdir = template_rootfs(spec.template_name);
   if (tdir.empty() || (!fs::exists(tdir) && !kTemplateDescriptions.count(fs::path(tdir).filename().string())))
     return fail(ErrorCode::kTemplateNotFound, "no template \"" + spec.template_name + "\" (see GET /v1/templates)");
@@ -347,6 +348,40 @@ Result<json> SandboxService::create(const Principal& p, const SandboxSpec& spec,
                                                     "\" is not built on this node; run templates/" +
                                                     fs::path(tdir).filename().string() + "/build.sh " + tdir);
   const std::string tname = fs::path(tdir).filename().string();
+  return create_launched(p, spec, tname, tdir + "/rootfs", "", t, sw);
+}
+
+Result<json> SandboxService::create_from_snapshot(const Principal& p, const SandboxSpec& request, Timing& t) {
+  Stopwatch sw;
+  auto row = store_.get_snapshot(p.project_id, *request.snapshot);
+  if (!row) return fail(row.error());
+  if (!*row) return fail(ErrorCode::kSnapshotNotFound, "no snapshot " + *request.snapshot + " in this project");
+  const json& d = (*row)->doc;
+  // The snapshot fixes what its memory image holds (size, environment, grant, egress);
+  // the request chooses the lifetime and the labels.
+  SandboxSpec spec = request;
+  spec.vcpu = d.value("vcpu", 1);
+  spec.memory_mib = d.value("memory_mib", 512);
+  spec.disk_gib = d.value("disk_gib", 1);
+  spec.forkable = d.value("forkable", false);
+  spec.env.clear();
+  for (auto& [k, v] : d["env"].items()) spec.env[k] = v.get<std::string>();
+  spec.secrets.clear();
+  for (auto& [k, v] : (*row)->secrets.items()) spec.secrets[k] = v.get<std::string>();
+  spec.egress.mode = d["egress"].value("mode", "deny");
+  spec.egress.allow = d["egress"].value("allow", std::vector<std::string>{});
+  spec.api.scopes = d["api"].value("scopes", std::vector<std::string>{});
+  if (d["api"].contains("spend_cap_usd") && d["api"]["spend_cap_usd"].is_number())
+    spec.api.spend_cap_usd = d["api"]["spend_cap_usd"].get<double>();
+  const std::string image = cfg_.snapshots_dir() + "/" + (*row)->id;
+  if (!fs::exists(image + "/checkpoint.img"))
+    return fail(ErrorCode::kInternal, "snapshot " + (*row)->id + " has no image on disk at " + image);
+  return create_launched(p, spec, d["template"].value("name", "base"), d["_b3os"].value("rootfs", ""), (*row)->id, t, sw);
+}
+
+Result<json> SandboxService::create_launched(const Principal& p, const SandboxSpec& spec, const std::string& tname,
+                                             const std::string& rootfs, const std::string& snapshot_id, Timing& t,
+                                             Stopwatch& sw) {
   if (auto r = reserve(p.project_id, 1); !r) return fail(r.error());
   ScopeExit unreserve_later([&] { unreserve(p.project_id, 1); });
   t.lap("validate", sw);
@@ -354,7 +389,8 @@ Result<json> SandboxService::create(const Principal& p, const SandboxSpec& spec,
   Launch l;
   l.id = new_id("sbx");
   l.project_id = p.project_id;
-  l.rootfs = tdir + "/rootfs";
+  l.rootfs = rootfs;
+  if (!snapshot_id.empty()) l.image = cfg_.snapshots_dir() + "/" + snapshot_id;
   l.vcpu = spec.vcpu;
   l.memory_mib = spec.memory_mib;
   auto launched = launch(l, t, sw);
@@ -378,7 +414,7 @@ Result<json> SandboxService::create(const Principal& p, const SandboxSpec& spec,
       {"status", "running"},
       {"host_id", "sbx-" + id.substr(4)},
       {"template", {{"id", "tpl_" + tname}, {"name", tname}}},
-      {"snapshot", nullptr},
+      {"snapshot", snapshot_id.empty() ? json(nullptr) : json(snapshot_id)},
       {"vcpu", spec.vcpu},
       {"memory_mib", spec.memory_mib},
       {"disk_gib", spec.disk_gib},
@@ -442,12 +478,7 @@ Result<json> SandboxService::fork(const Principal& p, const std::string& id, int
     std::error_code e;
     fs::remove_all(image, e);
   });
-  {
-    auto quiet = src->channel->quiesce();
-    t.lap("pause", sw);
-    if (auto r = runsc_.checkpoint(id, image); !r) return fail(r.error().wrap("forking " + id));
-    t.lap("snapshot", sw);
-  }
+  if (auto r = checkpoint_into(*src, image, t, sw); !r) return fail(r.error().wrap("forking " + id));
 
   struct Outcome {
     Result<std::shared_ptr<Sandbox>> sandbox = fail(ErrorCode::kInternal, "not started");
@@ -577,6 +608,100 @@ Result<json> SandboxService::resume(const Principal& p, const std::string& id, T
   t.lap("resume", sw);
   std::lock_guard lk(s.mu);
   return view(s);
+}
+
+Result<void> SandboxService::checkpoint_into(Sandbox& s, const std::string& dir, Timing& t, Stopwatch& sw) {
+  auto quiet = s.channel->quiesce();
+  t.lap("pause", sw);
+  if (auto r = runsc_.checkpoint(s.id, dir); !r) return r;
+  t.lap("snapshot", sw);
+  return {};
+}
+
+Result<json> SandboxService::snapshot(const Principal& p, const std::string& id, Timing& t) {
+  Stopwatch sw;
+  auto sr = running(p, id);
+  if (!sr) return fail(sr.error());
+  auto src = *sr;
+  json src_doc, src_secrets;
+  {
+    std::lock_guard lk(src->mu);
+    if (src->doc["status"] != "running")
+      return fail(ErrorCode::kSandboxNotRunning, "sandbox " + id + " is " + src->doc["status"].get<std::string>() +
+                                                     "; snapshots are taken of running sandboxes");
+    src_doc = src->doc;
+    src_secrets = src->secrets;
+  }
+  ActiveOp busy(src->active_ops);
+  const std::string snap_id = new_id("snp");
+  const std::string dir = cfg_.snapshots_dir() + "/" + snap_id;
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return fail(ErrorCode::kInternal, "creating " + dir + ": " + ec.message());
+  ScopeExit remove_dir([&] {
+    std::error_code e;
+    fs::remove_all(dir, e);
+  });
+  if (auto r = checkpoint_into(*src, dir, t, sw); !r) return fail(r.error().wrap("snapshotting " + id));
+  uint64_t size = 0;
+  for (auto& e : fs::directory_iterator(dir, ec))
+    if (e.is_regular_file()) size += e.file_size();
+  const int64_t now = now_unix_ms();
+  json doc = {{"id", snap_id},
+              {"object", "snapshot"},
+              {"sandbox_id", id},
+              {"template", src_doc["template"]},
+              {"vcpu", src_doc["vcpu"]},
+              {"memory_mib", src_doc["memory_mib"]},
+              {"disk_gib", src_doc["disk_gib"]},
+              {"env", src_doc["env"]},
+              {"secret_names", src_doc["secret_names"]},
+              {"egress", src_doc["egress"]},
+              {"api", src_doc["api"]},
+              {"forkable", src_doc["forkable"]},
+              {"size_bytes", size},
+              {"created_at", format_rfc3339(now)},
+              {"_b3os", {{"rootfs", src_doc["_b3os"].value("rootfs", "")}}}};
+  if (auto r = store_.put_snapshot({snap_id, p.project_id, doc, src_secrets}); !r) return fail(r.error());
+  remove_dir.dismiss();
+  t.lap("store", sw);
+  touch(*src);
+  spdlog::info("sandbox {}: snapshot {} ({} MB)", id, snap_id, size >> 20);
+  doc.erase("_b3os");
+  return doc;
+}
+
+Result<json> SandboxService::get_snapshot(const Principal& p, const std::string& id) {
+  auto row = store_.get_snapshot(p.project_id, id);
+  if (!row) return fail(row.error());
+  if (!*row) return fail(ErrorCode::kSnapshotNotFound, "no snapshot " + id + " in this project");
+  json d = (*row)->doc;
+  d.erase("_b3os");
+  return d;
+}
+
+Result<json> SandboxService::list_snapshots(const Principal& p, const std::optional<std::string>& after_id, int limit) {
+  auto rows = store_.list_snapshots(p.project_id, after_id, limit);
+  if (!rows) return fail(rows.error());
+  const bool more = static_cast<int>(rows->size()) > limit;
+  if (more) rows->pop_back();
+  json data = json::array();
+  for (auto& r : *rows) {
+    json d = r.doc;
+    d.erase("_b3os");
+    data.push_back(std::move(d));
+  }
+  return json{{"object", "list"}, {"data", data}, {"next_cursor", more ? json(rows->back().id) : json(nullptr)}};
+}
+
+Result<json> SandboxService::delete_snapshot(const Principal& p, const std::string& id) {
+  auto d = get_snapshot(p, id);
+  if (!d) return fail(d.error());
+  if (auto r = store_.delete_snapshot(p.project_id, id); !r) return fail(r.error());
+  std::error_code ec;
+  fs::remove_all(cfg_.snapshots_dir() + "/" + id, ec);
+  (*d)["deleted"] = true;
+  return *d;
 }
 
 Result<json> SandboxService::get(const Principal& p, const std::string& id) {

@@ -84,6 +84,12 @@ class SandboxService {
   /// answer the sandbox; pausing a paused one or resuming a running one changes nothing.
   Result<nlohmann::json> pause(const Principal& p, const std::string& id, Timing& t);
   Result<nlohmann::json> resume(const Principal& p, const std::string& id, Timing& t);
+  /// Saves a running sandbox's memory, disk and processes under a new snapshot id (on disk
+  /// under DATA_DIR/snapshots; it outlives the sandbox and restarts of b3osd).
+  Result<nlohmann::json> snapshot(const Principal& p, const std::string& id, Timing& t);
+  Result<nlohmann::json> get_snapshot(const Principal& p, const std::string& id);
+  Result<nlohmann::json> list_snapshots(const Principal& p, const std::optional<std::string>& after_id, int limit);
+  Result<nlohmann::json> delete_snapshot(const Principal& p, const std::string& id);
   /// Forks a running forkable sandbox into `count` new running sandboxes with its memory,
   /// disk and processes: {"object":"list","data":[...]}. All or nothing.
   Result<nlohmann::json> fork(const Principal& p, const std::string& id, int count,
@@ -117,6 +123,11 @@ class SandboxService {
   /// Starts a container with its shim and channel, agent ready, identity and limits applied.
   /// On failure nothing of it is left.
   Result<std::shared_ptr<Sandbox>> launch(const Launch& l, Timing& t, Stopwatch& sw);
+  Result<nlohmann::json> create_from_snapshot(const Principal& p, const SandboxSpec& request, Timing& t);
+  /// The common tail of create: reserve, launch (boot, or restore `snapshot_id`), record.
+  Result<nlohmann::json> create_launched(const Principal& p, const SandboxSpec& spec, const std::string& tname,
+                                         const std::string& rootfs, const std::string& snapshot_id, Timing& t,
+                                         Stopwatch& sw);
   /// Counts `n` sandboxes about to start against the project's and the node's limits.
   Result<void> reserve(const std::string& project_id, int n);
   void unreserve(const std::string& project_id, int n);
@@ -139,6 +150,8 @@ class SandboxService {
   void reaper_loop();
   /// Pauses `s` (caller holds no lock); `why` goes to the log.
   Result<void> pause_locked(Sandbox& s, const char* why);
+  /// Writes a checkpoint of running sandbox `s` into `dir`, with the channel quiesced.
+  Result<void> checkpoint_into(Sandbox& s, const std::string& dir, Timing& t, Stopwatch& sw);
   void on_channel_closed(const std::string& id, const std::string& why);
   std::string diagnose_exit(const std::string& id);
   Result<pid_t> start_shim(const std::string& dir, int fd);

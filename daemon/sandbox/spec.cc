@@ -181,7 +181,8 @@ Result<SandboxSpec> parse_create(const json& body, const SpecLimits& limits) {
     if (s.template_name.size() > 64) return bad("template", "longer than 64 characters");
   }
   if (body.contains("snapshot") && !body["snapshot"].is_null()) {
-    if (!body["snapshot"].is_string()) return bad("snapshot", "must be a snapshot id");
+    if (!body["snapshot"].is_string() || body["snapshot"].get<std::string>().empty())
+      return bad("snapshot", "must be a snapshot id (snp_...)");
     s.snapshot = body["snapshot"].get<std::string>();
   }
   auto int_field = [&](const char* name, int& out, int64_t lo, int64_t hi) -> Result<void> {
@@ -239,7 +240,6 @@ Result<SandboxSpec> parse_create(const json& body, const SpecLimits& limits) {
 
 Result<void> check_supported(const SandboxSpec& s) {
   auto nyi = [](const std::string& what) { return fail(ErrorCode::kNotImplemented, what); };
-  if (s.snapshot) return nyi("snapshot: creating from a snapshot is not available on this deployment yet");
   if (s.egress.mode != "deny")
     return nyi("egress.mode \"" + s.egress.mode + "\": only \"deny\" (no network) is available on this deployment yet");
   if (!s.api.scopes.empty()) return nyi("api.scopes: the model gateway (infer:run) is not available on this deployment yet");

@@ -34,6 +34,13 @@ CREATE TABLE IF NOT EXISTS sandboxes (
 );
 CREATE INDEX IF NOT EXISTS sandboxes_project ON sandboxes(project_id, id);
 CREATE INDEX IF NOT EXISTS sandboxes_status ON sandboxes(status);
+CREATE TABLE IF NOT EXISTS snapshots (
+  id TEXT PRIMARY KEY,
+  project_id TEXT NOT NULL,
+  doc TEXT NOT NULL,
+  secrets TEXT NOT NULL DEFAULT '{}'
+);
+CREATE INDEX IF NOT EXISTS snapshots_project ON snapshots(project_id, id);
 CREATE TABLE IF NOT EXISTS idempotency (
   project_id TEXT NOT NULL,
   key TEXT NOT NULL,
@@ -257,6 +264,68 @@ Result<std::vector<SandboxRow>> Store::active_sandboxes() {
   std::lock_guard lk(mu_);
   Stmt st(db_, "SELECT id, project_id, status, doc, secrets FROM sandboxes WHERE status IN ('running', 'paused')");
   return all_rows(db_, st, "listing active sandboxes");
+}
+
+namespace {
+Result<SnapshotRow> snapshot_from(Stmt& st) {
+  SnapshotRow r;
+  r.id = st.text(0);
+  r.project_id = st.text(1);
+  try {
+    r.doc = nlohmann::json::parse(st.text(2));
+    r.secrets = nlohmann::json::parse(st.text(3));
+  } catch (const std::exception& e) {
+    return fail(ErrorCode::kInternal, "store: snapshot " + r.id + " has a corrupt record: " + e.what());
+  }
+  return r;
+}
+}  // namespace
+
+Result<void> Store::put_snapshot(const SnapshotRow& row) {
+  std::lock_guard lk(mu_);
+  Stmt st(db_, "INSERT OR REPLACE INTO snapshots(id, project_id, doc, secrets) VALUES (?, ?, ?, ?)");
+  st.bind(1, row.id).bind(2, row.project_id).bind(3, row.doc.dump()).bind(4, row.secrets.dump());
+  if (st.step() != SQLITE_DONE) return fail(db_error(db_, "saving snapshot " + row.id));
+  return {};
+}
+
+Result<std::optional<SnapshotRow>> Store::get_snapshot(const std::string& project_id, const std::string& id) {
+  std::lock_guard lk(mu_);
+  Stmt st(db_, "SELECT id, project_id, doc, secrets FROM snapshots WHERE id = ? AND project_id = ?");
+  st.bind(1, id).bind(2, project_id);
+  int rc = st.step();
+  if (rc == SQLITE_DONE) return std::optional<SnapshotRow>();
+  if (rc != SQLITE_ROW) return fail(db_error(db_, "reading snapshot"));
+  auto r = snapshot_from(st);
+  if (!r) return fail(r.error());
+  return std::optional<SnapshotRow>(std::move(*r));
+}
+
+Result<std::vector<SnapshotRow>> Store::list_snapshots(const std::string& project_id,
+                                                       const std::optional<std::string>& after_id, int limit) {
+  std::lock_guard lk(mu_);
+  std::string sql = "SELECT id, project_id, doc, secrets FROM snapshots WHERE project_id = ?1 AND (?2 IS NULL OR id < ?2) "
+                    "ORDER BY id DESC LIMIT " + std::to_string(limit + 1);
+  Stmt st(db_, sql.c_str());
+  st.bind(1, project_id);
+  if (after_id) st.bind(2, *after_id); else st.bind_null(2);
+  std::vector<SnapshotRow> out;
+  int rc;
+  while ((rc = st.step()) == SQLITE_ROW) {
+    auto r = snapshot_from(st);
+    if (!r) return fail(r.error());
+    out.push_back(std::move(*r));
+  }
+  if (rc != SQLITE_DONE) return fail(db_error(db_, "listing snapshots"));
+  return out;
+}
+
+Result<void> Store::delete_snapshot(const std::string& project_id, const std::string& id) {
+  std::lock_guard lk(mu_);
+  Stmt st(db_, "DELETE FROM snapshots WHERE id = ? AND project_id = ?");
+  st.bind(1, id).bind(2, project_id);
+  if (st.step() != SQLITE_DONE) return fail(db_error(db_, "deleting snapshot"));
+  return {};
 }
 
 Result<IdempotencyHit> Store::idempotency_begin(const std::string& project_id, const std::string& key,

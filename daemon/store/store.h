@@ -52,6 +52,14 @@ struct SandboxQuery {
   int limit = 20;
 };
 
+/// One snapshot row: its object (`doc`) and the secrets of the sandbox it came from.
+struct SnapshotRow {
+  std::string id;
+  std::string project_id;
+  nlohmann::json doc;
+  nlohmann::json secrets = nlohmann::json::object();
+};
+
 /// What an Idempotency-Key lookup found.
 struct IdempotencyHit {
   enum class Kind { kNew, kReplay, kConflict } kind = Kind::kNew;
@@ -80,6 +88,13 @@ class Store {
   Result<std::vector<SandboxRow>> list_sandboxes(const SandboxQuery& q);
   /// Every sandbox whose status is running or paused, all projects (used at start-up).
   Result<std::vector<SandboxRow>> active_sandboxes();
+
+  Result<void> put_snapshot(const SnapshotRow& row);
+  Result<std::optional<SnapshotRow>> get_snapshot(const std::string& project_id, const std::string& id);
+  /// One page of a project's snapshots, newest first (limit+1 rows, as list_sandboxes).
+  Result<std::vector<SnapshotRow>> list_snapshots(const std::string& project_id,
+                                                  const std::optional<std::string>& after_id, int limit);
+  Result<void> delete_snapshot(const std::string& project_id, const std::string& id);
 
   /// Claims `key` for a request, or finds its earlier response. Records expire after 24 h.
   Result<IdempotencyHit> idempotency_begin(const std::string& project_id, const std::string& key,

@@ -476,7 +476,7 @@ s_errors() {
   apij POST /v1/sandboxes '{"egress":{"mode":"allowlist","allow":["192.0.2.0/24"]}}'
   expect_error errors.egress_allowlist_501 501 not_implemented egress
   apij POST /v1/sandboxes '{"snapshot":"snp_00000000000000000000000000"}'
-  expect_error errors.snapshot_501 501 not_implemented snapshot
+  expect_error errors.snapshot_unknown_404 404 snapshot_not_found
 
   apij POST "/v1/sandboxes/$SBX/fork" '{}'
   expect_error errors.fork_409 409 fork_unavailable
@@ -486,12 +486,12 @@ s_errors() {
   expect_error errors.other_project_fork_404 404 sandbox_not_found
   KEY=$OTHER api POST "/v1/sandboxes/$SBX/pause"
   expect_error errors.other_project_pause_404 404 sandbox_not_found
-  api POST "/v1/sandboxes/$SBX/snapshot"
-  expect_error errors.snapshot_route_501 501 not_implemented
+  KEY=$OTHER api POST "/v1/sandboxes/$SBX/snapshot"
+  expect_error errors.other_project_snapshot_404 404 sandbox_not_found
   api POST /v1/sandboxes/sbx_00000000000000000000000000/pause
   expect_error errors.pause_unknown_404 404 sandbox_not_found
-  api GET /v1/snapshots
-  expect_error errors.snapshots_501 501 not_implemented
+  api GET /v1/snapshots/snp_00000000000000000000000000
+  expect_error errors.snapshot_get_unknown_404 404 snapshot_not_found
   apij POST /v1/infer/chat '{}'
   expect_error errors.infer_501 501 not_implemented
   api GET /mcp
@@ -1048,6 +1048,42 @@ s_pause() {
   delete_sandbox "$id" || true
 }
 
+# ---- snapshots --------------------------------------------------------------------------------
+
+s_snapshot() {
+  create_sandbox '{"env":{"E":"e1"},"secrets":{"S":"s1"}}'
+  local id=$CID
+  run_exec "$id" '{"cmd":"echo kept > /workspace/k; nohup python3 -c \"import time\ni=0\nwhile True:\n  i+=1; open(\u0027/workspace/c\u0027,\u0027w\u0027).write(str(i)); time.sleep(0.05)\" >/dev/null 2>&1 & sleep 0.3"}'
+  api POST "/v1/sandboxes/$id/snapshot"
+  check snapshot.201 "$(snip)" okj 201 '.object == "snapshot" and (.id | startswith("snp_")) and .sandbox_id == "'"$id"'" and .size_bytes > 0 and .secret_names == ["S"]'
+  local snp
+  snp=$(j .id)
+  check snapshot.no_secret_values "$(snip)" not grep -q s1 "$RESP"
+  run_exec "$id" '{"cmd":"echo after > /workspace/k"}'
+  delete_sandbox "$id" || true
+  api GET /v1/snapshots
+  check snapshot.listed "$(snip)" okj 200 '[.data[].id] | index("'"$snp"'") != null'
+  KEY=$OTHER api GET "/v1/snapshots/$snp"
+  expect_error snapshot.other_project_404 404 snapshot_not_found
+  # It outlives its sandbox and a restart of b3osd.
+  kill -9 "$(daemon_pid)" 2>/dev/null || true
+  sleep 0.5
+  start_daemon
+  create_sandbox '{"snapshot":"'"$snp"'","metadata":{"from":"snapshot"},"timeout_s":120}'
+  check snapshot.create_from_201 "$(snip)" okj 201 '.snapshot == "'"$snp"'" and .env.E == "e1" and .secret_names == ["S"] and .metadata.from == "snapshot"'
+  local restored=$CID
+  run_exec "$restored" '{"cmd":"cat /workspace/k; a=$(cat /workspace/c); sleep 0.4; b=$(cat /workspace/c); [ $b -gt $a ] && echo counting; echo $E $S"}'
+  check snapshot.memory_disk_processes "$(snip)" jt '.stdout == "kept\ncounting\ne1 s1\n"'
+  delete_sandbox "$restored" || true
+  api DELETE "/v1/snapshots/$snp"
+  check snapshot.delete_200 "$(snip)" okj 200 '.deleted == true'
+  api GET "/v1/snapshots/$snp"
+  expect_error snapshot.gone_404 404 snapshot_not_found
+  check snapshot.files_removed "$(ls "$T/data/snapshots")" test -z "$(ls "$T/data/snapshots" 2>/dev/null)"
+  create_sandbox '{"snapshot":"'"$snp"'"}'
+  expect_error snapshot.create_from_deleted_404 404 snapshot_not_found
+}
+
 run_section s_exec
 run_section s_exec_timeout
 run_section s_exec_truncation
@@ -1065,6 +1101,7 @@ run_section s_delete
 run_section s_cli
 run_section s_fork
 run_section s_pause
+run_section s_snapshot
 run_section s_files_big
 delete_sandbox "$SBX" || fail delete.main "$(snip)"
 run_section s_leaks
