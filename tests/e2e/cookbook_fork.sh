@@ -302,7 +302,7 @@ for client in run.sh run.mjs run.py; do
     fail "client.$name.patch" "removing the infer:run line did not change exactly one line"
   rc=0
   timeout 240 "${cmd[@]}" "$T/recipe/$client" >"$T/$name.out" 2>"$T/$name.err" || rc=$?
-  check "client.$name.without_grant_outputs" "exit $rc; stdout: $(head -c 400 "$T/$name.out"); stderr: $(tail -c 300 "$T/$name.err")" \
+  check "client.$name.without_grant_outputs" "exit $rc; stdout: $(tr -s ' \n' ' ' <"$T/$name.out" | head -c 400); stderr: $(tail -n 2 "$T/$name.err" | tr '\n' ' ' | head -c 300)" \
     jqe '.tests_total == 7 and .failing_before == 5 and .forks == 3 and .fork_ms > 0 and .fork_restore_ms > 0
       and .passing == 0 and .winner_temperature == null and ([.tries[].temperature] == [0, 0.6, 1])
       and all(.tries[]; .passed == false and (.error | contains("OPENAI_BASE_URL is not set")))' "$T/$name.out"
