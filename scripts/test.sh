@@ -48,6 +48,10 @@ else
   record e2e 1
 fi
 
+step "end to end: the fork best-of-N cookbook recipe"
+B3OS_BIN=$root/build/bin ./tests/e2e/cookbook_fork.sh
+record cookbook-fork $?
+
 secs=${B3OS_FUZZ_SECONDS:-20}
 step "fuzz (${secs}s per target)"
 if [ "$secs" = 0 ]; then

@@ -1000,6 +1000,20 @@ s_fork() {
   apij POST "/v1/sandboxes/$src/fork" '{"count":16}'
   expect_error fork.concurrency_429 429 concurrency_limited
   check fork.concurrency_nothing_made "runsc list changed" test "$(runsc_list | wc -l)" = "$before"
+  # Twenty forks of one source in a row, each deleted: nothing accumulates.
+  local k made=0
+  for k in $(seq 1 20); do
+    apij POST "/v1/sandboxes/$src/fork" '{"count":1}'
+    if [ "$ST" = 201 ]; then
+      made=$((made + 1))
+      delete_sandbox "$(j '.data[0].id')" || true
+    fi
+  done
+  check fork.twenty_in_a_row "$made of 20 forks made" test "$made" = 20
+  check fork.twenty_no_containers_left "$(runsc_list | wc -l) containers, want $before" test "$(runsc_list | wc -l)" = "$before"
+  check fork.twenty_no_dirs_left "$(ls "$T/run/sandboxes" | wc -l) dirs" test "$(ls "$T/run/sandboxes" | wc -l)" = "$before"
+  run_exec "$src" '{"cmd":"cat /workspace/f"}'
+  check fork.source_alive_after_twenty "$(snip)" jt '.stdout == "before\n"'
   for id in $src $forks $grand $plain; do delete_sandbox "$id" || true; done
   local left=0
   for id in $src $forks $grand $plain; do runsc_has "$id" && left=$((left + 1)); [ -n "$(cgroup_dirs "$id")" ] && left=$((left + 1)); done
@@ -1075,6 +1089,21 @@ s_snapshot() {
   run_exec "$restored" '{"cmd":"cat /workspace/k; a=$(cat /workspace/c); sleep 0.4; b=$(cat /workspace/c); [ $b -gt $a ] && echo counting; echo $E $S"}'
   check snapshot.memory_disk_processes "$(snip)" jt '.stdout == "kept\ncounting\ne1 s1\n"'
   delete_sandbox "$restored" || true
+  # A restore that fails (a damaged image) leaves nothing half-made.
+  local before_ids before_list before_dirs
+  before_list=$(runsc_list | sort | tr '\n' ' ')
+  before_dirs=$(ls "$T/run/sandboxes" | sort | tr '\n' ' ')
+  api GET /v1/sandboxes?limit=100
+  before_ids=$(j '[.data[].id] | length')
+  cp "$T/data/snapshots/$snp/checkpoint.img" "$T/checkpoint.img.saved"
+  head -c 4096 /dev/urandom >"$T/data/snapshots/$snp/checkpoint.img"
+  create_sandbox '{"snapshot":"'"$snp"'"}'
+  check snapshot.damaged_image_500 "$(snip)" okj 500 '.error.code == "internal" and (.error.message | test("restore"))'
+  check snapshot.damaged_nothing_left "runsc list: $(runsc_list | tr '\n' ' ')" test "$(runsc_list | sort | tr '\n' ' ')" = "$before_list"
+  api GET /v1/sandboxes?limit=100
+  check snapshot.damaged_no_record "$(snip)" test "$(j '[.data[].id] | length')" = "$before_ids"
+  check snapshot.damaged_no_dir "$(ls "$T/run/sandboxes" | tr '\n' ' ')" test "$(ls "$T/run/sandboxes" | sort | tr '\n' ' ')" = "$before_dirs"
+  cp "$T/checkpoint.img.saved" "$T/data/snapshots/$snp/checkpoint.img"
   api DELETE "/v1/snapshots/$snp"
   check snapshot.delete_200 "$(snip)" okj 200 '.deleted == true'
   api GET "/v1/snapshots/$snp"
