@@ -1,0 +1,109 @@
+#!/usr/bin/env python3
+"""Host memory per idle sandbox: starts a private b3osd, creates N idle `base` sandboxes, and sums
+the proportional set size (PSS, so shared runsc text counts once) of each sandbox's host
+processes: runsc-sandbox, runsc-gofer and b3os-shim. Also the fork of a sandbox holding 256 MiB
+of dirty memory. Usage (root): bench/density.py [--bin build/bin] [--count 10]
+"""
+import argparse
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(__file__))
+from bench import Client, free_port  # noqa: E402
+
+
+def pss_kb(pid):
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def pids_of(needle):
+    out = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            cmd = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if needle in cmd:
+            out.append(int(pid))
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", default=os.path.join(os.path.dirname(__file__), "..", "build", "bin"))
+    ap.add_argument("--count", type=int, default=10)
+    ap.add_argument("--templates", default=os.environ.get("B3OS_TEMPLATES_DIR", "/var/lib/b3os/templates"))
+    args = ap.parse_args()
+    bindir = os.path.abspath(args.bin)
+    tmp = tempfile.mkdtemp(prefix="b3os-density-")
+    port = free_port()
+    log = open(f"{tmp}/b3osd.log", "w")
+    daemon = subprocess.Popen(
+        [f"{bindir}/b3osd", "--listen", f"127.0.0.1:{port}", "--data-dir", f"{tmp}/data", "--run-dir", f"{tmp}/run",
+         "--runsc-root", f"{tmp}/run/runsc", "--templates-dir", args.templates, "--quiet-key"],
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        for _ in range(100):
+            if os.path.exists(f"{tmp}/data/admin.key"):
+                break
+            time.sleep(0.1)
+        time.sleep(0.3)
+        c = Client(port, open(f"{tmp}/data/admin.key").read().strip())
+        ids = [json.loads(c.call("POST", "/v1/sandboxes", {"template": "base"})[1])["id"] for _ in range(args.count)]
+        time.sleep(3)  # let them settle idle
+        per = []
+        for sid in ids:
+            # runsc-sandbox and runsc-gofer carry the id in their argv; the shim its socket path.
+            per.append(sum(pss_kb(p) for p in pids_of(sid)))
+        med_mb = statistics.median(per) / 1024
+        avail_gib = 24
+        print(f"idle sandboxes: {args.count}; host PSS per sandbox (sandbox+gofer+shim): median {med_mb:.1f} MB, "
+              f"min {min(per)/1024:.1f}, max {max(per)/1024:.1f}")
+        print(f"=> about {int(avail_gib * 1024 / med_mb)} idle sandboxes in {avail_gib} GiB by memory alone "
+              f"(the per-node limit, --max-sandboxes-per-node, is a separate setting)")
+        for sid in ids:
+            c.call("DELETE", f"/v1/sandboxes/{sid}")
+        # Fork of a sandbox holding 256 MiB of dirty memory.
+        _, b = c.call("POST", "/v1/sandboxes", {"template": "base", "forkable": True, "memory_mib": 1024})
+        src = json.loads(b)["id"]
+        c.call("POST", f"/v1/sandboxes/{src}/exec", {"cmd": "nohup python3 -c \"import os,time\nb=bytearray(os.urandom(256<<20))\ntime.sleep(3600)\" >/dev/null 2>&1 & sleep 4"})
+        times = []
+        for _ in range(3):
+            r, b = c.call("POST", f"/v1/sandboxes/{src}/fork", {"count": 1})
+            st = dict(p.strip().split(";dur=") for p in r.getheader("Server-Timing").split(","))
+            times.append({k: float(v) for k, v in st.items()})
+            for f in json.loads(b)["data"]:
+                c.call("DELETE", f"/v1/sandboxes/{f['id']}")
+        c.call("DELETE", f"/v1/sandboxes/{src}")
+        med = lambda k: statistics.median(t.get(k, 0) for t in times)
+        print(f"fork count 1 of a sandbox with 256 MiB dirty: total {med('total'):.0f} ms, paused "
+              f"{med('pause') + med('snapshot'):.0f} ms (snapshot {med('snapshot'):.0f}), restore {med('restore'):.0f} ms, "
+              f"precreate {med('precreate'):.0f} ms")
+    finally:
+        os.killpg(daemon.pid, signal.SIGTERM)
+        daemon.wait()
+        root = f"{tmp}/run/runsc"
+        for i in subprocess.run(["runsc", "--root", root, "list", "--quiet"], stdout=subprocess.PIPE, text=True).stdout.split():
+            subprocess.run(["runsc", "--root", root, "delete", "--force", i], stderr=subprocess.DEVNULL)
+        subprocess.run(["pkill", "-f", f"b3os-shim {tmp}"], stderr=subprocess.DEVNULL)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
