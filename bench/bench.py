@@ -78,7 +78,7 @@ def main():
     log = open(f"{tmp}/b3osd.log", "w")
     daemon = subprocess.Popen(
         [f"{bindir}/b3osd", "--listen", f"127.0.0.1:{port}", "--data-dir", f"{tmp}/data", "--run-dir", f"{tmp}/run",
-         "--runsc-root", runsc_root, "--templates-dir", args.templates, "--quiet-key", "--rate", "100000",
+         "--runsc-root", runsc_root, "--templates-dir", args.templates, "--quiet-key", "--warm-pool", "0", "--rate", "100000",
          "--burst", "100000"],
         stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     raw_root = f"{tmp}/raw"

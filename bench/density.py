@@ -56,7 +56,7 @@ def main():
     log = open(f"{tmp}/b3osd.log", "w")
     daemon = subprocess.Popen(
         [f"{bindir}/b3osd", "--listen", f"127.0.0.1:{port}", "--data-dir", f"{tmp}/data", "--run-dir", f"{tmp}/run",
-         "--runsc-root", f"{tmp}/run/runsc", "--templates-dir", args.templates, "--quiet-key"],
+         "--runsc-root", f"{tmp}/run/runsc", "--templates-dir", args.templates, "--quiet-key", "--warm-pool", "0"],
         stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         for _ in range(100):

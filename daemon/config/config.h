@@ -25,6 +25,7 @@ struct Config {
   size_t max_exec_output = 1 << 20;                        // per stream, then truncated
   int max_sandboxes_per_project = 64;                      // 429 concurrency_limited
   int max_sandboxes_per_node = 256;                        // 503 capacity_unavailable
+  int warm_pool_size = 2;  // booted `base` sandboxes kept ready for non-forkable creates
   double rate_per_second = 50;                             // per API key
   double rate_burst = 100;
   int max_connections = 1024;

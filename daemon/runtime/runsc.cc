@@ -127,6 +127,18 @@ Result<void> Runsc::limit_cpu(const std::string& id, int vcpu) {
   return {};
 }
 
+Result<void> Runsc::limit_memory(const std::string& id, int memory_mib) {
+  const int64_t bytes = int64_t(memory_mib + cfg_.memory_overhead_mib) * 1024 * 1024;
+  const std::string v1 = "/sys/fs/cgroup/memory/b3os/" + id + "/memory.limit_in_bytes";
+  const std::string v2 = "/sys/fs/cgroup/b3os/" + id + "/memory.max";
+  const std::string file = ::access(v1.c_str(), W_OK) == 0 ? v1 : v2;
+  std::ofstream f(file);
+  f << bytes;
+  f.flush();
+  if (!f) return fail(ErrorCode::kInternal, "setting the memory limit in " + file);
+  return {};
+}
+
 Result<void> Runsc::checkpoint(const std::string& id, const std::string& image_dir) {
   auto argv = base_argv();
   argv.insert(argv.end(), {"checkpoint", "--leave-running", "--compression=none", "--image-path", image_dir, id});

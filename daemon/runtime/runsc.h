@@ -47,6 +47,8 @@ class Runsc {
   /// after boot rather than in the OCI config: a 1-vCPU quota during boot throttles gVisor's
   /// own start-up by about 100 ms.
   Result<void> limit_cpu(const std::string& id, int vcpu);
+  /// Sets the memory limit (memory_mib plus the runtime's overhead) of a running container.
+  Result<void> limit_memory(const std::string& id, int memory_mib);
   /// Saves a running container's memory, root overlay and processes to `image_dir`; the
   /// container runs on (`--leave-running`).
   Result<void> checkpoint(const std::string& id, const std::string& image_dir);

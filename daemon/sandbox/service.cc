@@ -138,6 +138,19 @@ void SandboxService::stop() {
   }
   reaper_cv_.notify_all();
   if (reaper_.joinable()) reaper_.join();
+  {
+    std::lock_guard lk(pool_mu_);
+    stopping_pool_ = true;
+  }
+  pool_cv_.notify_all();
+  if (pool_thread_.joinable()) pool_thread_.join();
+  // Pool sandboxes belong to no one: remove them (a restart would sweep them anyway).
+  std::deque<std::shared_ptr<Sandbox>> pooled;
+  {
+    std::lock_guard lk(pool_mu_);
+    pooled.swap(warm_);
+  }
+  for (auto& s : pooled) discard(*s);
 }
 
 std::string SandboxService::template_rootfs(const std::string& name) const {
@@ -308,6 +321,55 @@ Result<std::shared_ptr<SandboxService::Sandbox>> SandboxService::launch(const La
   return s;
 }
 
+std::shared_ptr<SandboxService::Sandbox> SandboxService::claim_warm(const SandboxSpec& spec, const std::string& tname) {
+  // Forkable sandboxes are restored for themselves, never claimed; the pool holds `base`.
+  if (spec.forkable || tname != "base" || cfg_.warm_pool_size <= 0) return nullptr;
+  std::shared_ptr<Sandbox> s;
+  {
+    std::lock_guard lk(pool_mu_);
+    while (!warm_.empty() && !s) {
+      s = warm_.front();
+      warm_.pop_front();
+      if (s->channel->closed()) {
+        discard(*s);  // died while waiting; take the next
+        s.reset();
+      }
+    }
+  }
+  pool_cv_.notify_all();  // refill
+  return s;
+}
+
+void SandboxService::pool_loop() {
+  const std::string rootfs = cfg_.templates_dir() + "/base/rootfs";
+  for (;;) {
+    {
+      std::unique_lock lk(pool_mu_);
+      pool_cv_.wait_for(lk, 2s, [&] { return stopping_pool_ || static_cast<int>(warm_.size()) < cfg_.warm_pool_size; });
+      if (stopping_pool_) return;
+      if (static_cast<int>(warm_.size()) >= cfg_.warm_pool_size) continue;
+    }
+    if (!fs::exists(cfg_.templates_dir() + "/base/.b3os-ready")) continue;
+    // Pool sandboxes count against the node's capacity while they wait.
+    if (auto r = reserve("", 1); !r) continue;
+    Launch l;
+    l.id = new_id("sbx");
+    l.rootfs = rootfs;
+    Timing t;
+    Stopwatch sw;
+    auto s = launch(l, t, sw);
+    unreserve("", 1);
+    if (!s) {
+      spdlog::warn("warm pool: {}", s.error().message);
+      std::unique_lock lk(pool_mu_);
+      pool_cv_.wait_for(lk, 5s, [&] { return stopping_pool_; });  // do not spin on a broken runtime
+      continue;
+    }
+    std::lock_guard lk(pool_mu_);
+    warm_.push_back(*s);
+  }
+}
+
 Result<void> SandboxService::reserve(const std::string& project_id, int n) {
   std::lock_guard lk(mu_);
   int mine = starting_by_project_[project_id];
@@ -317,7 +379,12 @@ Result<void> SandboxService::reserve(const std::string& project_id, int n) {
                                                     std::to_string(n) + " more would pass its limit of " +
                                                     std::to_string(cfg_.max_sandboxes_per_project) +
                                                     "; delete some first");
-  if (static_cast<int>(live_.size()) + starting_ + n > cfg_.max_sandboxes_per_node)
+  int pooled;
+  {
+    std::lock_guard pl(pool_mu_);
+    pooled = static_cast<int>(warm_.size());
+  }
+  if (static_cast<int>(live_.size()) + starting_ + pooled + n > cfg_.max_sandboxes_per_node)
     return fail(ErrorCode::kCapacityUnavailable, "this node is at its limit of " +
                                                      std::to_string(cfg_.max_sandboxes_per_node) + " sandboxes");
   starting_ += n;
@@ -386,16 +453,29 @@ Result<json> SandboxService::create_launched(const Principal& p, const SandboxSp
   ScopeExit unreserve_later([&] { unreserve(p.project_id, 1); });
   t.lap("validate", sw);
 
-  Launch l;
-  l.id = new_id("sbx");
-  l.project_id = p.project_id;
-  l.rootfs = rootfs;
-  if (!snapshot_id.empty()) l.image = cfg_.snapshots_dir() + "/" + snapshot_id;
-  l.vcpu = spec.vcpu;
-  l.memory_mib = spec.memory_mib;
-  auto launched = launch(l, t, sw);
-  if (!launched) return fail(launched.error());
-  auto s = *launched;
+  std::shared_ptr<Sandbox> s = snapshot_id.empty() ? claim_warm(spec, tname) : nullptr;
+  if (s) {
+    s->project_id = p.project_id;
+    t.lap("claim", sw);
+    auto limited = runsc_.limit_cpu(s->id, spec.vcpu);
+    if (limited) limited = runsc_.limit_memory(s->id, spec.memory_mib);
+    if (!limited) {
+      discard(*s);
+      return fail(limited.error());
+    }
+    t.lap("limits", sw);
+  } else {
+    Launch l;
+    l.id = new_id("sbx");
+    l.project_id = p.project_id;
+    l.rootfs = rootfs;
+    if (!snapshot_id.empty()) l.image = cfg_.snapshots_dir() + "/" + snapshot_id;
+    l.vcpu = spec.vcpu;
+    l.memory_mib = spec.memory_mib;
+    auto launched = launch(l, t, sw);
+    if (!launched) return fail(launched.error());
+    s = *launched;
+  }
   const std::string& id = s->id;
   auto undo = [&](Error e) -> Result<json> {
     discard(*s);
@@ -435,7 +515,7 @@ Result<json> SandboxService::create_launched(const Principal& p, const SandboxSp
       {"stop_message", nullptr},
       {"metadata", map_to_json(spec.metadata)},
       {"_b3os", {{"started_ms", now}, {"stopped_ms", nullptr}, {"paused_total_ms", 0}, {"hostname", s->hostname},
-                 {"rootfs", l.rootfs}}},
+                 {"rootfs", rootfs}}},
   };
   if (auto r = persist(*s); !r) return undo(r.error());
   {
@@ -894,6 +974,7 @@ Result<void> SandboxService::recover() {
     }
   }
   reaper_ = std::thread([this] { reaper_loop(); });
+  if (cfg_.warm_pool_size > 0) pool_thread_ = std::thread([this] { pool_loop(); });
   return {};
 }
 

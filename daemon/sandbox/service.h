@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <deque>
 #include <functional>
 #include <map>
 #include <optional>
@@ -165,6 +166,16 @@ class SandboxService {
   std::map<std::string, std::shared_ptr<Sandbox>> live_;  // running or paused sandboxes
   int starting_ = 0;                                      // creates in flight (capacity)
   std::map<std::string, int> starting_by_project_;
+
+  /// Takes a ready sandbox from the warm pool for `spec`, or nullptr (then boot one).
+  std::shared_ptr<Sandbox> claim_warm(const SandboxSpec& spec, const std::string& tname);
+  void pool_loop();
+
+  std::mutex pool_mu_;
+  std::condition_variable pool_cv_;
+  std::deque<std::shared_ptr<Sandbox>> warm_;  // booted, agent ready, owned by no project
+  std::thread pool_thread_;
+  bool stopping_pool_ = false;
 
   std::thread reaper_;
   std::mutex reaper_mu_;

@@ -1113,6 +1113,43 @@ s_snapshot() {
   expect_error snapshot.create_from_deleted_404 404 snapshot_not_found
 }
 
+# ---- warm pool -------------------------------------------------------------------------------
+
+s_warm_pool() {
+  stop_daemon TERM
+  E2E_WARM_POOL=2 start_daemon
+  local before_pool n=0
+  before_pool=$(runsc_list | wc -l)
+  # The pool fills in the background: two more containers than the sandboxes we know of.
+  api GET /v1/sandboxes?status=running\&limit=100
+  local known
+  known=$(j '.data | length')
+  for _ in $(seq 1 60); do
+    n=$(runsc_list | wc -l)
+    [ "$n" -ge $((known + 2)) ] && break
+    sleep 0.5
+  done
+  check pool.fills "$n containers for $known running sandboxes" test "$n" -ge $((known + 2))
+  api GET /v1/sandboxes?status=running\&limit=100
+  check pool.not_listed "$(j '.data | length') running listed, $known before the pool filled" test "$(j '.data | length')" = "$known"
+  create_sandbox '{"vcpu":2,"memory_mib":1024,"env":{"E":"pooled"},"secrets":{"S":"p1"},"metadata":{"from":"pool"}}'
+  check pool.claim_201 "$(snip)" okj 201 '.timing.claim_ms != null and .vcpu == 2 and .memory_mib == 1024 and .metadata.from == "pool"'
+  local id=$CID
+  check pool.cgroup_cpu "quota $(cat "/sys/fs/cgroup/cpu/b3os/$id/cpu.cfs_quota_us" 2>/dev/null)" test "$(cat "/sys/fs/cgroup/cpu/b3os/$id/cpu.cfs_quota_us" 2>/dev/null)" = 200000
+  check pool.cgroup_memory "limit $(cat "/sys/fs/cgroup/memory/b3os/$id/memory.limit_in_bytes" 2>/dev/null)" test "$(cat "/sys/fs/cgroup/memory/b3os/$id/memory.limit_in_bytes" 2>/dev/null)" = $(((1024 + 256) << 20))
+  run_exec "$id" '{"cmd":"echo $E $S; hostname"}'
+  check pool.claimed_works "$(snip)" jt '.exit_code == 0 and (.stdout | startswith("pooled p1\nsbx-"))'
+  create_sandbox '{"forkable":true}'
+  check pool.forkable_not_claimed "$(snip)" okj 201 '.timing.claim_ms == null and .forkable == true'
+  local fk=$CID
+  delete_sandbox "$id" || true
+  delete_sandbox "$fk" || true
+  # SIGTERM removes the pool's containers; then back to no pool for the other sections.
+  stop_daemon TERM
+  check pool.removed_at_stop "$(runsc_list | wc -l) containers, want at most $known" test "$(runsc_list | wc -l)" -le "$known"
+  start_daemon
+}
+
 run_section s_exec
 run_section s_exec_timeout
 run_section s_exec_truncation
@@ -1132,6 +1169,7 @@ run_section s_fork
 run_section s_pause
 run_section s_snapshot
 run_section s_files_big
+run_section s_warm_pool
 delete_sandbox "$SBX" || fail delete.main "$(snip)"
 run_section s_leaks
 
