@@ -9,47 +9,18 @@ Starts its own b3osd (temp data and run dirs, the cached base template), then me
 Prints medians and ratios. Usage (root): bench/bench.py [--bin build/bin] [--runs N]
 """
 import argparse
-import http.client
 import json
 import os
 import shutil
-import signal
-import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import PrivateDaemon, server_timing  # noqa: E402
+
 MIB = 1024 * 1024
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Client:
-    def __init__(self, port, key):
-        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
-        self.auth = {"Authorization": f"Bearer {key}"}
-
-    def call(self, method, path, body=None, raw=None, ctype="application/json"):
-        headers = dict(self.auth)
-        data = None
-        if body is not None:
-            data = json.dumps(body).encode()
-            headers["Content-Type"] = "application/json"
-        elif raw is not None:
-            data = raw
-            headers["Content-Type"] = ctype
-        self.conn.request(method, path, body=data, headers=headers)
-        r = self.conn.getresponse()
-        payload = r.read()
-        if r.status >= 300:
-            raise RuntimeError(f"{method} {path}: {r.status} {payload[:300]!r}")
-        return r, payload
 
 
 def median(xs):
@@ -71,28 +42,11 @@ def main():
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--templates", default=os.environ.get("B3OS_TEMPLATES_DIR", "/var/lib/b3os/templates"))
     args = ap.parse_args()
-    bindir = os.path.abspath(args.bin)
-    tmp = tempfile.mkdtemp(prefix="b3os-bench-")
-    port = free_port()
-    runsc_root = f"{tmp}/run/runsc"
-    log = open(f"{tmp}/b3osd.log", "w")
-    daemon = subprocess.Popen(
-        [f"{bindir}/b3osd", "--listen", f"127.0.0.1:{port}", "--data-dir", f"{tmp}/data", "--run-dir", f"{tmp}/run",
-         "--runsc-root", runsc_root, "--templates-dir", args.templates, "--quiet-key", "--warm-pool", "0", "--rate", "100000",
-         "--burst", "100000"],
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    raw_root = f"{tmp}/raw"
-    os.makedirs(raw_root)
     rows = []
-    try:
-        for _ in range(100):
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
-                break
-            except OSError:
-                time.sleep(0.1)
-        key = open(f"{tmp}/data/admin.key").read().strip()
-        c = Client(port, key)
+    with PrivateDaemon(args.bin, args.templates, ["--warm-pool", "0"]) as d:
+        tmp, c, runsc_root = d.tmp, d.client, d.runsc_root
+        raw_root = f"{tmp}/raw"
+        os.makedirs(raw_root)
         runsc = ["runsc", "--root", runsc_root]
 
         # --- exec round trip ---
@@ -182,18 +136,10 @@ def main():
 
         # --- fork of an idle forkable sandbox ---
         def st_total(resp):
-            for part in resp.getheader("Server-Timing", "").split(","):
-                name, _, dur = part.strip().partition(";dur=")
-                if name == "total":
-                    return float(dur)
-            return float("nan")
+            return server_timing(resp).get("total", float("nan"))
 
         def phase(resp, want):
-            for part in resp.getheader("Server-Timing", "").split(","):
-                name, _, dur = part.strip().partition(";dur=")
-                if name == want:
-                    return float(dur)
-            return 0.0
+            return server_timing(resp).get(want, 0.0)
 
         _, b = c.call("POST", "/v1/sandboxes", {"template": "base", "forkable": True})
         src = json.loads(b)["id"]
@@ -230,16 +176,6 @@ def main():
         rows.append(("fork count 3, server total (ms)", median(fork3), None, "<= 300 ms (issue 3)"))
         rows.append(("  create server total_ms", median(server_total), None, ""))
         phase_line = ", ".join(f"{k[:-3]} {v:.1f}" for k, v in phases.items() if k != "total_ms")
-    finally:
-        os.killpg(daemon.pid, signal.SIGTERM)
-        daemon.wait()
-        for root in (runsc_root, raw_root):
-            ids = subprocess.run(["runsc", "--root", root, "list", "--quiet"], stdout=subprocess.PIPE, text=True).stdout.split()
-            for i in ids:
-                subprocess.run(["runsc", "--root", root, "delete", "--force", i], stderr=subprocess.DEVNULL)
-        subprocess.run(["pkill", "-f", f"b3os-shim {tmp}"], stderr=subprocess.DEVNULL)
-        shutil.rmtree(tmp, ignore_errors=True)
-
     print(f"b3os benchmarks: {os.cpu_count()} cores, {args.runs} runs, medians")
     print(f"{'metric':42} {'b3os':>10} {'raw runsc':>10} {'ratio':>7}  target")
     for name, ours, raw, target in rows:

@@ -7,16 +7,13 @@ of dirty memory. Usage (root): bench/density.py [--bin build/bin] [--count 10]
 import argparse
 import json
 import os
-import shutil
-import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(__file__))
-from bench import Client, free_port  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import PrivateDaemon, server_timing  # noqa: E402
 
 
 def pss_kb(pid):
@@ -50,21 +47,8 @@ def main():
     ap.add_argument("--count", type=int, default=10)
     ap.add_argument("--templates", default=os.environ.get("B3OS_TEMPLATES_DIR", "/var/lib/b3os/templates"))
     args = ap.parse_args()
-    bindir = os.path.abspath(args.bin)
-    tmp = tempfile.mkdtemp(prefix="b3os-density-")
-    port = free_port()
-    log = open(f"{tmp}/b3osd.log", "w")
-    daemon = subprocess.Popen(
-        [f"{bindir}/b3osd", "--listen", f"127.0.0.1:{port}", "--data-dir", f"{tmp}/data", "--run-dir", f"{tmp}/run",
-         "--runsc-root", f"{tmp}/run/runsc", "--templates-dir", args.templates, "--quiet-key", "--warm-pool", "0"],
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        for _ in range(100):
-            if os.path.exists(f"{tmp}/data/admin.key"):
-                break
-            time.sleep(0.1)
-        time.sleep(0.3)
-        c = Client(port, open(f"{tmp}/data/admin.key").read().strip())
+    with PrivateDaemon(args.bin, args.templates, ["--warm-pool", "0"]) as d:
+        c = d.client
         ids = [json.loads(c.call("POST", "/v1/sandboxes", {"template": "base"})[1])["id"] for _ in range(args.count)]
         time.sleep(3)  # let them settle idle
         per = []
@@ -86,8 +70,7 @@ def main():
         times = []
         for _ in range(3):
             r, b = c.call("POST", f"/v1/sandboxes/{src}/fork", {"count": 1})
-            st = dict(p.strip().split(";dur=") for p in r.getheader("Server-Timing").split(","))
-            times.append({k: float(v) for k, v in st.items()})
+            times.append(server_timing(r))
             for f in json.loads(b)["data"]:
                 c.call("DELETE", f"/v1/sandboxes/{f['id']}")
         c.call("DELETE", f"/v1/sandboxes/{src}")
@@ -95,14 +78,6 @@ def main():
         print(f"fork count 1 of a sandbox with 256 MiB dirty: total {med('total'):.0f} ms, paused "
               f"{med('pause') + med('snapshot'):.0f} ms (snapshot {med('snapshot'):.0f}), restore {med('restore'):.0f} ms, "
               f"precreate {med('precreate'):.0f} ms")
-    finally:
-        os.killpg(daemon.pid, signal.SIGTERM)
-        daemon.wait()
-        root = f"{tmp}/run/runsc"
-        for i in subprocess.run(["runsc", "--root", root, "list", "--quiet"], stdout=subprocess.PIPE, text=True).stdout.split():
-            subprocess.run(["runsc", "--root", root, "delete", "--force", i], stderr=subprocess.DEVNULL)
-        subprocess.run(["pkill", "-f", f"b3os-shim {tmp}"], stderr=subprocess.DEVNULL)
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

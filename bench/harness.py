@@ -1,0 +1,91 @@
+"""Shared pieces of the benchmarks: an HTTP client on a kept-alive connection, and a private
+b3osd (temporary data and run directories, the cached templates) that cleans up after itself."""
+import http.client
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Client:
+    def __init__(self, port, key):
+        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+        self.auth = {"Authorization": f"Bearer {key}"}
+
+    def call(self, method, path, body=None, raw=None, ctype="application/json"):
+        headers = dict(self.auth)
+        data = None
+        if body is not None:
+            data = json.dumps(body).encode()
+            headers["Content-Type"] = "application/json"
+        elif raw is not None:
+            data = raw
+            headers["Content-Type"] = ctype
+        self.conn.request(method, path, body=data, headers=headers)
+        r = self.conn.getresponse()
+        payload = r.read()
+        if r.status >= 300:
+            raise RuntimeError(f"{method} {path}: {r.status} {payload[:300]!r}")
+        return r, payload
+
+
+def server_timing(resp):
+    """The Server-Timing header as {phase: ms}."""
+    out = {}
+    for part in resp.getheader("Server-Timing", "").split(","):
+        name, _, dur = part.strip().partition(";dur=")
+        if dur:
+            out[name] = float(dur)
+    return out
+
+
+class PrivateDaemon:
+    """`with PrivateDaemon(bindir, templates, ["--warm-pool", "0"]) as d:` then d.client, d.tmp,
+    d.runsc_root. On exit: SIGTERM, every container of its runsc root deleted, its dir removed."""
+
+    def __init__(self, bindir, templates, flags=()):
+        self.bindir, self.templates, self.flags = os.path.abspath(bindir), templates, list(flags)
+
+    def __enter__(self):
+        self.tmp = tempfile.mkdtemp(prefix="b3os-bench-")
+        self.port = free_port()
+        self.runsc_root = f"{self.tmp}/run/runsc"
+        self.proc = subprocess.Popen(
+            [f"{self.bindir}/b3osd", "--listen", f"127.0.0.1:{self.port}", "--data-dir", f"{self.tmp}/data",
+             "--run-dir", f"{self.tmp}/run", "--runsc-root", self.runsc_root, "--templates-dir", self.templates,
+             "--quiet-key", "--rate", "100000", "--burst", "100000", *self.flags],
+            stdout=open(f"{self.tmp}/b3osd.log", "w"), stderr=subprocess.STDOUT, start_new_session=True)
+        for _ in range(100):
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.1).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        self.client = Client(self.port, open(f"{self.tmp}/data/admin.key").read().strip())
+        return self
+
+    def containers(self, root=None):
+        out = subprocess.run(["runsc", "--root", root or self.runsc_root, "list", "--quiet"],
+                             stdout=subprocess.PIPE, text=True).stdout
+        return out.split()
+
+    def __exit__(self, *exc):
+        os.killpg(self.proc.pid, signal.SIGTERM)
+        self.proc.wait()
+        for root in (self.runsc_root, f"{self.tmp}/raw"):
+            if os.path.isdir(root):
+                for i in self.containers(root):
+                    subprocess.run(["runsc", "--root", root, "delete", "--force", i], stderr=subprocess.DEVNULL)
+        subprocess.run(["pkill", "-f", f"b3os-shim {self.tmp}"], stderr=subprocess.DEVNULL)
+        shutil.rmtree(self.tmp, ignore_errors=True)
+        return False
