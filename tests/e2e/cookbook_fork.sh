@@ -29,32 +29,7 @@ RECIPE=$ROOT/cookbook/sandbox-fork-best-of-n-fixes
 B3OS_BIN=${B3OS_BIN:-$ROOT/build/bin}
 TEMPLATES=${B3OS_TEMPLATES_DIR:-/var/lib/b3os/templates}
 
-die() {
-  echo "cookbook_fork: $*" >&2
-  exit 1
-}
-[ "$(id -u)" = 0 ] || die "must run as root (b3osd drives runsc)"
-for b in b3osd b3os-shim b3os-agent; do
-  [ -x "$B3OS_BIN/$b" ] || die "$B3OS_BIN/$b not found; build with: ninja -C build b3osd b3os-agent b3os-shim b3os"
-done
-for c in curl jq runsc python3 cmp; do
-  command -v "$c" >/dev/null || die "$c is not installed"
-done
-if [ ! -e "$TEMPLATES/base/.b3os-ready" ]; then
-  echo "FAIL setup: the base template is not built at $TEMPLATES/base (no .b3os-ready);" \
-    "build it with: templates/base/build.sh $TEMPLATES/base"
-  exit 1
-fi
-
-T=$(mktemp -d /tmp/b3os-cookbook-fork.XXXXXX)
-export B3OS_E2E_PIDFILE=$T/daemon.pid
-E2E_RESULTS=$T/results
-RESP=$T/resp
-RESPH=$T/resp.headers
-: >"$E2E_RESULTS"
-: >"$T/ids"
-ALL_KEYS=()
-SUITE_START=$(now_ms)
+e2e_begin cookbook-fork python3 cmp
 
 on_exit() {
   local rc=$?

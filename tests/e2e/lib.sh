@@ -11,6 +11,44 @@
 
 E2E_RESULTS=${E2E_RESULTS:-}   # one line per result, so sections run in subshells can report
 
+# ---- suite set-up ------------------------------------------------------------------------
+
+# e2e_begin NAME TOOL...: the checks and state every suite starts with: root, the binaries in
+# $B3OS_BIN, the TOOLs on PATH, the base template in $TEMPLATES; then the run's temp dir $T and
+# the result and response files. Exits with a clear message when something is missing.
+die() {
+  echo "${E2E_NAME:-e2e}: $*" >&2
+  exit 1
+}
+
+e2e_begin() {
+  local name=$1
+  shift
+  E2E_NAME=$name
+  [ "$(id -u)" = 0 ] || { echo "$name: must run as root (b3osd drives runsc)" >&2; exit 1; }
+  local b c
+  for b in b3osd b3os b3os-shim b3os-agent; do
+    [ -x "$B3OS_BIN/$b" ] || { echo "$name: $B3OS_BIN/$b not found; build with: ninja -C build b3osd b3os-agent b3os-shim b3os" >&2; exit 1; }
+  done
+  for c in curl jq runsc "$@"; do
+    command -v "$c" >/dev/null || { echo "$name: $c is not installed" >&2; exit 1; }
+  done
+  if [ ! -e "$TEMPLATES/base/.b3os-ready" ]; then
+    echo "FAIL setup: the base template is not built at $TEMPLATES/base (no .b3os-ready);" \
+      "build it with: templates/base/build.sh $TEMPLATES/base"
+    exit 1
+  fi
+  T=$(mktemp -d "/tmp/b3os-$name.XXXXXX")
+  export B3OS_E2E_PIDFILE=$T/daemon.pid
+  E2E_RESULTS=$T/results
+  RESP=$T/resp
+  RESPH=$T/resp.headers
+  : >"$E2E_RESULTS"
+  : >"$T/ids"
+  ALL_KEYS=()
+  SUITE_START=$(now_ms)
+}
+
 # ---- results ----------------------------------------------------------------------------
 
 pass() { echo "PASS $1"; echo "PASS" >>"$E2E_RESULTS"; }
