@@ -152,6 +152,7 @@ def main():
                     fork1_paused.append(phase(r, "pause") + phase(r, "snapshot"))
                 for f in json.loads(b)["data"]:
                     c.call("DELETE", f"/v1/sandboxes/{f['id']}")
+                time.sleep(1.5)  # let the fork pool refill, as it would between a user's forks
         c.call("DELETE", f"/v1/sandboxes/{src}")
         # Raw: checkpoint a running container by hand, create another, restore into it.
         subprocess.run(rawc + ["create", "--bundle", bundle, "rawsrc"], check=True, stdin=subprocess.DEVNULL,

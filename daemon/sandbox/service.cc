@@ -146,11 +146,14 @@ void SandboxService::stop() {
   if (pool_thread_.joinable()) pool_thread_.join();
   // Pool sandboxes belong to no one: remove them (a restart would sweep them anyway).
   std::deque<std::shared_ptr<Sandbox>> pooled;
+  std::deque<Precreated> created;
   {
     std::lock_guard lk(pool_mu_);
     pooled.swap(warm_);
+    created.swap(precreated_);
   }
   for (auto& s : pooled) discard(*s);
+  for (auto& pc : created) discard(*pc.sandbox);
 }
 
 std::string SandboxService::template_rootfs(const std::string& name) const {
@@ -254,8 +257,10 @@ void SandboxService::release(const std::string& id, pid_t shim_pid) {
   if (ec) spdlog::warn("sandbox {}: removing {}: {}", id, dir, ec.message());
 }
 
-Result<std::shared_ptr<SandboxService::Sandbox>> SandboxService::launch(const Launch& l, Timing& t, Stopwatch& sw) {
-  auto s = std::make_shared<Sandbox>();
+Result<SandboxService::Precreated> SandboxService::precreate(const Launch& l, Timing& t, Stopwatch& sw) {
+  Precreated pc;
+  pc.sandbox = std::make_shared<Sandbox>();
+  auto& s = pc.sandbox;
   s->id = l.id;
   s->project_id = l.project_id;
   const std::string dir = cfg_.sandboxes_dir() + "/" + s->id;
@@ -265,7 +270,7 @@ Result<std::shared_ptr<SandboxService::Sandbox>> SandboxService::launch(const La
   ::chmod(dir.c_str(), 0700);
 
   // From here every failure must undo what was done: no container, shim or file may stay.
-  auto undo = [&](Error e) -> Result<std::shared_ptr<Sandbox>> {
+  auto undo = [&](Error e) -> Result<Precreated> {
     discard(*s);
     return fail(std::move(e));
   };
@@ -273,8 +278,9 @@ Result<std::shared_ptr<SandboxService::Sandbox>> SandboxService::launch(const La
   int sp[2];
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) != 0)
     return undo(errno_error(ErrorCode::kInternal, "socketpair", errno));
-  UniqueFd daemon_end(sp[0]), agent_end(sp[1]);
-  auto shim = start_shim(dir, daemon_end.get());
+  UniqueFd agent_end(sp[1]);
+  pc.daemon_end.reset(sp[0]);
+  auto shim = start_shim(dir, pc.daemon_end.get());
   if (!shim) return undo(shim.error());
   s->shim_pid = *shim;
   t.lap("prepare", sw);
@@ -290,18 +296,45 @@ Result<std::shared_ptr<SandboxService::Sandbox>> SandboxService::launch(const La
   cs.log_path = dir + "/sandbox.log";
   s->hostname = cs.hostname;
   if (auto r = runsc_.create(cs, agent_end.get()); !r) return undo(r.error());
-  agent_end.reset();
   t.lap("create", sw);
+  return pc;
+}
+
+Result<std::shared_ptr<SandboxService::Sandbox>> SandboxService::launch(const Launch& l, Timing& t, Stopwatch& sw) {
+  // A restore into the base template's shape can take a container created ahead of time.
+  std::optional<Precreated> pc;
+  if (!l.image.empty() && l.rootfs == cfg_.templates_dir() + "/base/rootfs") {
+    std::lock_guard lk(pool_mu_);
+    if (!precreated_.empty()) {
+      pc = std::move(precreated_.front());
+      precreated_.pop_front();
+    }
+  }
+  const bool from_pool = pc.has_value();
+  if (from_pool) {
+    pool_cv_.notify_all();  // refill
+    pc->sandbox->project_id = l.project_id;
+    t.lap("claim", sw);
+  } else {
+    auto made = precreate(l, t, sw);
+    if (!made) return fail(made.error());
+    pc = std::move(*made);
+  }
+  auto s = pc->sandbox;
+  auto undo = [&](Error e) -> Result<std::shared_ptr<Sandbox>> {
+    discard(*s);
+    return fail(std::move(e));
+  };
   if (l.image.empty()) {
     if (auto r = runsc_.start(s->id); !r) return undo(r.error());
     t.lap("start", sw);
   } else {
-    if (auto r = runsc_.restore(s->id, dir, l.image); !r) return undo(r.error());
+    if (auto r = runsc_.restore(s->id, cfg_.sandboxes_dir() + "/" + s->id, l.image); !r) return undo(r.error());
     t.lap("restore", sw);
   }
 
   const std::string id = s->id;
-  s->channel = agentlink::AgentChannel::start(std::move(daemon_end), id,
+  s->channel = agentlink::AgentChannel::start(std::move(pc->daemon_end), id,
                                               [this, id](const std::string& why) { on_channel_closed(id, why); });
   if (l.image.empty()) {
     if (auto h = s->channel->wait_hello(kHelloTimeout); !h) return undo(h.error().wrap("starting the agent"));
@@ -310,13 +343,17 @@ Result<std::shared_ptr<SandboxService::Sandbox>> SandboxService::launch(const La
     if (auto r = s->channel->resync(kControlTimeout); !r) return undo(r.error().wrap("reaching the restored agent"));
   }
   json identity = {{"sandbox_id", id},
-                   {"hostname", cs.hostname},
+                   {"hostname", s->hostname},
                    {"machine_id", to_hex(random_bytes(16))},
                    {"seed", to_hex(random_bytes(32))},
                    {"time_ns", now_unix_ms() * 1000000}};
   if (auto r = s->channel->send_identity(identity, kControlTimeout); !r) return undo(r.error());
   t.lap("agent", sw);
   if (auto r = runsc_.limit_cpu(id, l.vcpu); !r) return undo(r.error());
+  // A container from the pool was created with the default memory limit.
+  if (from_pool) {
+    if (auto r = runsc_.limit_memory(id, l.memory_mib); !r) return undo(r.error());
+  }
   t.lap("limits", sw);
   return s;
 }
@@ -343,13 +380,37 @@ std::shared_ptr<SandboxService::Sandbox> SandboxService::claim_warm(const Sandbo
 void SandboxService::pool_loop() {
   const std::string rootfs = cfg_.templates_dir() + "/base/rootfs";
   for (;;) {
+    bool want_warm = false, want_precreated = false;
     {
       std::unique_lock lk(pool_mu_);
-      pool_cv_.wait_for(lk, 2s, [&] { return stopping_pool_ || static_cast<int>(warm_.size()) < cfg_.warm_pool_size; });
+      auto short_of = [&] {
+        want_warm = static_cast<int>(warm_.size()) < cfg_.warm_pool_size;
+        want_precreated = static_cast<int>(precreated_.size()) < cfg_.fork_pool_size;
+        return want_warm || want_precreated;
+      };
+      pool_cv_.wait_for(lk, 2s, [&] { return stopping_pool_ || short_of(); });
       if (stopping_pool_) return;
-      if (static_cast<int>(warm_.size()) >= cfg_.warm_pool_size) continue;
+      if (!want_warm && !want_precreated) continue;
     }
     if (!fs::exists(cfg_.templates_dir() + "/base/.b3os-ready")) continue;
+    if (!want_warm) {
+      // Containers created, not started: a fork or snapshot restore skips `runsc create`.
+      if (auto r = reserve("", 1); !r) continue;
+      Launch l;
+      l.id = new_id("sbx");
+      l.rootfs = rootfs;
+      Timing t;
+      Stopwatch sw;
+      auto pc = precreate(l, t, sw);
+      unreserve("", 1);
+      std::lock_guard lk(pool_mu_);
+      if (pc) {
+        precreated_.push_back(std::move(*pc));
+      } else {
+        spdlog::warn("fork pool: {}", pc.error().message);
+      }
+      continue;
+    }
     // Pool sandboxes count against the node's capacity while they wait.
     if (auto r = reserve("", 1); !r) continue;
     Launch l;
@@ -382,7 +443,7 @@ Result<void> SandboxService::reserve(const std::string& project_id, int n) {
   int pooled;
   {
     std::lock_guard pl(pool_mu_);
-    pooled = static_cast<int>(warm_.size());
+    pooled = static_cast<int>(warm_.size() + precreated_.size());
   }
   if (static_cast<int>(live_.size()) + starting_ + pooled + n > cfg_.max_sandboxes_per_node)
     return fail(ErrorCode::kCapacityUnavailable, "this node is at its limit of " +
@@ -974,7 +1035,7 @@ Result<void> SandboxService::recover() {
     }
   }
   reaper_ = std::thread([this] { reaper_loop(); });
-  if (cfg_.warm_pool_size > 0) pool_thread_ = std::thread([this] { pool_loop(); });
+  if (cfg_.warm_pool_size > 0 || cfg_.fork_pool_size > 0) pool_thread_ = std::thread([this] { pool_loop(); });
   return {};
 }
 

@@ -21,6 +21,7 @@
 
 #include "common/clock.h"
 #include "common/result.h"
+#include "common/unique_fd.h"
 #include "daemon/agentlink/channel.h"
 #include "daemon/config/config.h"
 #include "daemon/runtime/runsc.h"
@@ -121,6 +122,13 @@ class SandboxService {
     int vcpu = 1, memory_mib = 512;
     std::string image;  // checkpoint directory to restore; empty: boot the template
   };
+  /// A container created (its shim holding the channel) but not started yet.
+  struct Precreated {
+    std::shared_ptr<Sandbox> sandbox;
+    UniqueFd daemon_end;
+  };
+  /// The first half of a launch: directory, socketpair, shim, `runsc create`.
+  Result<Precreated> precreate(const Launch& l, Timing& t, Stopwatch& sw);
   /// Starts a container with its shim and channel, agent ready, identity and limits applied.
   /// On failure nothing of it is left.
   Result<std::shared_ptr<Sandbox>> launch(const Launch& l, Timing& t, Stopwatch& sw);
@@ -174,6 +182,7 @@ class SandboxService {
   std::mutex pool_mu_;
   std::condition_variable pool_cv_;
   std::deque<std::shared_ptr<Sandbox>> warm_;  // booted, agent ready, owned by no project
+  std::deque<Precreated> precreated_;          // created, not started: for restores of base
   std::thread pool_thread_;
   bool stopping_pool_ = false;
 

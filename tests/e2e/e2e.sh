@@ -929,7 +929,7 @@ s_fork() {
   check fork.create_forkable_201 "$(snip)" okj 201 '.forkable == true'
   local src=$CID
   # A counter in a running Python process and a file written before the fork.
-  run_exec "$src" '{"cmd":"echo before > /workspace/f; nohup python3 -c \"import time\ni=0\nwhile True:\n  i+=1; open(\u0027/workspace/c\u0027,\u0027w\u0027).write(str(i)); time.sleep(0.05)\" >/dev/null 2>&1 & sleep 0.3"}'
+  run_exec "$src" '{"cmd":"echo before > /workspace/f; nohup python3 -c \"import os, time\ni=0\nwhile True:\n  i+=1; open(\u0027/workspace/c.t\u0027,\u0027w\u0027).write(str(i)); os.replace(\u0027/workspace/c.t\u0027,\u0027/workspace/c\u0027); time.sleep(0.05)\" >/dev/null 2>&1 & sleep 0.3"}'
   check fork.setup "$(snip)" okj 200 '.exit_code == 0'
   apij POST "/v1/sandboxes/$src/fork" '{"count":3,"metadata":{"role":"fork"}}'
   check fork.count3_201 "$(snip)" okj 201 '.object == "list" and (.data | length) == 3'
@@ -1001,7 +1001,7 @@ s_fork() {
 s_pause() {
   create_sandbox '{"timeout_s":600}'
   local id=$CID
-  run_exec "$id" '{"cmd":"nohup python3 -c \"import time\ni=0\nwhile True:\n  i+=1; open(\u0027/workspace/c\u0027,\u0027w\u0027).write(str(i)); time.sleep(0.05)\" >/dev/null 2>&1 & sleep 0.3"}'
+  run_exec "$id" '{"cmd":"nohup python3 -c \"import os, time\ni=0\nwhile True:\n  i+=1; open(\u0027/workspace/c.t\u0027,\u0027w\u0027).write(str(i)); os.replace(\u0027/workspace/c.t\u0027,\u0027/workspace/c\u0027); time.sleep(0.05)\" >/dev/null 2>&1 & sleep 0.3"}'
   api POST "/v1/sandboxes/$id/pause"
   check pause.200 "$(snip)" okj 200 '.status == "paused" and (.paused_at | type) == "string"'
   local frozen_cpu
@@ -1042,7 +1042,7 @@ s_pause() {
 s_snapshot() {
   create_sandbox '{"env":{"E":"e1"},"secrets":{"S":"s1"}}'
   local id=$CID
-  run_exec "$id" '{"cmd":"echo kept > /workspace/k; nohup python3 -c \"import time\ni=0\nwhile True:\n  i+=1; open(\u0027/workspace/c\u0027,\u0027w\u0027).write(str(i)); time.sleep(0.05)\" >/dev/null 2>&1 & sleep 0.3"}'
+  run_exec "$id" '{"cmd":"echo kept > /workspace/k; nohup python3 -c \"import os, time\ni=0\nwhile True:\n  i+=1; open(\u0027/workspace/c.t\u0027,\u0027w\u0027).write(str(i)); os.replace(\u0027/workspace/c.t\u0027,\u0027/workspace/c\u0027); time.sleep(0.05)\" >/dev/null 2>&1 & sleep 0.3"}'
   api POST "/v1/sandboxes/$id/snapshot"
   check snapshot.201 "$(snip)" okj 201 '.object == "snapshot" and (.id | startswith("snp_")) and .sandbox_id == "'"$id"'" and .size_bytes > 0 and .secret_names == ["S"]'
   local snp
@@ -1092,7 +1092,7 @@ s_snapshot() {
 
 s_warm_pool() {
   stop_daemon TERM
-  E2E_WARM_POOL=2 start_daemon
+  E2E_WARM_POOL=2 E2E_FORK_POOL=2 start_daemon
   local before_pool n=0
   before_pool=$(runsc_list | wc -l)
   # The pool fills in the background: two more containers than the sandboxes we know of.
@@ -1101,10 +1101,10 @@ s_warm_pool() {
   known=$(j '.data | length')
   for _ in $(seq 1 60); do
     n=$(runsc_list | wc -l)
-    [ "$n" -ge $((known + 2)) ] && break
+    [ "$n" -ge $((known + 4)) ] && break
     sleep 0.5
   done
-  check pool.fills "$n containers for $known running sandboxes" test "$n" -ge $((known + 2))
+  check pool.fills "$n containers for $known running sandboxes" test "$n" -ge $((known + 4))
   api GET /v1/sandboxes?status=running\&limit=100
   check pool.not_listed "$(j '.data | length') running listed, $known before the pool filled" test "$(j '.data | length')" = "$known"
   create_sandbox '{"vcpu":2,"memory_mib":1024,"env":{"E":"pooled"},"secrets":{"S":"p1"},"metadata":{"from":"pool"}}'
@@ -1117,6 +1117,16 @@ s_warm_pool() {
   create_sandbox '{"forkable":true}'
   check pool.forkable_not_claimed "$(snip)" okj 201 '.timing.claim_ms == null and .forkable == true'
   local fk=$CID
+  # A fork restores into a container created ahead of time (a `claim` phase, no `precreate`).
+  run_exec "$fk" '{"cmd":"echo pooled-fork > /workspace/pf"}'
+  apij POST "/v1/sandboxes/$fk/fork" '{"count":1}'
+  check pool.fork_claims_precreated "$(header Server-Timing)" bash -c "grep -qi 'claim;dur=' '$RESPH' && ! grep -qi 'precreate;dur=' '$RESPH'"
+  local child
+  child=$(j '.data[0].id')
+  echo "$child" >>"$T/ids"
+  run_exec "$child" '{"cmd":"cat /workspace/pf"}'
+  check pool.fork_works "$(snip)" jt '.stdout == "pooled-fork\n"'
+  delete_sandbox "$child" || true
   delete_sandbox "$id" || true
   delete_sandbox "$fk" || true
   # SIGTERM removes the pool's containers; then back to no pool for the other sections.

@@ -36,7 +36,8 @@ class ServiceTest : public ::testing::Test {
     cfg_.templates_dir_override = templates_dir();
     cfg_.agent_path = std::string(B3OS_BUILD_DIR) + "/bin/b3os-agent";
     cfg_.shim_path = std::string(B3OS_BUILD_DIR) + "/bin/b3os-shim";
-    cfg_.warm_pool_size = 0;  // tests below count containers; the pool has its own e2e section
+    cfg_.warm_pool_size = 0;  // tests below count containers; the pools have their own e2e section
+    cfg_.fork_pool_size = 0;
     fs::create_directories(cfg_.data_dir);
     auto s = store::Store::open(cfg_.db_path());
     ASSERT_TRUE(s) << s.error().message;
