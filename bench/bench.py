@@ -43,7 +43,8 @@ def main():
     ap.add_argument("--templates", default=os.environ.get("B3OS_TEMPLATES_DIR", "/var/lib/b3os/templates"))
     args = ap.parse_args()
     rows = []
-    with PrivateDaemon(args.bin, args.templates, ["--warm-pool", "0"]) as d:
+    with PrivateDaemon(args.bin, args.templates, ["--warm-pool", "0", "--fork-pool", os.environ.get("B3OS_BENCH_FORK_POOL", "3")]) as d:
+        d.wait_containers(int(os.environ.get("B3OS_BENCH_FORK_POOL", "3")))  # the fork pool fills first, so its boots do not overlap the measurements
         tmp, c, runsc_root = d.tmp, d.client, d.runsc_root
         raw_root = f"{tmp}/raw"
         os.makedirs(raw_root)

@@ -79,6 +79,13 @@ class PrivateDaemon:
                              stdout=subprocess.PIPE, text=True).stdout
         return out.split()
 
+    def wait_containers(self, n, timeout_s=60):
+        """Waits until the pools have filled (n containers exist), so they do not add noise."""
+        deadline = time.time() + timeout_s
+        while time.time() < deadline and len(self.containers()) < n:
+            time.sleep(0.2)
+        time.sleep(0.5)
+
     def __exit__(self, *exc):
         os.killpg(self.proc.pid, signal.SIGTERM)
         self.proc.wait()

@@ -157,10 +157,9 @@ Result<void> Runsc::restore(const std::string& id, const std::string& bundle_dir
   return {};
 }
 
-namespace {
 // runsc pause stops the sandbox's tasks, but its sentry's own runtime still ticks (~25 ms of
 // CPU a second here); freezing the cgroup as well makes a paused sandbox use no CPU at all.
-void set_frozen(const std::string& id, bool frozen) {
+void Runsc::set_frozen(const std::string& id, bool frozen) {
   const std::string v1 = "/sys/fs/cgroup/freezer/b3os/" + id + "/freezer.state";
   const std::string v2 = "/sys/fs/cgroup/b3os/" + id + "/cgroup.freeze";
   if (::access(v1.c_str(), W_OK) == 0) {
@@ -169,7 +168,6 @@ void set_frozen(const std::string& id, bool frozen) {
     std::ofstream(v2) << (frozen ? "1" : "0");
   }
 }
-}  // namespace
 
 Result<void> Runsc::pause(const std::string& id) {
   auto argv = base_argv();
@@ -219,6 +217,7 @@ Result<ContainerState> Runsc::state(const std::string& id) {
 }
 
 Result<void> Runsc::destroy(const std::string& id) {
+  set_frozen(id, false);  // a frozen process cannot die
   if (auto st = state(id); st && *st == ContainerState::kPaused) (void)resume(id);
   auto kill = base_argv();
   kill.insert(kill.end(), {"kill", "--all", id, "KILL"});

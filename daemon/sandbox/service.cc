@@ -313,6 +313,7 @@ Result<std::shared_ptr<SandboxService::Sandbox>> SandboxService::launch(const La
   const bool from_pool = pc.has_value();
   if (from_pool) {
     pool_cv_.notify_all();  // refill
+    runsc_.set_frozen(pc->sandbox->id, false);
     pc->sandbox->project_id = l.project_id;
     t.lap("claim", sw);
   } else {
@@ -367,6 +368,7 @@ std::shared_ptr<SandboxService::Sandbox> SandboxService::claim_warm(const Sandbo
     while (!warm_.empty() && !s) {
       s = warm_.front();
       warm_.pop_front();
+      runsc_.set_frozen(s->id, false);
       if (s->channel->closed()) {
         discard(*s);  // died while waiting; take the next
         s.reset();
@@ -405,6 +407,7 @@ void SandboxService::pool_loop() {
       unreserve("", 1);
       std::lock_guard lk(pool_mu_);
       if (pc) {
+        runsc_.set_frozen(pc->sandbox->id, true);  // waits without using CPU (~40 ms/s otherwise)
         precreated_.push_back(std::move(*pc));
       } else {
         spdlog::warn("fork pool: {}", pc.error().message);
@@ -426,6 +429,7 @@ void SandboxService::pool_loop() {
       pool_cv_.wait_for(lk, 5s, [&] { return stopping_pool_; });  // do not spin on a broken runtime
       continue;
     }
+    runsc_.set_frozen((*s)->id, true);  // an idle sentry still ticks; frozen it costs nothing
     std::lock_guard lk(pool_mu_);
     warm_.push_back(*s);
   }
