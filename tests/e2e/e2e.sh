@@ -728,7 +728,7 @@ s_restart() {
   d=$CID
   [ -n "$a" ] && [ -n "$b" ] || { fail restart.create "$(snip)"; return 0; }
   echo "$a" >"$T/restart.id"
-  printf 'import time\nn = 0\nwhile True:\n    n += 1\n    open("/tmp/count", "w").write(str(n))\n    time.sleep(0.05)\n' >"$T/counter.py"
+  printf 'import os, time\nn = 0\nwhile True:\n    n += 1\n    open("/tmp/count.t", "w").write(str(n))\n    os.replace("/tmp/count.t", "/tmp/count")\n    time.sleep(0.05)\n' >"$T/counter.py"
   api PUT "/v1/sandboxes/$a/files?path=/workspace/counter.py" -H 'Content-Type: application/octet-stream' \
     --data-binary @"$T/counter.py"
   run_exec "$a" '{"cmd":"nohup python3 /workspace/counter.py >/dev/null 2>&1 &"}'
