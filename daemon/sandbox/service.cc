@@ -394,44 +394,44 @@ void SandboxService::pool_loop() {
       if (stopping_pool_) return;
       if (!want_warm && !want_precreated) continue;
     }
-    if (!fs::exists(cfg_.templates_dir() + "/base/.b3os-ready")) continue;
-    if (!want_warm) {
-      // Containers created, not started: a fork or snapshot restore skips `runsc create`.
-      if (auto r = reserve("", 1); !r) continue;
+    const bool template_ready = fs::exists(cfg_.templates_dir() + "/base/.b3os-ready");
+    // Pool members count against the node's capacity while they wait; each waits frozen,
+    // since an idle sentry still ticks (~40 ms of CPU a second) and slows everything else.
+    bool added = false;
+    if (template_ready && reserve("", 1)) {
       Launch l;
       l.id = new_id("sbx");
       l.rootfs = rootfs;
       Timing t;
       Stopwatch sw;
-      auto pc = precreate(l, t, sw);
-      unreserve("", 1);
-      std::lock_guard lk(pool_mu_);
-      if (pc) {
-        runsc_.set_frozen(pc->sandbox->id, true);  // waits without using CPU (~40 ms/s otherwise)
-        precreated_.push_back(std::move(*pc));
+      if (want_warm) {
+        // Booted, agent ready: a non-forkable create claims it.
+        if (auto s = launch(l, t, sw)) {
+          runsc_.set_frozen((*s)->id, true);
+          std::lock_guard lk(pool_mu_);
+          warm_.push_back(*s);
+          added = true;
+        } else {
+          spdlog::warn("warm pool: {}", s.error().message);
+        }
       } else {
-        spdlog::warn("fork pool: {}", pc.error().message);
+        // Created, not started: a fork or snapshot restore skips `runsc create`.
+        if (auto pc = precreate(l, t, sw)) {
+          runsc_.set_frozen(pc->sandbox->id, true);
+          std::lock_guard lk(pool_mu_);
+          precreated_.push_back(std::move(*pc));
+          added = true;
+        } else {
+          spdlog::warn("fork pool: {}", pc.error().message);
+        }
       }
-      continue;
+      unreserve("", 1);
     }
-    // Pool sandboxes count against the node's capacity while they wait.
-    if (auto r = reserve("", 1); !r) continue;
-    Launch l;
-    l.id = new_id("sbx");
-    l.rootfs = rootfs;
-    Timing t;
-    Stopwatch sw;
-    auto s = launch(l, t, sw);
-    unreserve("", 1);
-    if (!s) {
-      spdlog::warn("warm pool: {}", s.error().message);
+    if (!added) {
+      // No template yet, a full node or a broken runtime: wait rather than spin.
       std::unique_lock lk(pool_mu_);
-      pool_cv_.wait_for(lk, 5s, [&] { return stopping_pool_; });  // do not spin on a broken runtime
-      continue;
+      pool_cv_.wait_for(lk, 5s, [&] { return stopping_pool_; });
     }
-    runsc_.set_frozen((*s)->id, true);  // an idle sentry still ticks; frozen it costs nothing
-    std::lock_guard lk(pool_mu_);
-    warm_.push_back(*s);
   }
 }
 
