@@ -68,6 +68,10 @@ int main(int argc, char** argv) {
   app.add_option("--max-sandboxes-per-project", cfg.max_sandboxes_per_project)->capture_default_str();
   app.add_option("--max-sandboxes-per-node", cfg.max_sandboxes_per_node)->capture_default_str();
   app.add_option("--warm-pool", cfg.warm_pool_size, "booted base sandboxes kept ready for non-forkable creates (0: none)")->capture_default_str();
+  app.add_option("--template-checkpoints", cfg.template_checkpoints,
+                 "auto: creates restore the template's checkpoint when that measured faster than a boot; on: always; off: never build one")
+      ->check(CLI::IsMember({"auto", "on", "off"}))
+      ->capture_default_str();
   app.add_option("--fork-pool", cfg.fork_pool_size, "created, not started containers kept for forks and snapshot restores (0: none)")->capture_default_str();
   app.add_option("--rate", cfg.rate_per_second, "requests per second per API key")->capture_default_str();
   app.add_option("--burst", cfg.rate_burst, "burst of requests per API key")->capture_default_str();

@@ -54,6 +54,7 @@ Result<json> SandboxService::create_from_snapshot(const Principal& p, const Sand
 
 Result<json> SandboxService::fork(const Principal& p, const std::string& id, int count,
                                   const std::optional<std::map<std::string, std::string>>& metadata, Timing& t) {
+  Busy hold_refills(*this);
   Stopwatch sw;
   auto sr = running(p, id);
   if (!sr) return fail(sr.error());

@@ -84,8 +84,24 @@ json SandboxService::templates() const {
   }
   for (auto& [n, desc] : names) {
     bool ready = fs::exists(cfg_.templates_dir() + "/" + n + "/.b3os-ready");
-    data.push_back({{"id", "tpl_" + n}, {"object", "template"}, {"name", n}, {"status", ready ? "ready" : "missing"},
-                    {"description", desc}});
+    json item = {{"id", "tpl_" + n}, {"object", "template"}, {"name", n}, {"status", ready ? "ready" : "missing"},
+                 {"description", desc}};
+    // b3os extension: the template's checkpoint, and whether creates restore it or boot.
+    json ck = {{"status", cfg_.template_checkpoints == "off" ? "off" : "building"}};
+    {
+      std::lock_guard lk(pool_mu_);
+      if (auto it = images_.find(n); it != images_.end()) {
+        const TemplateImage& img = it->second;
+        ck = {{"status", img.dir.empty() ? "failed" : "ready"},
+              {"boot_ms", img.boot_ms},
+              {"restore_ms", img.restore_ms},
+              {"creates", img.use ? "restore" : "boot"}};
+        if (!img.error.empty()) ck["error"] = img.error;
+      }
+    }
+    if (!ready) ck = {{"status", "missing"}};
+    item["checkpoint"] = ck;
+    data.push_back(item);
   }
   return {{"object", "list"}, {"data", data}, {"next_cursor", nullptr}};
 }
@@ -211,10 +227,17 @@ Result<SandboxService::Precreated> SandboxService::precreate(const Launch& l, Ti
   return pc;
 }
 
-Result<std::shared_ptr<SandboxService::Sandbox>> SandboxService::launch(const Launch& l, Timing& t, Stopwatch& sw) {
-  // A restore into the base template's shape can take a container created ahead of time.
+Result<std::shared_ptr<SandboxService::Sandbox>> SandboxService::launch(const Launch& request, Timing& t,
+                                                                         Stopwatch& sw) {
+  std::optional<Busy> busy;
+  if (request.from_pool) busy.emplace(*this);
+  Launch l = request;
+  if (l.image.empty()) l.image = template_image_for(l);
+  // A launch of the base template's shape can take a container created ahead of time: any
+  // restore (the image fixes the memory), or a boot with the pool's default memory size.
   std::optional<Precreated> pc;
-  if (!l.image.empty() && l.rootfs == cfg_.templates_dir() + "/base/rootfs") {
+  if (l.from_pool && l.rootfs == cfg_.templates_dir() + "/base/rootfs" &&
+      (!l.image.empty() || l.memory_mib == Launch{}.memory_mib)) {
     std::lock_guard lk(pool_mu_);
     if (!precreated_.empty()) {
       pc = std::move(precreated_.front());
@@ -226,7 +249,7 @@ Result<std::shared_ptr<SandboxService::Sandbox>> SandboxService::launch(const La
     pool_cv_.notify_all();  // refill
     runsc_.set_frozen(pc->sandbox->id, false);
     pc->sandbox->project_id = l.project_id;
-    t.lap("claim", sw);
+    t.lap("pooled_container", sw);
   } else {
     auto made = precreate(l, t, sw);
     if (!made) return fail(made.error());
@@ -589,7 +612,7 @@ Result<void> SandboxService::recover() {
     }
   }
   reaper_ = std::thread([this] { reaper_loop(); });
-  if (cfg_.warm_pool_size > 0 || cfg_.fork_pool_size > 0) pool_thread_ = std::thread([this] { pool_loop(); });
+  if (cfg_.warm_pool_size > 0 || cfg_.fork_pool_size > 0 || cfg_.template_checkpoints != "off") pool_thread_ = std::thread([this] { pool_loop(); });
   return {};
 }
 

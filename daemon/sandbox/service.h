@@ -120,7 +120,17 @@ class SandboxService {
   struct Launch {
     std::string id, project_id, rootfs;
     int vcpu = 1, memory_mib = 512;
-    std::string image;  // checkpoint directory to restore; empty: boot the template
+    std::string image;  // checkpoint directory to restore; empty: the template's (boot or restore)
+    bool from_pool = true;  // may take a pre-created container (the pool's own refills may not)
+  };
+  /// A template's checkpoint: a booted, agent-ready sandbox of it, saved once at start.
+  struct TemplateImage {
+    std::string dir;            // empty until built
+    int memory_mib = 0;         // the shape it was booted with (restores must match it)
+    double boot_ms = 0;         // start + agent ready, measured when it was built
+    double restore_ms = 0;      // restore + agent ready, measured right after
+    bool use = false;           // creates restore it
+    std::string error;          // why building it failed
   };
   /// A container created (its shim holding the channel) but not started yet.
   struct Precreated {
@@ -178,11 +188,32 @@ class SandboxService {
   /// Takes a ready sandbox from the warm pool for `spec`, or nullptr (then boot one).
   std::shared_ptr<Sandbox> claim_warm(const SandboxSpec& spec, const std::string& tname);
   void pool_loop();
+  /// Boots a sandbox of `tname`, checkpoints it into DATA_DIR/template-images/tname, and times
+  /// a restore of it against the boot.
+  void build_template_image(const std::string& tname);
+  /// The checkpoint a boot of this launch may restore instead, or "".
+  std::string template_image_for(const Launch& l);
 
-  std::mutex pool_mu_;
+  /// Holds pool refills back while a request is launching or forking: a refill's `runsc
+  /// create` on a small machine would take the CPU the request is waiting for.
+  class Busy {
+   public:
+    explicit Busy(SandboxService& s) : s_(s) { ++s_.busy_; }
+    ~Busy() {
+      if (--s_.busy_ == 0) s_.pool_cv_.notify_all();
+    }
+    Busy(const Busy&) = delete;
+    Busy& operator=(const Busy&) = delete;
+
+   private:
+    SandboxService& s_;
+  };
+  std::atomic<int> busy_{0};
+  mutable std::mutex pool_mu_;
   std::condition_variable pool_cv_;
   std::deque<std::shared_ptr<Sandbox>> warm_;  // booted, agent ready, owned by no project
-  std::deque<Precreated> precreated_;          // created, not started: for restores of base
+  std::deque<Precreated> precreated_;          // created, not started: restores and boots of base
+  std::map<std::string, TemplateImage> images_;  // by template name
   std::thread pool_thread_;
   bool stopping_pool_ = false;
 

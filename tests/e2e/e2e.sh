@@ -57,6 +57,11 @@ trap on_signal INT TERM
 # in the background and is waited for, so INT/TERM reach the traps at once.
 run_section() {
   local fn=$1 rc
+  # E2E_SECTIONS="s_fork s_pause" runs only those (development); the suite runs them all.
+  if [ -n "${E2E_SECTIONS:-}" ] && [[ " $E2E_SECTIONS " != *" $fn "* ]]; then
+    echo "# SKIP $fn: not in E2E_SECTIONS"
+    return 0
+  fi
   set +e
   (
     set -eE
@@ -1115,12 +1120,14 @@ s_warm_pool() {
   run_exec "$id" '{"cmd":"echo $E $S; hostname"}'
   check pool.claimed_works "$(snip)" jt '.exit_code == 0 and (.stdout | startswith("pooled p1\nsbx-"))'
   create_sandbox '{"forkable":true}'
-  check pool.forkable_not_claimed "$(snip)" okj 201 '.timing.claim_ms == null and .forkable == true'
+  # Forkable creates are not claimed from the warm pool: they boot in a container created
+  # ahead of time (a `pooled_container` phase, no `create`).
+  check pool.forkable_not_claimed "$(snip)" okj 201 '.timing.claim_ms == null and .timing.pooled_container_ms != null and .timing.create_ms == null and .forkable == true'
   local fk=$CID
-  # A fork restores into a container created ahead of time (a `claim` phase, no `precreate`).
+  # A fork restores into a container created ahead of time too.
   run_exec "$fk" '{"cmd":"echo pooled-fork > /workspace/pf"}'
   apij POST "/v1/sandboxes/$fk/fork" '{"count":1}'
-  check pool.fork_claims_precreated "$(header Server-Timing)" bash -c "grep -qi 'claim;dur=' '$RESPH' && ! grep -qi 'precreate;dur=' '$RESPH'"
+  check pool.fork_claims_precreated "$(header Server-Timing)" bash -c "grep -qi 'pooled_container;dur=' '$RESPH' && ! grep -qi 'create;dur=' '$RESPH'"
   local child
   child=$(j '.data[0].id')
   echo "$child" >>"$T/ids"
@@ -1132,6 +1139,50 @@ s_warm_pool() {
   # SIGTERM removes the pool's containers; then back to no pool for the other sections.
   stop_daemon TERM
   check pool.removed_at_stop "$(runsc_list | wc -l) containers, want at most $known" test "$(runsc_list | wc -l)" -le "$known"
+  start_daemon
+}
+
+# Template checkpoints: with "on", a create restores the base template's checkpoint instead
+# of booting, and each such sandbox still gets its own identity.
+s_template_checkpoint() {
+  stop_daemon TERM
+  local before
+  before=$(runsc_list | wc -l)
+  E2E_TEMPLATE_CHECKPOINTS=on start_daemon
+  local st=""
+  for _ in $(seq 1 100); do
+    api GET /v1/templates
+    st=$(j '.data[] | select(.name == "base") | .checkpoint.status')
+    [ "$st" = building ] || break
+    sleep 0.2
+  done
+  check tplck.ready "$(snip)" jt '.data[] | select(.name == "base") | .checkpoint.status == "ready" and .checkpoint.creates == "restore" and .checkpoint.boot_ms > 0 and .checkpoint.restore_ms > 0'
+  check tplck.builder_gone "$(runsc_list | wc -l) containers, $before before" test "$(runsc_list | wc -l)" = "$before"
+  create_sandbox '{"env":{"E":"restored"}}'
+  check tplck.create_restores "$(snip)" okj 201 '.timing.restore_ms != null and .timing.start_ms == null'
+  local a=$CID
+  create_sandbox '{"forkable":true}'
+  check tplck.forkable_restores "$(snip)" okj 201 '.timing.restore_ms != null'
+  local b=$CID
+  local ida idb
+  run_exec "$a" '{"cmd":"echo $E; hostname; cat /etc/machine-id; python3 -c \"import random; print(random.random())\""}'
+  check tplck.exec_works "$(snip)" jt '.exit_code == 0 and (.stdout | startswith("restored\nsbx-"))'
+  ida=$(j '.stdout | split("\n")[1:4] | join(" ")')
+  run_exec "$b" '{"cmd":"echo $E; hostname; cat /etc/machine-id; python3 -c \"import random; print(random.random())\""}'
+  idb=$(j '.stdout | split("\n")[1:4] | join(" ")')
+  check tplck.own_identity "a: $ida; b: $idb" bash -c '
+    read -r ha ma ra <<<"$1"; read -r hb mb rb <<<"$2"
+    [ "$ha" != "$hb" ] && [ "$ma" != "$mb" ] && [ "$ra" != "$rb" ] && [ "$ha" = "sbx-${3:4:12}" ]' _ "$ida" "$idb" "$a"
+  apij POST "/v1/sandboxes/$b/fork" '{"count":1}'
+  check tplck.fork_201 "$(snip)" okj 201 '.data | length == 1'
+  local child
+  child=$(j '.data[0].id')
+  echo "$child" >>"$T/ids"
+  delete_sandbox "$child" || true
+  delete_sandbox "$a" || true
+  delete_sandbox "$b" || true
+  stop_daemon TERM
+  check tplck.nothing_left "$(runsc_list | wc -l) containers, $before before" test "$(runsc_list | wc -l)" = "$before"
   start_daemon
 }
 
@@ -1155,6 +1206,7 @@ run_section s_pause
 run_section s_snapshot
 run_section s_files_big
 run_section s_warm_pool
+run_section s_template_checkpoint
 delete_sandbox "$SBX" || fail delete.main "$(snip)"
 run_section s_leaks
 

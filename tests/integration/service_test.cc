@@ -38,6 +38,7 @@ class ServiceTest : public ::testing::Test {
     cfg_.shim_path = std::string(B3OS_BUILD_DIR) + "/bin/b3os-shim";
     cfg_.warm_pool_size = 0;  // tests below count containers; the pools have their own e2e section
     cfg_.fork_pool_size = 0;
+    cfg_.template_checkpoints = "off";
     fs::create_directories(cfg_.data_dir);
     auto s = store::Store::open(cfg_.db_path());
     ASSERT_TRUE(s) << s.error().message;
