@@ -21,6 +21,7 @@ Agent::Agent(int in_fd, int out_fd, UniqueFd signal_fd)
     : channel_(in_fd, out_fd), signal_fd_(std::move(signal_fd)) {}
 
 int Agent::run() {
+  relay_.listen();
   channel_.send(FrameType::kHello, 0, hello_payload());
   channel_.flush();
   for (;;) {
@@ -41,6 +42,8 @@ int Agent::poll_timeout_ms(Clock::time_point now) const {
     const auto d = s->deadline();
     if (d && (!next || *d < *next)) next = d;
   }
+  const auto rd = relay_.deadline();
+  if (rd && (!next || *rd < *next)) next = rd;
   if (!next) return -1;
   if (*next <= now) return 0;
   // Round up so that the loop does not wake a little early and spin until the deadline.
@@ -56,6 +59,8 @@ void Agent::run_once() {
     owners_.resize(pfds_.size(), s.get());
   }
   const size_t n_stream_fds = pfds_.size();
+  relay_.poll_fds(pfds_);
+  const size_t n_relay_fds = pfds_.size() - n_stream_fds;
   const size_t sig_idx = pfds_.size();
   pfds_.push_back(pollfd{signal_fd_.get(), POLLIN, 0});
   size_t in_idx = SIZE_MAX;
@@ -85,6 +90,8 @@ void Agent::run_once() {
     const auto d = s->deadline();
     if (!s->finished() && d && *d <= now) s->on_deadline(now);
   }
+  if (r > 0) relay_.on_poll(pfds_.data() + n_stream_fds, n_relay_fds);
+  if (const auto d = relay_.deadline(); d && *d <= now) relay_.on_deadline(now);
   if (r > 0 && pfds_[sig_idx].revents != 0) drain_signals();
 
   if (in_idx != SIZE_MAX && pfds_[in_idx].revents != 0) {
@@ -97,11 +104,22 @@ void Agent::run_once() {
   for (auto it = streams_.begin(); it != streams_.end();) {
     it = it->second->finished() ? streams_.erase(it) : std::next(it);
   }
+  relay_.sweep();
 }
 
 void Agent::handle_frame(protocol::Frame& f) {
   if (f.stream == 0) {
     handle_control(f);
+    return;
+  }
+  if (HttpRelay::is_agent_stream(f.stream)) {
+    // The agent opened these (HEADER, DATA, END, CANCEL and WINDOW come back on them); the
+    // daemon never opens one.
+    if (f.type == FrameType::kOpen) {
+      log_line("OPEN of stream %#x, an id of the agent's own range; ignored", f.stream);
+      return;
+    }
+    relay_.on_frame(f);
     return;
   }
   if (f.type == FrameType::kOpen) {
@@ -221,6 +239,7 @@ void Agent::drop_all_streams(const char* why) {
   if (!streams_.empty()) log_line("%s: dropping %zu streams", why, streams_.size());
   for (auto& [id, s] : streams_) s->abandon();
   streams_.clear();
+  relay_.drop_all_streams(why);
 }
 
 }  // namespace b3os::agent

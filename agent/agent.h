@@ -1,6 +1,7 @@
 #pragma once
 // Agent: the event loop of b3os-agent, PID 1 of a sandbox. One thread polls the channel, the
-// exec pipes and a signalfd for SIGCHLD, and runs exec timers; nothing in it ever blocks.
+// exec pipes, a signalfd for SIGCHLD and the HTTP relay's sockets, and runs timers; nothing in
+// it ever blocks.
 
 #include <cstdint>
 #include <map>
@@ -8,6 +9,7 @@
 #include <string_view>
 
 #include "agent/channel.h"
+#include "agent/http_relay.h"
 #include "agent/stream.h"
 #include "common/unique_fd.h"
 
@@ -33,7 +35,10 @@ class Agent {
 
   Channel channel_;
   UniqueFd signal_fd_;
+  // Streams the daemon opened.
   std::map<uint32_t, std::unique_ptr<Stream>> streams_;
+  // Streams the agent opens: the in-sandbox HTTP relay.
+  HttpRelay relay_{channel_};
   std::vector<pollfd> pfds_;
   std::vector<Stream*> owners_;
 };

@@ -31,15 +31,21 @@ enum class FrameType : uint8_t {
   kPong = 0x05,
   kIdentity = 0x06,   // daemon -> agent, stream 0: JSON {"sandbox_id","hostname","machine_id","seed","time_ns"}
   kIdentityAck = 0x07,  // agent -> daemon, stream 0: JSON {"ok": true} or {"ok": false, "error": {...}}
-  kOpen = 0x10,       // daemon -> agent: JSON request, opens `stream` (see docs/agent-protocol.md)
-  kData = 0x11,       // raw bytes: stdin (exec), file content (write: d->a, read: a->d)
+  // Streams. The daemon opens most (ids 1..0x7fffffff) and the agent answers them; the agent
+  // opens its own for the in-sandbox HTTP relay (ids 0x80000000 | n, op "http") and
+  // the daemon answers those. "Opener" and "answerer" below are the two roles.
+  kOpen = 0x10,       // opener: JSON request, opens `stream` (see docs/agent-protocol.md)
+  kData = 0x11,       // raw bytes: stdin (exec), file content (write: d->a, read: a->d),
+                      // HTTP bodies (relay: request a->d, response d->a)
   kStdout = 0x12,     // agent -> daemon: exec stdout bytes
   kStderr = 0x13,     // agent -> daemon: exec stderr bytes
   kEof = 0x14,        // sender has no more DATA on this stream
   kWindow = 0x15,     // u32 LE: credit granted to the peer for this stream's data frames
-  kHeader = 0x16,     // agent -> daemon: JSON metadata sent before data (file_read: {"size"})
-  kEnd = 0x17,        // agent -> daemon: JSON result; the stream is finished
-  kCancel = 0x18,     // daemon -> agent: abandon the stream (exec: kill its process group)
+  kHeader = 0x16,     // answerer: JSON metadata sent before data (file_read: {"size"}; relay:
+                      // {"status","headers"})
+  kEnd = 0x17,        // answerer: JSON result; the stream is finished
+  kCancel = 0x18,     // opener: abandon the stream (exec: kill its process group; relay: the
+                      // HTTP client went away)
 };
 
 /// True if `t` is a type this version knows.

@@ -3,8 +3,9 @@
 #
 # Starts the agent as PID 1 of a runsc container built on the base template (which is never
 # written: the container's root is an in-memory overlay), speaks the channel protocol to it
-# from a Python driver, hands the channel over through b3os-shim, then deletes the container
-# and checks that nothing of it is left running.
+# from a Python driver (which also plays the daemon's model gateway for the agent's HTTP relay
+# on 127.0.0.1:7700), hands the channel over through b3os-shim, then deletes the container and
+# checks that nothing of it is left running.
 #
 # Usage (as root): B3OS_BUILD_DIR=/path/to/build tests/integration/agent_runsc.sh
 # Env: B3OS_TEMPLATE_ROOTFS (default /var/lib/b3os/templates/base/rootfs),
@@ -46,6 +47,7 @@ template_workspace_before=$(ls -A "$rootfs/workspace" | wc -l)
 
 cat >"$tmp/driver.py" <<'PY'
 """Drives b3os-agent in a runsc container over the channel protocol (docs/agent-protocol.md)."""
+import base64
 import hashlib
 import json
 import os
@@ -61,6 +63,10 @@ HELLO, RESYNC, RESYNC_ACK, PING, PONG, IDENTITY, IDENTITY_ACK = range(1, 8)
 OPEN, DATA, STDOUT, STDERR, EOF, WINDOW, HEADER, END, CANCEL = range(0x10, 0x19)
 INITIAL_WINDOW = 512 * 1024
 MAX_DATA = 64 * 1024
+# The protocol's own limits (protocol/frame.h), for what the agent sends and must respect.
+AGENT_WINDOW = 4 << 20
+AGENT_MAX_DATA = 256 * 1024
+AGENT_STREAM = 0x80000000
 ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root"}
 
 AGENT, SHIM = os.environ["B3OS_AGENT"], os.environ["B3OS_SHIM"]
@@ -148,6 +154,73 @@ class Channel:
             t, p = self.wait(stream, max(0.0, deadline - time.monotonic()))
             if t == want:
                 return p
+
+    def wait_agent_open(self, timeout=10.0):
+        """The next OPEN of a stream the agent opened: (stream id, request)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            for s, q in self.queues.items():
+                if s & AGENT_STREAM:
+                    for i, (t, p) in enumerate(q):
+                        if t == OPEN:
+                            del q[i]
+                            return s, json.loads(p)
+            t, s, p = self._read_frame(deadline)
+            self.queues.setdefault(s, []).append((t, p))
+
+    def agent_opens_queued(self):
+        return [s for s, q in self.queues.items() if s & AGENT_STREAM and any(t == OPEN for t, _ in q)]
+
+    def relay_body(self, rid, timeout=10.0):
+        """The request body of an agent-opened stream: DATA up to EOF. Returns (body, sizes)."""
+        deadline = time.monotonic() + timeout
+        body, sizes = bytearray(), []
+        while True:
+            t, p = self.wait(rid, max(0.0, deadline - time.monotonic()))
+            if t == DATA:
+                body.extend(p)
+                sizes.append(len(p))
+            elif t == EOF:
+                self.send(WINDOW, rid, u32(len(body)))  # consumed, as the gateway would
+                return bytes(body), sizes
+            else:
+                raise RuntimeError("relay stream %#x: frame 0x%x before EOF" % (rid, t))
+
+    def relay_answer(self, rid, status, headers, chunks, gap=0.0, end=None, credit=AGENT_WINDOW):
+        """Answers an agent-opened stream like the gateway: HEADER, DATA within the agent's
+        window, then (once all of it was granted back) END. Returns (granted, cancelled)."""
+        self.send(HEADER, rid, json.dumps({"status": status, "headers": headers}).encode())
+        total = granted = 0
+
+        def take(timeout):
+            nonlocal credit, granted
+            t, p = self.wait(rid, timeout)
+            if t == WINDOW:
+                n = struct.unpack("<I", p)[0]
+                credit, granted = credit + n, granted + n
+            return t == CANCEL
+
+        for c in chunks:
+            while credit < len(c):
+                if take(10):
+                    return granted, True
+            self.send(DATA, rid, c)
+            credit, total = credit - len(c), total + len(c)
+            if gap:
+                time.sleep(gap)
+        deadline = time.monotonic() + 10
+        while granted < total:
+            if take(max(0.0, deadline - time.monotonic())):
+                return granted, True
+        self.send(END, rid, json.dumps(end or {"ok": True}).encode())
+        return granted, False
+
+    def start(self, argv, **kw):
+        """Opens an exec stream without waiting for it (collect it with collect_exec)."""
+        req = {"op": "exec", "argv": argv, "env": ENV, "cwd": "/", "timeout_ms": 60000,
+               "stdin": False, "max_output": 16 << 20}
+        req.update(kw)
+        return self.open(req)
 
     def open(self, req):
         sid = self.next_id
@@ -446,7 +519,294 @@ def test_files(ch):
     check("frames for unknown streams ignored", ch.wait_type(0, PONG) == b"still")
 
 
+# The HTTP client the relay tests run inside the sandbox; one mode per case, a JSON line out.
+RELAY_CLIENT = r"""
+import base64, hashlib, json, socket, sys, time, urllib.error, urllib.request
+
+URL = "http://127.0.0.1:7700/v1/infer/chat/completions"
+
+
+def out(**kw):
+    print(json.dumps(kw), flush=True)
+
+
+def b64(b):
+    return base64.b64encode(b).decode()
+
+
+def raw(data, stop=None, pause=0.0):
+    # Raw request bytes; the response read to EOF, or until `stop` shows up (then close).
+    s = socket.create_connection(("127.0.0.1", 7700), timeout=20)
+    s.sendall(data)
+    if pause:
+        time.sleep(pause)
+        s.close()
+        return b""
+    got = b""
+    try:
+        while stop is None or stop not in got:
+            b = s.recv(65536)
+            if not b:
+                break
+            got += b
+    finally:
+        s.close()
+    return got
+
+
+def post(data, headers=None, url=URL):
+    req = urllib.request.Request(url, data=data, method="POST",
+                                 headers=headers or {"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+def error_case(name, status, body):
+    out(case=name, status=status, body=b64(body))
+
+
+def raw_case(name, data):
+    got = raw(data)
+    error_case(name, int(got.split()[1]), got.partition(b"\r\n\r\n")[2])
+
+
+mode = sys.argv[1]
+REQ = (b"POST /v1/infer/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:7700\r\n"
+       b"Content-Type: application/json\r\nContent-Length: 2\r\n\r\n{}")
+if mode == "sse":
+    body = json.dumps({"model": "m", "stream": True,
+                       "messages": [{"role": "user", "content": "hi"}]}).encode()
+    req = urllib.request.Request(URL + "?stream=1&x=y", data=body, method="POST", headers={
+        "Content-Type": "application/json", "Authorization": "Bearer sk-not-for-the-daemon",
+        "X-Trace": "t-1"})
+    t0 = time.monotonic()
+    with urllib.request.urlopen(req, timeout=20) as r:
+        lines, times = [], []
+        while True:
+            line = r.readline()
+            if not line:
+                break
+            lines.append(line)
+            times.append(time.monotonic() - t0)
+        out(status=r.status, reason=r.reason, headers=[[k.lower(), v] for k, v in r.getheaders()],
+            body=b64(b"".join(lines)), times=times)
+elif mode == "simple":
+    status, body = post(b'{"model":"m"}')
+    out(status=status, body=b64(body))
+elif mode == "raw":
+    out(got=b64(raw(REQ)))
+elif mode == "disconnect_mid":
+    out(got=b64(raw(REQ, stop=b"data: 1")))
+elif mode == "disconnect_early":
+    raw(REQ, pause=0.3)
+    out(closed=True)
+elif mode == "resync":
+    try:
+        out(got=b64(raw(REQ)))
+    except Exception as e:
+        out(error=repr(e))
+elif mode == "errors":
+    raw_case("chunked", b"POST /v1/infer/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                        b"Transfer-Encoding: chunked\r\nContent-Type: application/json\r\n\r\n"
+                        b"5\r\nhello\r\n0\r\n\r\n")
+    error_case("5 MiB body", *post(b"x" * (5 << 20)))
+    raw_case("70 KiB head", b"POST /v1/x HTTP/1.1\r\nX-Big: " + b"a" * (70 << 10) + b"\r\n\r\n")
+    raw_case("malformed head", b"BLAH\r\n\r\n")
+elif mode == "bigresp":
+    time.sleep(0.5)  # a client slow to start reading: the agent must buffer and hold credit
+    req = urllib.request.Request(URL, data=b"{}", method="POST",
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        time.sleep(0.5)
+        h, n = hashlib.sha256(), 0
+        while True:
+            b = r.read(65536)
+            if not b:
+                break
+            h.update(b)
+            n += len(b)
+    out(status=r.status, n=n, sha=h.hexdigest())
+"""
+
+RELAY_URL = "http://127.0.0.1:7700/v1/infer/chat/completions"
+SSE = {"content-type": "text/event-stream", "cache-control": "no-cache"}
+
+
+def openai_error(body, code):
+    try:
+        e = json.loads(body)["error"]
+    except Exception:
+        return False
+    return (e.get("code") == code and isinstance(e.get("message"), str) and "param" in e
+            and e["param"] is None and e.get("type") in ("invalid_request_error", "server_error"))
+
+
+def client_result(ch, sid, name):
+    end, out, err, _ = ch.collect_exec(sid, timeout=40)
+    try:
+        return json.loads(out.splitlines()[-1]) if out.strip() else {}
+    except ValueError:
+        check(name + " (client output)", False, (end, out[-300:], err[-500:]))
+        return {}
+
+
+def test_relay(ch):
+    end, _ = ch.file_write("/tmp/relay_client.py", RELAY_CLIENT.encode())
+    check("relay client written", end.get("ok"), end)
+
+    # A streamed chat completion through urllib.
+    sid = ch.start(["python3", "/tmp/relay_client.py", "sse"])
+    try:
+        rid, req = ch.wait_agent_open()
+    except Timeout:
+        _, out, err, _ = ch.collect_exec(sid)
+        raise RuntimeError("no relay OPEN; client said %r %r" % (out, err[-500:]))
+    check("relay OPEN on stream 0x80000001", rid == AGENT_STREAM | 1, hex(rid))
+    check("relay OPEN op/method/path/query", req.get("op") == "http" and req.get("method") == "POST"
+          and req.get("path") == "/v1/infer/chat/completions" and req.get("query") == "stream=1&x=y", req)
+    h = req.get("headers", {})
+    check("relay OPEN headers (lower case; no authorization/host/connection/content-length)",
+          h.get("content-type") == "application/json" and h.get("x-trace") == "t-1"
+          and h.get("user-agent", "").startswith("Python-urllib") and all(k == k.lower() for k in h)
+          and not {"authorization", "host", "connection", "content-length", "transfer-encoding"} & set(h), h)
+    body, sizes = ch.relay_body(rid)
+    check("relay request body as DATA then EOF",
+          json.loads(body).get("messages") == [{"role": "user", "content": "hi"}], body)
+    chunks = [b'data: {"choices":[{"delta":{"content":"Hel"}}]}\n\n',
+              b'data: {"choices":[{"delta":{"content":"lo"}}]}\n\n', b"data: [DONE]\n\n"]
+    granted, _ = ch.relay_answer(rid, 200, SSE, chunks, gap=0.4)
+    check("relay grants WINDOW for response bytes written to the client",
+          granted == sum(map(len, chunks)), granted)
+    r = client_result(ch, sid, "relay SSE")
+    hdrs = dict(map(tuple, r.get("headers", [])))
+    check("relay 200 SSE reaches the client byte-exact", r.get("status") == 200 and r.get("reason") == "OK"
+          and base64.b64decode(r.get("body", "")) == b"".join(chunks)
+          and hdrs.get("content-type") == "text/event-stream" and hdrs.get("connection") == "close"
+          and "content-length" not in hdrs, r)
+    t = r.get("times", [])
+    check("relay SSE events are not buffered", len(t) == 6 and t[-1] - t[0] >= 0.6, t)
+
+    # The gateway refuses: its 403 and body reach curl as they are.
+    sid = ch.start(["curl", "-sS", "-i", "-H", "Content-Type: application/json", "-H",
+                    "Authorization: Bearer x", "--data", '{"model":"m"}', RELAY_URL])
+    rid, req = ch.wait_agent_open()
+    body, _ = ch.relay_body(rid)
+    err_body = (b'{"error":{"message":"this sandbox has no infer:run scope","type":'
+                b'"invalid_request_error","param":null,"code":"forbidden"}}')
+    ch.relay_answer(rid, 403, {"content-type": "application/json"}, [err_body])
+    _, out, err, _ = ch.collect_exec(sid)
+    head, _, got = out.partition(b"\r\n\r\n")
+    check("relay HEADER 403 reaches curl with its body", rid == AGENT_STREAM | 2 and body == b'{"model":"m"}'
+          and "authorization" not in req.get("headers", {})
+          and head.startswith(b"HTTP/1.1 403 Forbidden\r\n") and b"\r\ncontent-type: application/json" in head
+          and b"\r\nConnection: close" in head and b"content-length" not in head.lower() and got == err_body,
+          (out, err))
+
+    # A 3 MiB body from curl (which waits for 100 Continue) and a 6 MiB answer to a slow reader.
+    data = os.urandom(3 << 20)
+    ch.file_write("/tmp/big.bin", data)
+    sid = ch.start(["curl", "-sS", "-v", "-o", "/tmp/resp.bin", "-w", "%{http_code}", "-H",
+                    "Content-Type: application/octet-stream", "--data-binary", "@/tmp/big.bin", RELAY_URL])
+    rid, req = ch.wait_agent_open()
+    body, sizes = ch.relay_body(rid, timeout=20)
+    check("relay 3 MiB body: DATA chunks <= 256 KiB, byte-exact",
+          hashlib.sha256(body).digest() == hashlib.sha256(data).digest() and max(sizes) <= AGENT_MAX_DATA
+          and "expect" not in req.get("headers", {}), (len(body), max(sizes), req))
+    big = os.urandom(6 << 20)
+    ch.relay_answer(rid, 200, {"content-type": "application/octet-stream"},
+                    [big[i:i + AGENT_MAX_DATA] for i in range(0, len(big), AGENT_MAX_DATA)])
+    _, out, err, _ = ch.collect_exec(sid, timeout=40)
+    check("relay answers curl's Expect: 100-continue", b"Expect: 100-continue" in err
+          and b"< HTTP/1.1 100 Continue" in err, err[-1500:])
+    _, sha, _, _ = ch.run(["sha256sum", "/tmp/resp.bin"])
+    check("relay 6 MiB response through the window to curl", out == b"200"
+          and sha.split()[:1] == [hashlib.sha256(big).hexdigest().encode()], (out, err[-500:], sha))
+    sid = ch.start(["python3", "/tmp/relay_client.py", "bigresp"])
+    rid, req = ch.wait_agent_open()
+    ch.relay_body(rid)
+    granted, _ = ch.relay_answer(rid, 200, {"content-type": "application/octet-stream"},
+                                 [big[i:i + AGENT_MAX_DATA] for i in range(0, len(big), AGENT_MAX_DATA)])
+    r = client_result(ch, sid, "relay slow reader")
+    check("relay 6 MiB response to a slow reader, credit granted as written",
+          r.get("status") == 200 and r.get("n") == len(big)
+          and r.get("sha") == hashlib.sha256(big).hexdigest()
+          and granted == len(big), (r, granted))
+
+    # Clients that go away: CANCEL, before the answer and in the middle of the body.
+    sid = ch.start(["python3", "/tmp/relay_client.py", "disconnect_early"])
+    rid, _ = ch.wait_agent_open()
+    ch.relay_body(rid)
+    try:
+        ch.wait_type(rid, CANCEL, 5)
+        ok = True
+    except Timeout:
+        ok = False
+    check("relay client gone before HEADER -> CANCEL", ok)
+    client_result(ch, sid, "relay early disconnect")
+    sid = ch.start(["python3", "/tmp/relay_client.py", "disconnect_mid"])
+    rid, _ = ch.wait_agent_open()
+    ch.relay_body(rid)
+    ch.send(HEADER, rid, json.dumps({"status": 200, "headers": SSE}).encode())
+    ch.send(DATA, rid, b"data: 1\n\n")
+    try:
+        ch.wait_type(rid, CANCEL, 5)
+        ok = True
+    except Timeout:
+        ok = False
+    r = client_result(ch, sid, "relay mid-body disconnect")
+    check("relay client gone mid-body -> CANCEL",
+          ok and base64.b64decode(r.get("got", "")).endswith(b"data: 1\n\n"), r)
+    # The daemon's frames still in flight for the cancelled stream, and for one never opened.
+    ch.send(DATA, rid, b"data: 2\n\n")
+    ch.send(END, rid, b'{"ok":true}')
+    ch.send(HEADER, AGENT_STREAM | 999, b'{"status":200}')
+    ch.send(WINDOW, AGENT_STREAM | 998, u32(5))
+    ch.send(PING, 0, b"relay")
+    check("frames for cancelled or unknown agent streams ignored", ch.wait_type(0, PONG) == b"relay")
+
+    # The gateway fails: END ok:false mid-body closes with what came; before HEADER it is an error.
+    sid = ch.start(["python3", "/tmp/relay_client.py", "raw"])
+    rid, _ = ch.wait_agent_open()
+    ch.relay_body(rid)
+    ch.relay_answer(rid, 200, SSE, [b"data: partial\n\n"],
+                    end={"ok": False, "error": {"code": "internal", "message": "upstream reset"}})
+    got = base64.b64decode(client_result(ch, sid, "relay END ok:false").get("got", ""))
+    check("relay END ok:false mid-body: closed after the bytes that came",
+          got.startswith(b"HTTP/1.1 200 OK\r\n") and got.endswith(b"\r\n\r\ndata: partial\n\n"), got)
+    sid = ch.start(["python3", "/tmp/relay_client.py", "simple"])
+    rid, _ = ch.wait_agent_open()
+    ch.relay_body(rid)
+    ch.send(END, rid, json.dumps({"ok": False,
+                                  "error": {"code": "forbidden", "message": "no scope"}}).encode())
+    r = client_result(ch, sid, "relay END ok:false before HEADER")
+    check("relay END ok:false before HEADER -> its code as an HTTP error", r.get("status") == 403
+          and openai_error(base64.b64decode(r.get("body", "")), "forbidden"), r)
+
+    # Requests the agent refuses by itself, never opening a stream.
+    before = ch.agent_opens_queued()
+    sid = ch.start(["python3", "/tmp/relay_client.py", "errors"])
+    _, out, err, _ = ch.collect_exec(sid, timeout=40)
+    cases = {}
+    for line in out.splitlines():
+        c = json.loads(line)
+        cases[c["case"]] = (c["status"], base64.b64decode(c["body"]))
+    for name, status, code in [("chunked", 411, "length_required"), ("5 MiB body", 413, "payload_too_large"),
+                               ("70 KiB head", 431, "request_header_fields_too_large"),
+                               ("malformed head", 400, "invalid_request")]:
+        st, body = cases.get(name, (None, b""))
+        check("relay %s -> %d from the agent" % (name, status), st == status and openai_error(body, code)
+              and json.loads(body)["error"]["type"] == "invalid_request_error", (st, body, err[-300:]))
+    check("relay refusals open no stream", ch.agent_opens_queued() == before, ch.agent_opens_queued())
+
+
 def test_resync(ch):
+    # A relay request in flight (its client in the background, writing what it got to a file).
+    ch.run(["sh", "-c", "python3 /tmp/relay_client.py resync >/tmp/resync-client.out 2>&1 &"])
+    relay_id, _ = ch.wait_agent_open()
+    ch.relay_body(relay_id)
     sid = ch.open({"op": "exec", "argv": ["sleep", "31"], "env": ENV, "cwd": "/"})
     time.sleep(0.2)
     # A daemon that died mid-frame: a header promising 100 bytes, 10 of them, then junk.
@@ -455,6 +815,16 @@ def test_resync(ch):
     check("RESYNC after garbage -> RESYNC_ACK", el < 3.0, el)
     _, out, _, _ = ch.run(["ps", "-eo", "args="])
     check("RESYNC killed running execs", b"sleep 31" not in out, out)
+    _, out, _, _ = ch.run(["sh", "-c", "for i in $(seq 50); do [ -s /tmp/resync-client.out ] && break; "
+                           "sleep 0.1; done; cat /tmp/resync-client.out"])
+    check("RESYNC closed the relay connection without an answer", out.strip() == b'{"got": ""}', out)
+    sid = ch.start(["python3", "/tmp/relay_client.py", "simple"])
+    rid, _ = ch.wait_agent_open()
+    ch.relay_body(rid)
+    ch.relay_answer(rid, 200, {"content-type": "application/json"}, [b'{"ok":1}'])
+    r = client_result(ch, sid, "relay after RESYNC")
+    check("relay works after RESYNC, stream ids go on", rid > relay_id and r.get("status") == 200
+          and base64.b64decode(r.get("body", "")) == b'{"ok":1}', (hex(rid), hex(relay_id), r))
     print_rss(ch, "after the tests")
 
 
@@ -487,9 +857,9 @@ def test_shim(ch):
 
 
 def main():
-    signal.alarm(240)
+    signal.alarm(300)
     ch = Channel(start_container())
-    for test in (test_basics, test_exec, test_files, test_resync, test_shim):
+    for test in (test_basics, test_exec, test_files, test_relay, test_resync, test_shim):
         try:
             test(ch)
         except Exception as e:  # report and go on: later groups may still tell something
@@ -505,7 +875,7 @@ PY
 
 set +e
 B3OS_AGENT="$agent" B3OS_SHIM="$shim" B3OS_ROOTFS="$rootfs" B3OS_TMP="$tmp" B3OS_ID="$id" \
-  B3OS_RUNSC_ROOT="$runsc_root" timeout 300 python3 "$tmp/driver.py"
+  B3OS_RUNSC_ROOT="$runsc_root" timeout 360 python3 "$tmp/driver.py"
 driver_rc=$?
 set -e
 if [ "$driver_rc" != 0 ]; then
