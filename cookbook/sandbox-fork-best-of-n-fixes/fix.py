@@ -10,6 +10,8 @@ Runs inside a b3os sandbox (Python 3.11, standard library only).
 Model settings come from the environment (set by the model gateway of a sandbox created with
 the "infer:run" scope): OPENAI_BASE_URL, OPENAI_API_KEY (a placeholder is fine: the gateway
 knows the sandbox), B3OS_MODEL; TEMPERATURE (default 0) is set per exec by the client.
+B3OS_WORKSPACE (default /workspace) is where slug.py and test_slug.py are, for runs outside a
+sandbox (tests); the recipe never sets it.
 
 Human-readable lines go to stdout first; the LAST stdout line is always one JSON object:
   --tests-only: {"tests_total", "tests_passed", "failing", "tests_ms"}
@@ -28,7 +30,7 @@ import time
 import urllib.error
 import urllib.request
 
-WORKSPACE = "/workspace"
+WORKSPACE = os.environ.get("B3OS_WORKSPACE", "").strip() or "/workspace"  # override for tests on a host
 SOURCE = os.path.join(WORKSPACE, "slug.py")
 TESTS = os.path.join(WORKSPACE, "test_slug.py")
 MAX_ROUNDS = 2
