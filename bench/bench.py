@@ -43,8 +43,9 @@ def main():
     ap.add_argument("--templates", default=os.environ.get("B3OS_TEMPLATES_DIR", "/var/lib/b3os/templates"))
     args = ap.parse_args()
     rows = []
-    with PrivateDaemon(args.bin, args.templates, ["--warm-pool", "0", "--fork-pool", os.environ.get("B3OS_BENCH_FORK_POOL", "3")]) as d:
-        d.wait_containers(int(os.environ.get("B3OS_BENCH_FORK_POOL", "3")))  # the fork pool fills first, so its boots do not overlap the measurements
+    pool_n = int(os.environ.get("B3OS_BENCH_FORK_POOL", "3"))
+    with PrivateDaemon(args.bin, args.templates, ["--warm-pool", "0", "--fork-pool", str(pool_n)]) as d:
+        d.wait_containers(pool_n)  # the fork pool fills first, so its boots do not overlap the measurements
         tmp, c, runsc_root = d.tmp, d.client, d.runsc_root
         raw_root = f"{tmp}/raw"
         os.makedirs(raw_root)
@@ -100,6 +101,7 @@ def main():
         # --- create to first exec done ---
         create_total, server_total = [], []
         for _ in range(max(5, runs // 2)):
+            d.wait_containers(pool_n)  # the create boots in a container of the fork pool
             t0 = time.perf_counter()
             _, b = c.call("POST", "/v1/sandboxes", {"template": "base"})
             s = json.loads(b)
@@ -133,7 +135,7 @@ def main():
             subprocess.run(rawc + ["exec", cid, "/bin/true"], check=True)
             raw_create.append((time.perf_counter() - t0) * 1000)
             subprocess.run(rawc + ["delete", "--force", cid], check=True)
-        rows.append(("create -> first exec done (ms)", median(create_total), median(raw_create), "<= 400 ms"))
+        rows.append(("create (pooled container) -> first exec (ms)", median(create_total), median(raw_create), "<= 400 ms"))
 
         # --- fork of an idle forkable sandbox ---
         def st_total(resp):
