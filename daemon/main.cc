@@ -11,6 +11,7 @@
 #include <spdlog/spdlog.h>
 
 #include "daemon/api/api.h"
+#include "daemon/gateway/gateway.h"
 #include "daemon/config/config.h"
 #include "daemon/http/server.h"
 #include "daemon/sandbox/service.h"
@@ -76,6 +77,12 @@ int main(int argc, char** argv) {
   app.add_option("--rate", cfg.rate_per_second, "requests per second per API key")->capture_default_str();
   app.add_option("--burst", cfg.rate_burst, "burst of requests per API key")->capture_default_str();
   app.add_flag("--quiet-key", quiet_key, "do not print the admin API key at start");
+  std::vector<std::string> model_flags;
+  std::string models_file;
+  app.add_option("--model", model_flags,
+                 "a model for the gateway (repeatable): ID=http://HOST:PORT/v1[,upstream=NAME][,in=USD_PER_M]"
+                 "[,out=USD_PER_M][,key-env=VAR][,key-file=PATH][,max-output=N][,timeout=S][,default]");
+  app.add_option("--models-file", models_file, "JSON file of models: {\"models\": [{\"id\", \"base_url\", ...}]}");
   CLI11_PARSE(app, argc, argv);
 
   auto colon = listen.rfind(':');
@@ -110,6 +117,29 @@ int main(int argc, char** argv) {
   sys::start_orphan_reaper();
   spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
 
+  std::vector<gateway::ModelConfig> models;
+  if (!models_file.empty()) {
+    auto m = gateway::load_models_file(models_file);
+    if (!m) {
+      std::cerr << "b3osd: " << m.error().message << "\n";
+      return 2;
+    }
+    models = std::move(*m);
+  }
+  for (auto& f : model_flags) {
+    auto m = gateway::parse_model_flag(f);
+    if (!m) {
+      std::cerr << "b3osd: --model: " << m.error().message << "\n";
+      return 2;
+    }
+    models.push_back(std::move(*m));
+  }
+  auto checked = gateway::finalize_models(std::move(models));
+  if (!checked) {
+    std::cerr << "b3osd: " << checked.error().message << "\n";
+    return 2;
+  }
+
   std::error_code ec;
   fs::create_directories(cfg.data_dir, ec);
   fs::create_directories(cfg.templates_dir(), ec);
@@ -128,8 +158,12 @@ int main(int argc, char** argv) {
     return 1;
   }
 
-  sandbox::SandboxService sandboxes(cfg, **store);
-  api::Api api(cfg, **store, sandboxes);
+  gateway::Budgets budgets(**store);
+  gateway::Gateway gw(std::move(*checked), budgets);
+  for (auto& id : {gw.default_model()})
+    if (!id.empty()) spdlog::info("gateway: default model {}", id);
+  sandbox::SandboxService sandboxes(cfg, **store, &gw);
+  api::Api api(cfg, **store, sandboxes, gw);
   http::Server server(cfg.listen_host, cfg.listen_port, cfg.max_connections, [&](http::Exchange& ex) { api.handle(ex); });
   if (auto r = server.listen(); !r) {
     std::cerr << "b3osd: " << r.error().message << "\n";

@@ -52,6 +52,10 @@ step "end to end: the fork best-of-N cookbook recipe"
 B3OS_BIN=$root/build/bin ./tests/e2e/cookbook_fork.sh
 record cookbook-fork $?
 
+step "end to end: both cookbook recipes with the model gateway (scripted model fixture)"
+B3OS_BIN=$root/build/bin ./tests/e2e/cookbook_model.sh
+record cookbook-model $?
+
 secs=${B3OS_FUZZ_SECONDS:-20}
 step "fuzz (${secs}s per target)"
 if [ "$secs" = 0 ]; then

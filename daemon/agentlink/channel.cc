@@ -30,15 +30,21 @@ Stream::~Stream() {
     std::lock_guard lk(mu_);
     ended = ended_ || closed_.has_value();
   }
-  // A stream dropped before its END (client went away, error path) must not leave work
-  // running in the sandbox.
-  if (!ended) cancel();
+  if (incoming()) {
+    // An agent-opened stream always gets an answer, or its client would wait for ever.
+    if (!ended && !end_sent_) (void)send_end({{"ok", false}, {"error", {{"code", "internal"}, {"message", "b3osd dropped the request"}}}});
+  } else if (!ended) {
+    // A stream dropped before its END (client went away, error path) must not leave work
+    // running in the sandbox.
+    cancel();
+  }
   ch_->forget(id_);
 }
 
 void Stream::deliver(Frame f) {
   std::lock_guard lk(mu_);
   if (f.type == FrameType::kEnd) ended_ = true;
+  if (f.type == FrameType::kCancel && incoming()) ended_ = cancelled_ = true;
   inbox_.push_back(std::move(f));
   cv_.notify_all();
 }
@@ -97,6 +103,24 @@ void Stream::cancel() { (void)ch_->write_frame(FrameType::kCancel, id_, {}); }
 
 void Stream::grant(uint32_t n) {
   if (n > 0) (void)ch_->write_frame(FrameType::kWindow, id_, protocol::encode_u32(n));
+}
+
+Result<void> Stream::send_header(const nlohmann::json& header) {
+  return ch_->write_frame(FrameType::kHeader, id_, header.dump());
+}
+
+Result<void> Stream::send_end(const nlohmann::json& end) {
+  {
+    std::lock_guard lk(mu_);
+    if (end_sent_ || cancelled_) return {};
+    end_sent_ = true;
+  }
+  return ch_->write_frame(FrameType::kEnd, id_, end.dump());
+}
+
+bool Stream::cancelled() {
+  std::lock_guard lk(mu_);
+  return cancelled_ || closed_.has_value();
 }
 
 // ---- AgentChannel ----
@@ -165,6 +189,8 @@ void AgentChannel::reader_loop() {
     }
     std::vector<std::pair<std::shared_ptr<Stream>, Frame>> deliveries;
     std::vector<Frame> controls;
+    std::vector<std::shared_ptr<Stream>> opened;
+    IncomingHandler handler;
     {
       std::lock_guard lk(mu_);
       parser_.feed(buf, static_cast<size_t>(r));
@@ -174,6 +200,15 @@ void AgentChannel::reader_loop() {
           continue;
         }
         auto it = streams_.find(f->stream);
+        if (it == streams_.end() && f->type == FrameType::kOpen && (f->stream & Stream::kAgentStreamBit)) {
+          // The agent opens a stream (a relayed HTTP request).
+          auto s = std::make_shared<Stream>(shared_from_this(), f->stream);
+          streams_[f->stream] = s;
+          opened.push_back(s);
+          deliveries.emplace_back(std::move(s), std::move(*f));
+          handler = incoming_;
+          continue;
+        }
         if (it == streams_.end()) continue;  // a stream we gave up on
         if (auto s = it->second.lock()) deliveries.emplace_back(std::move(s), std::move(*f));
       }
@@ -185,6 +220,13 @@ void AgentChannel::reader_loop() {
       } else {
         s->deliver(std::move(f));
       }
+    }
+    deliveries.clear();
+    for (auto& s : opened) {
+      if (handler)
+        handler(std::move(s));
+      else
+        (void)s->send_end({{"ok", false}, {"error", {{"code", "product_unavailable"}, {"message", "this b3osd does not relay requests from sandboxes"}}}});
     }
   }
   closed_ = true;
@@ -288,6 +330,11 @@ Result<std::shared_ptr<Stream>> AgentChannel::open(const nlohmann::json& request
   }
   if (auto r = write_frame(FrameType::kOpen, s->id(), request.dump()); !r) return fail(r.error());
   return s;
+}
+
+void AgentChannel::set_incoming_handler(IncomingHandler h) {
+  std::lock_guard lk(mu_);
+  incoming_ = std::move(h);
 }
 
 void AgentChannel::forget(uint32_t id) {

@@ -42,6 +42,18 @@ class Stream {
   /// Grants the agent `n` more bytes of credit (call after consuming data frames).
   void grant(uint32_t n);
 
+  // Streams the agent opened (the in-sandbox HTTP relay): the daemon answers with a HEADER,
+  // data, then END; the agent may CANCEL (its client went away).
+  /// True for a stream the agent opened.
+  bool incoming() const { return (id_ & kAgentStreamBit) != 0; }
+  Result<void> send_header(const nlohmann::json& header);
+  /// Finishes an incoming stream (once; later calls do nothing).
+  Result<void> send_end(const nlohmann::json& end);
+  /// True once the agent cancelled the stream.
+  bool cancelled();
+
+  static constexpr uint32_t kAgentStreamBit = 0x80000000u;
+
  private:
   friend class AgentChannel;
   void deliver(protocol::Frame f);
@@ -54,7 +66,9 @@ class Stream {
   std::condition_variable cv_;
   std::deque<protocol::Frame> inbox_;
   int64_t credit_ = protocol::kInitialWindow;  // what we may still send
-  bool ended_ = false;                         // END received
+  bool ended_ = false;                         // END (or, incoming, CANCEL) received
+  bool cancelled_ = false;                     // incoming: the agent sent CANCEL
+  bool end_sent_ = false;                      // incoming: we sent END
   std::optional<std::string> closed_;          // channel gone
 };
 
@@ -78,6 +92,12 @@ class AgentChannel : public std::enable_shared_from_this<AgentChannel> {
 
   /// Opens a stream with `request` as the OPEN payload.
   Result<std::shared_ptr<Stream>> open(const nlohmann::json& request);
+
+  /// Runs for each stream the agent opens, on the reader thread (so it must hand the work to
+  /// another thread at once); the stream's first frame is the OPEN. Without a handler the
+  /// agent gets END {"ok":false} straight away.
+  using IncomingHandler = std::function<void(std::shared_ptr<Stream>)>;
+  void set_incoming_handler(IncomingHandler h);
 
   /// Holds every writer back (no frame half-written) for as long as the lock lives; used
   /// around a checkpoint so the image never holds a torn frame from the daemon.
@@ -112,6 +132,7 @@ class AgentChannel : public std::enable_shared_from_this<AgentChannel> {
   std::deque<protocol::Frame> control_;
   uint32_t next_id_ = 1;
   std::optional<std::string> resync_nonce_;
+  IncomingHandler incoming_;
   protocol::FrameParser parser_{protocol::FrameType::kResyncAck};
 };
 

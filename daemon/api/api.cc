@@ -71,8 +71,63 @@ std::string server_timing(const sandbox::Timing& t, double total_ms) {
   return out + buf;
 }
 
-Api::Api(const config::Config& cfg, store::Store& store, sandbox::SandboxService& sandboxes)
-    : cfg_(cfg), store_(store), sandboxes_(sandboxes), limiter_(cfg.rate_per_second, cfg.rate_burst) {}
+Api::Api(const config::Config& cfg, store::Store& store, sandbox::SandboxService& sandboxes, gateway::Gateway& gw)
+    : cfg_(cfg), store_(store), sandboxes_(sandboxes), gw_(gw), limiter_(cfg.rate_per_second, cfg.rate_burst) {}
+
+namespace {
+/// Gateway answers written straight to the HTTP client (chunked when streamed).
+class HttpSink : public gateway::Sink {
+ public:
+  HttpSink(http::Exchange& ex, http::Headers extra) : ex_(ex), extra_(std::move(extra)) {}
+  Result<void> respond(int status, const std::string& content_type, const std::string& body) override {
+    ex_.respond(status, content_type, body, extra_);
+    return {};
+  }
+  Result<void> begin_stream(int status, const std::string& content_type) override {
+    http::Headers h = extra_;
+    h.emplace_back("Cache-Control", "no-cache");
+    return ex_.begin_stream(status, content_type, http::Exchange::kUnknownLength, h);
+  }
+  Result<void> write(std::string_view bytes) override { return ex_.write(bytes); }
+  void end(bool) override { (void)ex_.end_stream(); }
+  bool gone() override { return ex_.client_gone(); }
+
+ private:
+  http::Exchange& ex_;
+  http::Headers extra_;
+};
+}  // namespace
+
+bool Api::dispatch_infer(Call& c) {
+  const auto& s = c.target.segments;
+  if (!(s.size() >= 2 && s[0] == "v1" && s[1] == "infer")) return false;
+  HttpSink sink(c.ex, {});
+  auto refuse = [&](int status, const std::string& msg, const std::string& type, const std::string& code) {
+    (void)sink.respond(status, "application/json", gateway::openai_error_body(msg, type, code));
+    return true;
+  };
+  auto allowed = store_.project_allows_infer(c.principal.project_id);
+  if (!allowed) return refuse(500, allowed.error().message, "server_error", "internal");
+  if (!*allowed)
+    return refuse(403, "this key's project may not use the model gateway (infer:run); an admin can allow it with "
+                       "`b3os projects set-infer NAME on`", "permission_error", "forbidden");
+  std::string body;
+  if (c.ex.has_body()) {
+    auto raw = c.ex.read_body(16u << 20);
+    if (!raw) return refuse(413, raw.error().message, "invalid_request_error", "payload_too_large");
+    body = std::move(*raw);
+  }
+  if (auto r = store_.ensure_budget(c.principal.key_id, c.principal.project_id, std::nullopt); !r)
+    return refuse(500, r.error().message, "server_error", "internal");
+  gateway::Caller caller;
+  caller.budget_id = c.principal.key_id;
+  caller.project_id = c.principal.project_id;
+  caller.key_id = c.principal.key_id;
+  std::string sub;
+  for (size_t i = 2; i < s.size(); ++i) sub += "/" + s[i];
+  gw_.handle(caller, c.method, sub, body, sink);
+  return true;
+}
 
 void Api::send(Call& c, Reply r) {
   const double total = c.total.elapsed_ms();
@@ -129,6 +184,7 @@ void Api::handle(http::Exchange& ex) {
     r.headers.emplace_back("Retry-After", std::to_string(static_cast<int>(std::ceil(retry))));
     return send(c, std::move(r));
   }
+  if (dispatch_infer(c)) return;
   if (dispatch_stream(c)) return;
 
   if (ex.has_body()) {
@@ -187,7 +243,6 @@ Result<Reply> Api::dispatch_json(Call& c) {
     return Reply{200, sandboxes_.templates(), {}};
   }
   if (s.size() >= 2 && s[1] == "snapshots") return snapshots(c);
-  if (s.size() >= 2 && s[1] == "infer") return nyi("the model gateway (/v1/infer)");
   if (s.size() < 2 || s[1] != "sandboxes") return fail(ErrorCode::kNotFound, "no such route: " + c.target.path);
   if (s.size() == 2) {
     if (m == "POST") return create_sandbox(c);

@@ -7,6 +7,7 @@
 #include "daemon/api/rate_limit.h"
 #include "daemon/api/target.h"
 #include "daemon/config/config.h"
+#include "daemon/gateway/gateway.h"
 #include "daemon/http/server.h"
 #include "daemon/sandbox/service.h"
 #include "daemon/store/store.h"
@@ -29,7 +30,7 @@ std::string server_timing(const sandbox::Timing& t, double total_ms);
 
 class Api {
  public:
-  Api(const config::Config& cfg, store::Store& store, sandbox::SandboxService& sandboxes);
+  Api(const config::Config& cfg, store::Store& store, sandbox::SandboxService& sandboxes, gateway::Gateway& gw);
   /// Handles one request (the http::Server handler).
   void handle(http::Exchange& ex);
 
@@ -38,6 +39,8 @@ class Api {
   Result<sandbox::Principal> authenticate(http::Exchange& ex);
   Result<Reply> dispatch_json(Call& c);
   bool dispatch_stream(Call& c);
+  /// /v1/infer/...: the model gateway, paid from the calling key's budget.
+  bool dispatch_infer(Call& c);
   void send(Call& c, Reply r);
   void send_error(Call& c, const Error& e);
 
@@ -51,6 +54,7 @@ class Api {
   const config::Config& cfg_;
   store::Store& store_;
   sandbox::SandboxService& sandboxes_;
+  gateway::Gateway& gw_;
   RateLimiter limiter_;
 };
 

@@ -91,7 +91,10 @@ class BeastExchange final : public Exchange {
     stream_res_.set(bh::field::server, "b3osd");
     stream_res_.set(bh::field::content_type, beast::string_view(content_type.data(), content_type.size()));
     for (auto& [k, v] : headers) stream_res_.set(k, v);
-    stream_res_.content_length(length);
+    if (length == kUnknownLength)
+      stream_res_.chunked(true);
+    else
+      stream_res_.content_length(length);
     stream_res_.keep_alive(keep_alive());
     stream_res_.body().data = nullptr;
     stream_res_.body().more = true;
@@ -110,7 +113,8 @@ class BeastExchange final : public Exchange {
 
   Result<void> write(std::string_view bytes) override {
     if (!serializer_ || bytes.size() > remaining_) return fail(ErrorCode::kInternal, "response body longer than declared");
-    remaining_ -= bytes.size();
+    if (bytes.empty()) return {};
+    if (remaining_ != kUnknownLength) remaining_ -= bytes.size();
     stream_res_.body().data = const_cast<char*>(bytes.data());
     stream_res_.body().size = bytes.size();
     stream_res_.body().more = true;
@@ -123,6 +127,12 @@ class BeastExchange final : public Exchange {
     }
     if (remaining_ == 0) return finish_stream();
     return {};
+  }
+
+  Result<void> end_stream() override {
+    if (!serializer_ || remaining_ != kUnknownLength) return {};
+    remaining_ = 0;
+    return finish_stream();
   }
 
   bool responded() const override { return responded_; }

@@ -38,10 +38,14 @@ class Exchange {
 
   /// Sends a complete response.
   virtual void respond(int status, std::string_view content_type, std::string body, const Headers& headers) = 0;
+  /// `begin_stream` length for a body of unknown length (sent chunked; finish with end_stream).
+  static constexpr uint64_t kUnknownLength = ~uint64_t{0};
   /// Starts a streamed response of `length` bytes; then `write` the bytes.
   virtual Result<void> begin_stream(int status, std::string_view content_type, uint64_t length,
                                     const Headers& headers) = 0;
   virtual Result<void> write(std::string_view bytes) = 0;
+  /// Ends a body of kUnknownLength (a no-op for a body whose length was declared).
+  virtual Result<void> end_stream() = 0;
   virtual bool responded() const = 0;
   /// True when the client closed its side (work it started can be cancelled).
   virtual bool client_gone() const = 0;

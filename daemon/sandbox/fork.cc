@@ -49,7 +49,8 @@ Result<json> SandboxService::create_from_snapshot(const Principal& p, const Sand
   const std::string image = cfg_.snapshots_dir() + "/" + (*row)->id;
   if (!fs::exists(image + "/checkpoint.img"))
     return fail(ErrorCode::kInternal, "snapshot " + (*row)->id + " has no image on disk at " + image);
-  return create_launched(p, spec, d["template"].value("name", "base"), d["_b3os"].value("rootfs", ""), (*row)->id, t, sw);
+  return create_launched(p, spec, d["template"].value("name", "base"), d["_b3os"].value("rootfs", ""), (*row)->id, t, sw,
+                         d["_b3os"].value("budget_id", ""));
 }
 
 Result<json> SandboxService::fork(const Principal& p, const std::string& id, int count,
@@ -144,7 +145,7 @@ Result<json> SandboxService::fork(const Principal& p, const std::string& id, int
     if (metadata) s->doc["metadata"] = map_to_json(*metadata);
     s->doc["_b3os"] = {{"started_ms", now}, {"stopped_ms", nullptr}, {"paused_total_ms", 0},
                        {"hostname", s->hostname}, {"rootfs", src_doc["_b3os"].value("rootfs", "")},
-                       {"forked_from", id}};
+                       {"forked_from", id}, {"budget_id", src_doc["_b3os"].value("budget_id", "")}};
     if (auto r = persist(*s); !r) {
       for (auto& o2 : outcomes) discard(**o2.sandbox);
       return fail(r.error());
@@ -267,7 +268,8 @@ Result<json> SandboxService::snapshot(const Principal& p, const std::string& id,
               {"forkable", src_doc["forkable"]},
               {"size_bytes", size},
               {"created_at", format_rfc3339(now)},
-              {"_b3os", {{"rootfs", src_doc["_b3os"].value("rootfs", "")}}}};
+              {"_b3os", {{"rootfs", src_doc["_b3os"].value("rootfs", "")},
+                         {"budget_id", src_doc["_b3os"].value("budget_id", "")}}}};
   if (auto r = store_.put_snapshot({snap_id, p.project_id, doc, src_secrets}); !r) return fail(r.error());
   remove_dir.dismiss();
   t.lap("store", sw);

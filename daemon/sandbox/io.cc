@@ -70,6 +70,17 @@ Result<ExecResult> SandboxService::exec(const Principal& p, const std::string& i
               {"B3OS_SANDBOX_ID", s.id}};
   {
     std::lock_guard lk(s.mu);
+    // A grant of infer:run: a stock OpenAI client finds the node's model through the agent's
+    // relay (the key is a placeholder: the gateway knows the sandbox). The sandbox's own env
+    // may override these.
+    const json& scopes = s.doc["api"].value("scopes", json::array());
+    if (std::find(scopes.begin(), scopes.end(), "infer:run") != scopes.end()) {
+      env["OPENAI_BASE_URL"] = kInferBaseUrl;
+      env["OPENAI_API_KEY"] = kInferPlaceholderKey;
+      // With no model configured the name is a placeholder; calls then get 503 saying how
+      // to configure one.
+      env["B3OS_MODEL"] = gw_ && !gw_->default_model().empty() ? gw_->default_model() : kUnconfiguredModel;
+    }
     for (auto& [k, v] : s.doc["env"].items()) env[k] = v;
     for (auto& [k, v] : s.secrets.items()) env[k] = v;
   }

@@ -37,8 +37,8 @@ void compute_usage(json& doc, int64_t now_ms) {
   doc["usage"] = {{"vcpu_ms", vcpu * ran}, {"gib_ms", alive * mib / 1024}};
 }
 
-SandboxService::SandboxService(config::Config cfg, store::Store& store)
-    : cfg_(std::move(cfg)), store_(store), runsc_(cfg_.runtime) {}
+SandboxService::SandboxService(config::Config cfg, store::Store& store, gateway::Gateway* gw)
+    : cfg_(std::move(cfg)), store_(store), gw_(gw), runsc_(cfg_.runtime) {}
 
 SandboxService::~SandboxService() { stop(); }
 
@@ -115,6 +115,13 @@ json SandboxService::view(const Sandbox& s) const {
     d["expires_at"] = format_rfc3339(s.last_activity_ms.load() + int64_t(d.value("timeout_s", 300)) * 1000);
   }
   compute_usage(d, now);
+  // What the grant's budget has spent (shared by a sandbox, its forks and its snapshots).
+  const std::string budget = d["_b3os"].value("budget_id", "");
+  if (!budget.empty() && gw_) {
+    if (auto b = gw_->budgets().look(budget)) d["api"]["spent_usd"] = b->spent_usd;
+  } else if (d.contains("api") && d["api"].is_object()) {
+    d["api"]["spent_usd"] = 0;
+  }
   d.erase("_b3os");
   return d;
 }
@@ -269,8 +276,7 @@ Result<std::shared_ptr<SandboxService::Sandbox>> SandboxService::launch(const La
   }
 
   const std::string id = s->id;
-  s->channel = agentlink::AgentChannel::start(std::move(pc->daemon_end), id,
-                                              [this, id](const std::string& why) { on_channel_closed(id, why); });
+  s->channel = start_channel(std::move(pc->daemon_end), id);
   if (l.image.empty()) {
     if (auto h = s->channel->wait_hello(kHelloTimeout); !h) return undo(h.error().wrap("starting the agent"));
   } else {
@@ -343,7 +349,9 @@ Result<json> SandboxService::create(const Principal& p, const SandboxSpec& spec,
 
 Result<json> SandboxService::create_launched(const Principal& p, const SandboxSpec& spec, const std::string& tname,
                                              const std::string& rootfs, const std::string& snapshot_id, Timing& t,
-                                             Stopwatch& sw) {
+                                             Stopwatch& sw, const std::string& inherited_budget) {
+  auto budget = grant_budget(p, spec, inherited_budget);
+  if (!budget) return fail(budget.error());
   if (auto r = reserve(p.project_id, 1); !r) return fail(r.error());
   ScopeExit unreserve_later([&] { unreserve(p.project_id, 1); });
   t.lap("validate", sw);
@@ -410,7 +418,7 @@ Result<json> SandboxService::create_launched(const Principal& p, const SandboxSp
       {"stop_message", nullptr},
       {"metadata", map_to_json(spec.metadata)},
       {"_b3os", {{"started_ms", now}, {"stopped_ms", nullptr}, {"paused_total_ms", 0}, {"hostname", s->hostname},
-                 {"rootfs", rootfs}}},
+                 {"rootfs", rootfs}, {"budget_id", *budget}}},
   };
   if (auto r = persist(*s); !r) return undo(r.error());
   {
@@ -575,8 +583,7 @@ Result<void> SandboxService::recover() {
       why = "its agent channel could not be recovered after b3osd restarted (" + fd.error().message + ")";
     } else {
       const std::string id = row.id;
-      s->channel = agentlink::AgentChannel::start(std::move(*fd), id,
-                                                  [this, id](const std::string& w) { on_channel_closed(id, w); });
+      s->channel = start_channel(std::move(*fd), id);
       if (auto r = s->channel->resync(3s); !r) {
         why = "its agent did not answer after b3osd restarted (" + r.error().message + ")";
       } else if (paused && !runsc_.pause(row.id)) {

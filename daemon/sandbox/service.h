@@ -24,6 +24,7 @@
 #include "common/unique_fd.h"
 #include "daemon/agentlink/channel.h"
 #include "daemon/config/config.h"
+#include "daemon/gateway/gateway.h"
 #include "daemon/runtime/runsc.h"
 #include "daemon/sandbox/spec.h"
 #include "daemon/store/store.h"
@@ -68,7 +69,8 @@ struct FileSink {
 
 class SandboxService {
  public:
-  SandboxService(config::Config cfg, store::Store& store);
+  /// `gw` serves model calls from inside sandboxes (nullptr: they get 503).
+  SandboxService(config::Config cfg, store::Store& store, gateway::Gateway* gw = nullptr);
   ~SandboxService();
 
   /// Reattaches to sandboxes that survived a b3osd restart, fails the rest, removes
@@ -146,7 +148,14 @@ class SandboxService {
   /// The common tail of create: reserve, launch (boot, or restore `snapshot_id`), record.
   Result<nlohmann::json> create_launched(const Principal& p, const SandboxSpec& spec, const std::string& tname,
                                          const std::string& rootfs, const std::string& snapshot_id, Timing& t,
-                                         Stopwatch& sw);
+                                         Stopwatch& sw, const std::string& inherited_budget = "");
+  /// The budget a new sandbox's model calls charge: `inherited` (a snapshot's), a new grant
+  /// with the spec's cap, or the creating key's own budget when the spec gives no cap.
+  Result<std::string> grant_budget(const Principal& p, const SandboxSpec& spec, const std::string& inherited);
+  /// Serves one HTTP request the agent relayed from inside sandbox `id` (on its own thread).
+  void serve_relay(const std::string& id, std::shared_ptr<agentlink::Stream> st);
+  /// Starts a sandbox's channel with the relay handler attached.
+  std::shared_ptr<agentlink::AgentChannel> start_channel(UniqueFd fd, const std::string& id);
   /// Counts `n` sandboxes about to start against the project's and the node's limits.
   Result<void> reserve(const std::string& project_id, int n);
   void unreserve(const std::string& project_id, int n);
@@ -178,6 +187,7 @@ class SandboxService {
 
   config::Config cfg_;
   store::Store& store_;
+  gateway::Gateway* gw_;
   runtime::Runsc runsc_;
 
   mutable std::mutex mu_;

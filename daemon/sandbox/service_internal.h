@@ -29,6 +29,9 @@ inline constexpr auto kHelloTimeout = 15s;
 inline constexpr auto kControlTimeout = 5s;
 inline constexpr auto kFileIdleTimeout = 60s;
 inline constexpr auto kExecGrace = 10s;
+inline constexpr const char* kInferBaseUrl = "http://127.0.0.1:7700/v1/infer";
+inline constexpr const char* kInferPlaceholderKey = "b3os-sandbox-no-key-needed";
+inline constexpr const char* kUnconfiguredModel = "b3os/unconfigured";
 
 inline const std::map<std::string, std::string> kTemplateDescriptions = {
     {"base", "Debian 12 minbase with python3, curl, ca-certificates and procps"},

@@ -242,7 +242,6 @@ Result<void> check_supported(const SandboxSpec& s) {
   auto nyi = [](const std::string& what) { return fail(ErrorCode::kNotImplemented, what); };
   if (s.egress.mode != "deny")
     return nyi("egress.mode \"" + s.egress.mode + "\": only \"deny\" (no network) is available on this deployment yet");
-  if (!s.api.scopes.empty()) return nyi("api.scopes: the model gateway (infer:run) is not available on this deployment yet");
   if (!s.ports.empty()) return nyi("ports: exposing ports is not available on this deployment yet");
   return {};
 }

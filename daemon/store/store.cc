@@ -54,6 +54,34 @@ CREATE TABLE IF NOT EXISTS idempotency (
   created_at_ms INTEGER NOT NULL,
   PRIMARY KEY (project_id, key)
 );
+CREATE TABLE IF NOT EXISTS budgets (
+  id TEXT PRIMARY KEY,
+  project_id TEXT NOT NULL,
+  cap_usd REAL,
+  spent_usd REAL NOT NULL DEFAULT 0,
+  created_at_ms INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS ledger (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  budget_id TEXT NOT NULL,
+  project_id TEXT NOT NULL,
+  sandbox_id TEXT,
+  key_id TEXT,
+  model TEXT NOT NULL,
+  prompt_tokens INTEGER NOT NULL,
+  completion_tokens INTEGER NOT NULL,
+  cost_usd REAL NOT NULL,
+  reserved_usd REAL NOT NULL,
+  duration_ms REAL NOT NULL,
+  status INTEGER NOT NULL,
+  outcome TEXT NOT NULL,
+  created_at_ms INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS ledger_budget ON ledger(budget_id, id);
+CREATE TABLE IF NOT EXISTS project_settings (
+  project_id TEXT PRIMARY KEY,
+  infer INTEGER NOT NULL DEFAULT 1
+);
 )sql";
 
 /// A prepared statement that finalizes itself.
@@ -73,6 +101,10 @@ class Stmt {
     sqlite3_bind_int64(st_, i, v);
     return *this;
   }
+  Stmt& bind(int i, double v) {
+    sqlite3_bind_double(st_, i, v);
+    return *this;
+  }
   Stmt& bind_null(int i) {
     sqlite3_bind_null(st_, i);
     return *this;
@@ -88,6 +120,7 @@ class Stmt {
     return p ? std::string(p, sqlite3_column_bytes(st_, col)) : std::string();
   }
   int64_t i64(int col) { return sqlite3_column_int64(st_, col); }
+  double f64(int col) { return sqlite3_column_double(st_, col); }
   bool is_null(int col) { return sqlite3_column_type(st_, col) == SQLITE_NULL; }
 
  private:
@@ -389,6 +422,116 @@ Result<void> Store::idempotency_abort(const std::string& project_id, const std::
   Stmt st(db_, "DELETE FROM idempotency WHERE project_id = ? AND key = ? AND status IS NULL");
   st.bind(1, project_id).bind(2, key);
   if (st.step() != SQLITE_DONE) return fail(db_error(db_, "releasing idempotency key"));
+  return {};
+}
+
+// ---- model spend: budgets, the ledger, project settings ----
+
+Result<void> Store::ensure_budget(const std::string& id, const std::string& project_id, std::optional<double> cap_usd) {
+  std::lock_guard lk(mu_);
+  Stmt st(db_, "INSERT OR IGNORE INTO budgets(id, project_id, cap_usd, spent_usd, created_at_ms) VALUES (?, ?, ?, 0, ?)");
+  st.bind(1, id).bind(2, project_id);
+  if (cap_usd) st.bind(3, *cap_usd); else st.bind_null(3);
+  st.bind(4, now_unix_ms());
+  if (st.step() != SQLITE_DONE) return fail(db_error(db_, "saving budget " + id));
+  return {};
+}
+
+Result<void> Store::set_budget_cap(const std::string& id, const std::string& project_id, std::optional<double> cap_usd) {
+  if (auto r = ensure_budget(id, project_id, cap_usd); !r) return r;
+  std::lock_guard lk(mu_);
+  Stmt st(db_, "UPDATE budgets SET cap_usd = ? WHERE id = ?");
+  if (cap_usd) st.bind(1, *cap_usd); else st.bind_null(1);
+  st.bind(2, id);
+  if (st.step() != SQLITE_DONE) return fail(db_error(db_, "setting the cap of budget " + id));
+  return {};
+}
+
+Result<std::optional<BudgetRow>> Store::get_budget(const std::string& id) {
+  std::lock_guard lk(mu_);
+  Stmt st(db_, "SELECT id, project_id, cap_usd, spent_usd FROM budgets WHERE id = ?");
+  st.bind(1, id);
+  int rc = st.step();
+  if (rc == SQLITE_DONE) return std::optional<BudgetRow>();
+  if (rc != SQLITE_ROW) return fail(db_error(db_, "reading budget " + id));
+  BudgetRow b;
+  b.id = st.text(0);
+  b.project_id = st.text(1);
+  if (!st.is_null(2)) b.cap_usd = st.f64(2);
+  b.spent_usd = st.f64(3);
+  return std::optional<BudgetRow>(std::move(b));
+}
+
+Result<void> Store::record_call(const LedgerRow& row) {
+  std::lock_guard lk(mu_);
+  if (auto r = exec("BEGIN IMMEDIATE"); !r) return r;
+  Stmt ins(db_,
+           "INSERT INTO ledger(budget_id, project_id, sandbox_id, key_id, model, prompt_tokens, completion_tokens, "
+           "cost_usd, reserved_usd, duration_ms, status, outcome, created_at_ms) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)");
+  ins.bind(1, row.budget_id).bind(2, row.project_id);
+  if (row.sandbox_id.empty()) ins.bind_null(3); else ins.bind(3, row.sandbox_id);
+  if (row.key_id.empty()) ins.bind_null(4); else ins.bind(4, row.key_id);
+  ins.bind(5, row.model).bind(6, row.prompt_tokens).bind(7, row.completion_tokens).bind(8, row.cost_usd);
+  ins.bind(9, row.reserved_usd).bind(10, row.duration_ms).bind(11, int64_t{row.status}).bind(12, row.outcome);
+  ins.bind(13, now_unix_ms());
+  Stmt up(db_, "UPDATE budgets SET spent_usd = spent_usd + ? WHERE id = ?");
+  up.bind(1, row.cost_usd).bind(2, row.budget_id);
+  if (ins.step() != SQLITE_DONE || up.step() != SQLITE_DONE) {
+    auto e = db_error(db_, "writing the ledger");
+    (void)exec("ROLLBACK");
+    return fail(e);
+  }
+  return exec("COMMIT");
+}
+
+Result<std::vector<LedgerRow>> Store::ledger(const std::string& budget_id, int limit) {
+  std::lock_guard lk(mu_);
+  Stmt st(db_,
+          "SELECT budget_id, project_id, ifnull(sandbox_id, ''), ifnull(key_id, ''), model, prompt_tokens, "
+          "completion_tokens, cost_usd, reserved_usd, duration_ms, status, outcome FROM ledger WHERE budget_id = ? "
+          "ORDER BY id DESC LIMIT ?");
+  st.bind(1, budget_id).bind(2, int64_t{limit});
+  std::vector<LedgerRow> out;
+  int rc;
+  while ((rc = st.step()) == SQLITE_ROW) {
+    LedgerRow r;
+    r.budget_id = st.text(0);
+    r.project_id = st.text(1);
+    r.sandbox_id = st.text(2);
+    r.key_id = st.text(3);
+    r.model = st.text(4);
+    r.prompt_tokens = st.i64(5);
+    r.completion_tokens = st.i64(6);
+    r.cost_usd = st.f64(7);
+    r.reserved_usd = st.f64(8);
+    r.duration_ms = st.f64(9);
+    r.status = static_cast<int>(st.i64(10));
+    r.outcome = st.text(11);
+    out.push_back(std::move(r));
+  }
+  if (rc != SQLITE_DONE) return fail(db_error(db_, "reading the ledger"));
+  return out;
+}
+
+Result<bool> Store::project_allows_infer(const std::string& project_id) {
+  std::lock_guard lk(mu_);
+  Stmt st(db_, "SELECT infer FROM project_settings WHERE project_id = ?");
+  st.bind(1, project_id);
+  int rc = st.step();
+  if (rc == SQLITE_DONE) return true;  // the default: a node's models serve its projects
+  if (rc != SQLITE_ROW) return fail(db_error(db_, "reading project settings"));
+  return st.i64(0) != 0;
+}
+
+Result<void> Store::set_project_infer(const std::string& project_name, bool allowed) {
+  std::lock_guard lk(mu_);
+  Stmt find(db_, "SELECT id FROM projects WHERE name = ?");
+  find.bind(1, project_name);
+  if (find.step() != SQLITE_ROW) return fail(ErrorCode::kNotFound, "no project named \"" + project_name + "\"");
+  std::string id = find.text(0);
+  Stmt st(db_, "INSERT INTO project_settings(project_id, infer) VALUES (?, ?) ON CONFLICT(project_id) DO UPDATE SET infer = excluded.infer");
+  st.bind(1, id).bind(2, int64_t{allowed ? 1 : 0});
+  if (st.step() != SQLITE_DONE) return fail(db_error(db_, "saving project settings"));
   return {};
 }
 

@@ -69,6 +69,24 @@ struct IdempotencyHit {
   std::string body;
 };
 
+/// A spend budget: a sandbox grant's (`grt_...`, shared by the sandbox and its forks) or an
+/// API key's (`key_...`). A missing cap means no limit, only metering.
+struct BudgetRow {
+  std::string id;
+  std::string project_id;
+  std::optional<double> cap_usd;
+  double spent_usd = 0;
+};
+
+/// One model call as charged.
+struct LedgerRow {
+  std::string budget_id, project_id, sandbox_id, key_id, model;
+  int64_t prompt_tokens = 0, completion_tokens = 0;
+  double cost_usd = 0, reserved_usd = 0, duration_ms = 0;
+  int status = 0;
+  std::string outcome;  // completed, upstream_error, broken_stream, client_gone, ...
+};
+
 class Store {
  public:
   /// Opens (creating if needed) the database at `path`, in WAL mode, with its schema.
@@ -106,6 +124,18 @@ class Store {
   /// Releases every claim that has no response: called at start, when the requests that
   /// claimed them died with the previous process.
   Result<void> idempotency_clear_pending();
+  /// Creates a budget unless it exists (its cap is then left as it is).
+  Result<void> ensure_budget(const std::string& id, const std::string& project_id, std::optional<double> cap_usd);
+  /// Creates a budget or changes its cap.
+  Result<void> set_budget_cap(const std::string& id, const std::string& project_id, std::optional<double> cap_usd);
+  Result<std::optional<BudgetRow>> get_budget(const std::string& id);
+  /// Appends a call to the ledger and adds its cost to its budget, in one transaction.
+  Result<void> record_call(const LedgerRow& row);
+  /// The newest `limit` ledger rows of a budget.
+  Result<std::vector<LedgerRow>> ledger(const std::string& budget_id, int limit);
+  /// Whether a project's keys and sandboxes may use the model gateway (default yes).
+  Result<bool> project_allows_infer(const std::string& project_id);
+  Result<void> set_project_infer(const std::string& project_name, bool allowed);
   /// Releases a claimed key without a stored response (the request failed with a 5xx).
   Result<void> idempotency_abort(const std::string& project_id, const std::string& key);
 

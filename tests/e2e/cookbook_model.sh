@@ -22,10 +22,9 @@
 #      the upstream.
 # Nothing may be left running after each part.
 #
-# It cannot pass before the model gateway lands (creating with infer:run answers 501 today).
-# TODO(gateway): the b3osd flag that names the upstream is not settled; MODEL_FLAGS below is
-# the proposed shape and can be replaced without editing this file with
-# B3OS_E2E_MODEL_FLAGS='--flag value ...' ({PORT} is replaced by the scripted model's port).
+# b3osd gets the fixture as its one model with --model (docs/configuration.md); another set of
+# flags can be tried with B3OS_E2E_MODEL_FLAGS='--flag value ...' ({PORT} is replaced by the
+# scripted model's port).
 #
 # Usage (as root, with the base template built):
 #   B3OS_BIN=/work/main/build/bin tests/e2e/cookbook_model.sh
@@ -53,7 +52,7 @@ UPSTREAM_MODEL=qwen3.5-9b-scripted
 # What the grant sets in every exec (the recipe: "call the node's model at
 # http://127.0.0.1:7700/v1/infer"; a stock OpenAI client appends /chat/completions).
 EXPECTED_BASE_URL=http://127.0.0.1:7700/v1/infer
-# TODO(gateway): the exact flag. Prices are USD per million tokens (input, output).
+# Prices are USD per million tokens (input, output).
 MODEL_FLAGS_TEMPLATE=${B3OS_E2E_MODEL_FLAGS:-"--model $MODEL=http://127.0.0.1:{PORT}/v1,upstream=$UPSTREAM_MODEL,in=0.05,out=0.4"}
 SPEND_CAP=${B3OS_E2E_SPEND_CAP:-0.0001}
 

@@ -135,7 +135,7 @@ JQ_BAD_VALUES='
     {k: "env", ok: (.env == {})},
     {k: "secret_names", ok: (.secret_names == [])},
     {k: "ports", ok: (.ports == [])},
-    {k: "api", ok: (.api == {"scopes": [], "spend_cap_usd": null, "connections": []})},
+    {k: "api", ok: (.api == {"scopes": [], "spend_cap_usd": null, "connections": [], "spent_usd": 0})},
     {k: "egress", ok: (.egress == {"mode": "deny", "allow": []})},
     {k: "forkable", ok: (.forkable == false)},
     {k: "created_at", ok: (.created_at | ts)},
@@ -447,8 +447,10 @@ s_errors() {
   expect_error errors.unknown_template_404 404 template_not_found
   apij POST /v1/sandboxes '{"egress":{"mode":"public"}}'
   expect_error errors.egress_public_501 501 not_implemented egress
-  apij POST /v1/sandboxes '{"api":{"scopes":["infer:run"]}}'
-  expect_error errors.api_infer_501 501 not_implemented api
+  apij POST /v1/sandboxes '{"api":{"scopes":["infer:write"]}}'
+  expect_error errors.api_unknown_scope_400 400 invalid_request api.scopes
+  apij POST /v1/sandboxes '{"api":{"scopes":["infer:run"],"spend_cap_usd":-1}}'
+  expect_error errors.api_negative_cap_400 400 invalid_request api.spend_cap_usd
   apij POST /v1/sandboxes '{"api":{"scopes":["root:all"]}}'
   expect_error errors.api_unknown_scope_400 400 invalid_request root:all
   apij POST /v1/sandboxes '{"ports":[{"port":8080,"public":true}]}'
@@ -472,8 +474,8 @@ s_errors() {
   expect_error errors.pause_unknown_404 404 sandbox_not_found
   api GET /v1/snapshots/snp_00000000000000000000000000
   expect_error errors.snapshot_get_unknown_404 404 snapshot_not_found
-  apij POST /v1/infer/chat '{}'
-  expect_error errors.infer_501 501 not_implemented
+  apij POST /v1/infer/chat/completions '{"messages":[{"role":"user","content":"hi"}]}'
+  expect_error errors.infer_no_model_503 503 product_unavailable "--model"
   api GET /mcp
   expect_error errors.mcp_501 501 not_implemented
   run_exec sbx_00000000000000000000000000 '{"cmd":"true"}'

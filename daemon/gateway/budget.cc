@@ -1,0 +1,85 @@
+#include "daemon/gateway/budget.h"
+
+#include <cstdio>
+
+#include <spdlog/spdlog.h>
+
+namespace b3os::gateway {
+
+namespace {
+// Prices are fractions of a cent per call; sums of doubles drift by ~1e-16 per addition.
+constexpr double kEpsilon = 1e-12;
+}  // namespace
+
+std::string format_usd(double usd) {
+  char buf[64];
+  if (usd >= 0.01 || usd == 0)
+    std::snprintf(buf, sizeof buf, "$%.2f", usd);
+  else
+    std::snprintf(buf, sizeof buf, "$%.6f", usd);
+  return buf;
+}
+
+Result<Budgets::Account*> Budgets::account(const std::string& id) {
+  auto row = store_.get_budget(id);
+  if (auto it = accounts_.find(id); it != accounts_.end()) {
+    // The cap may have been changed with `b3os keys set-cap` since: it is read on each call.
+    if (row && *row) it->second.cap = (*row)->cap_usd;
+    return &it->second;
+  }
+  if (!row) return fail(row.error());
+  if (!*row) return fail(ErrorCode::kInternal, "no budget " + id);
+  Account a;
+  a.cap = (*row)->cap_usd;
+  a.spent = (*row)->spent_usd;
+  return &(accounts_[id] = a);
+}
+
+Result<Reservation> Budgets::reserve(const std::string& budget_id, double worst_usd) {
+  std::lock_guard lk(mu_);
+  auto a = account(budget_id);
+  if (!a) return fail(a.error());
+  Account& acc = **a;
+  if (acc.cap && acc.spent + acc.reserved + worst_usd > *acc.cap + kEpsilon) {
+    std::string msg = "spend cap " + format_usd(*acc.cap) + " reached: " + format_usd(acc.spent) + " spent";
+    if (acc.reserved > 0) msg += ", " + format_usd(acc.reserved) + " held by calls in flight";
+    msg += ", and this call could cost up to " + format_usd(worst_usd);
+    if (acc.spent + acc.reserved < *acc.cap) msg += " (ask for fewer max_tokens or a shorter prompt)";
+    return fail(ErrorCode::kPaymentRequired, msg);
+  }
+  acc.reserved += worst_usd;
+  return Reservation{budget_id, worst_usd, true};
+}
+
+void Budgets::settle(Reservation& r, store::LedgerRow row) {
+  if (!r.active) return;
+  r.active = false;
+  {
+    std::lock_guard lk(mu_);
+    auto a = account(r.budget_id);
+    if (a) {
+      (*a)->reserved -= r.amount;
+      if ((*a)->reserved < kEpsilon) (*a)->reserved = 0;
+      (*a)->spent += row.cost_usd;
+    }
+  }
+  row.budget_id = r.budget_id;
+  row.reserved_usd = r.amount;
+  if (auto w = store_.record_call(row); !w)
+    spdlog::error("ledger: could not record a call of {} on {}: {}", format_usd(row.cost_usd), r.budget_id, w.error().message);
+}
+
+std::optional<Budgets::Snapshot> Budgets::look(const std::string& budget_id) {
+  std::lock_guard lk(mu_);
+  auto a = account(budget_id);
+  if (!a) return std::nullopt;
+  return Snapshot{(*a)->cap, (*a)->spent, (*a)->reserved};
+}
+
+void Budgets::invalidate(const std::string& budget_id) {
+  std::lock_guard lk(mu_);
+  auto it = accounts_.find(budget_id);
+  if (it != accounts_.end() && it->second.reserved == 0) accounts_.erase(it);
+}
+
+}  // namespace b3os::gateway

@@ -1,0 +1,375 @@
+#include "daemon/gateway/gateway.h"
+
+#include <chrono>
+
+#include <spdlog/spdlog.h>
+
+#include "common/clock.h"
+#include "daemon/gateway/upstream.h"
+
+namespace b3os::gateway {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr size_t kMaxUpstreamBody = 64u << 20;  // a non-streamed answer larger than this is refused
+constexpr int kMaxChoices = 16;
+
+json usage_of(const json& j) {
+  if (j.is_object() && j.contains("usage") && j["usage"].is_object()) return j["usage"];
+  return nullptr;
+}
+
+int64_t tokens(const json& usage, const char* field) {
+  if (!usage.is_object() || !usage.contains(field) || !usage[field].is_number_integer()) return 0;
+  return std::max<int64_t>(0, usage[field].get<int64_t>());
+}
+
+/// Turns an upstream error body into the OpenAI shape, keeping its message when it has one.
+std::string normalise_upstream_error(int status, const std::string& body) {
+  json j = json::parse(body, nullptr, false);
+  std::string message = "the model upstream answered HTTP " + std::to_string(status);
+  std::string type = status >= 500 ? "upstream_error" : "invalid_request_error";
+  std::string code = "upstream_http_" + std::to_string(status);
+  if (!j.is_discarded() && j.is_object() && j.contains("error")) {
+    const json& e = j["error"];
+    if (e.is_object()) {
+      if (e.contains("message") && e["message"].is_string()) message += ": " + e["message"].get<std::string>();
+      if (e.contains("type") && e["type"].is_string() && status < 500) type = e["type"].get<std::string>();
+      if (e.contains("code") && e["code"].is_string()) code = e["code"].get<std::string>();
+    } else if (e.is_string()) {
+      message += ": " + e.get<std::string>();
+    }
+  } else if (!body.empty()) {
+    message += ": " + body.substr(0, 300);
+  }
+  return openai_error_body(message, type, code);
+}
+
+/// The status a caller sees for an upstream's status: its 4xx pass through (the request was
+/// wrong or the upstream is rate-limited); its 5xx become 502.
+int caller_status(int upstream) {
+  if (upstream >= 400 && upstream < 500) return upstream;
+  return 502;
+}
+
+}  // namespace
+
+std::string openai_error_body(const std::string& message, const std::string& type, const std::string& code) {
+  return json{{"error", {{"message", message}, {"type", type}, {"param", nullptr}, {"code", code}}}}.dump(
+      -1, ' ', false, json::error_handler_t::replace);
+}
+
+Gateway::Gateway(std::vector<ModelConfig> models, Budgets& budgets) : models_(std::move(models)), budgets_(budgets) {}
+
+std::string Gateway::default_model() const {
+  for (auto& m : models_)
+    if (m.is_default) return m.id;
+  return models_.empty() ? "" : models_.front().id;
+}
+
+const ModelConfig* Gateway::find(const std::string& id) const {
+  for (auto& m : models_)
+    if (m.id == id) return &m;
+  return nullptr;
+}
+
+void Gateway::error(Sink& sink, int status, const std::string& message, const std::string& type, const std::string& code) {
+  (void)sink.respond(status, "application/json", openai_error_body(message, type, code));
+}
+
+int64_t Gateway::estimate_prompt_tokens(const json& messages) {
+  // An upper bound, so that a reservation covers the real prompt: no BPE token is shorter
+  // than one byte, plus the chat template's few tokens around each message.
+  int64_t bytes = static_cast<int64_t>(messages.dump(-1, ' ', false, json::error_handler_t::replace).size());
+  int64_t n = messages.is_array() ? static_cast<int64_t>(messages.size()) : 1;
+  return bytes + 8 * n + 16;
+}
+
+void Gateway::handle(const Caller& c, const std::string& method, const std::string& subpath, const std::string& body,
+                     Sink& sink) {
+  if (!configured())
+    return error(sink, 503,
+                 "no model is configured on this b3osd: start it with --model ID=http://HOST:PORT/v1,upstream=NAME,"
+                 "in=USD_PER_M,out=USD_PER_M (or --models-file FILE); see docs/configuration.md",
+                 "server_error", "product_unavailable");
+  if (subpath == "/models" || subpath == "/models/") {
+    if (method != "GET") return error(sink, 405, "use GET on /models", "invalid_request_error", "method_not_allowed");
+    json data = json::array();
+    for (auto& m : models_) data.push_back(m.to_openai());
+    return (void)sink.respond(200, "application/json", json{{"object", "list"}, {"data", data}}.dump());
+  }
+  if (subpath.rfind("/models/", 0) == 0) {
+    if (method != "GET") return error(sink, 405, "use GET on /models/ID", "invalid_request_error", "method_not_allowed");
+    const ModelConfig* m = find(subpath.substr(8));
+    if (!m) return error(sink, 404, "no model \"" + subpath.substr(8) + "\" on this node", "invalid_request_error", "model_not_found");
+    return (void)sink.respond(200, "application/json", m->to_openai().dump());
+  }
+  if (subpath == "/chat/completions" || subpath.empty() || subpath == "/") {
+    if (method != "POST") return error(sink, 405, "use POST for chat completions", "invalid_request_error", "method_not_allowed");
+    return chat(c, body, sink);
+  }
+  error(sink, 404, "unknown path /v1/infer" + subpath + " (this gateway serves /chat/completions and /models)",
+        "invalid_request_error", "not_found");
+}
+
+void Gateway::chat(const Caller& c, const std::string& body, Sink& sink) {
+  Stopwatch sw;
+  json req = json::parse(body, nullptr, false);
+  if (req.is_discarded() || !req.is_object())
+    return error(sink, 400, "the body must be a JSON object (a chat completion request)", "invalid_request_error", "invalid_json");
+  std::string model_id = default_model();
+  if (req.contains("model")) {
+    if (!req["model"].is_string()) return error(sink, 400, "model must be a string", "invalid_request_error", "invalid_request");
+    model_id = req["model"].get<std::string>();
+  }
+  const ModelConfig* m = find(model_id);
+  if (!m) {
+    std::string known;
+    for (auto& x : models_) known += (known.empty() ? "" : ", ") + x.id;
+    return error(sink, 404, "no model \"" + model_id + "\" on this node (models: " + known + ")", "invalid_request_error", "model_not_found");
+  }
+  if (!req.contains("messages") || !req["messages"].is_array() || req["messages"].empty())
+    return error(sink, 400, "messages must be a non-empty array", "invalid_request_error", "invalid_request");
+  int n = 1;
+  if (req.contains("n") && !req["n"].is_null()) {
+    if (!req["n"].is_number_integer() || req["n"].get<int64_t>() < 1 || req["n"].get<int64_t>() > kMaxChoices)
+      return error(sink, 400, "n must be an integer from 1 to " + std::to_string(kMaxChoices), "invalid_request_error", "invalid_request");
+    n = req["n"].get<int>();
+  }
+  // The completion's bound: what the request asks, never more than the model's limit; it is
+  // always sent upstream, so the worst case below really is the worst case.
+  const char* max_field = req.contains("max_completion_tokens") && !req["max_completion_tokens"].is_null()
+                              ? "max_completion_tokens" : "max_tokens";
+  int64_t max_out = m->max_output_tokens;
+  if (req.contains(max_field) && !req[max_field].is_null()) {
+    if (!req[max_field].is_number_integer() || req[max_field].get<int64_t>() < 1)
+      return error(sink, 400, std::string(max_field) + " must be a positive integer", "invalid_request_error", "invalid_request");
+    max_out = std::min<int64_t>(max_out, req[max_field].get<int64_t>());
+  }
+  const bool stream = req.value("stream", false) == true;
+  bool client_wants_usage = false;
+  if (req.contains("stream_options") && !req["stream_options"].is_null()) {
+    if (!stream) return error(sink, 400, "stream_options is only allowed when stream is true", "invalid_request_error", "invalid_request");
+    if (req["stream_options"].is_object()) client_wants_usage = req["stream_options"].value("include_usage", false) == true;
+  }
+
+  const int64_t prompt_est = estimate_prompt_tokens(req["messages"]);
+  const double in_price = m->usd_per_m_input / 1e6, out_price = m->usd_per_m_output / 1e6;
+  const double worst = prompt_est * in_price + static_cast<double>(max_out) * n * out_price;
+  auto reservation = budgets_.reserve(c.budget_id, worst);
+  if (!reservation) {
+    if (reservation.error().code == ErrorCode::kPaymentRequired)
+      return error(sink, 402, reservation.error().message, "insufficient_quota", "spend_cap_reached");
+    return error(sink, 500, reservation.error().message, "server_error", "internal");
+  }
+  Reservation& held = *reservation;
+
+  store::LedgerRow row;
+  row.project_id = c.project_id;
+  row.sandbox_id = c.sandbox_id;
+  row.key_id = c.key_id;
+  row.model = m->id;
+  auto settle = [&](int status, const std::string& outcome, int64_t prompt, int64_t completion, double cost) {
+    row.status = status;
+    row.outcome = outcome;
+    row.prompt_tokens = prompt;
+    row.completion_tokens = completion;
+    row.cost_usd = cost;
+    row.duration_ms = sw.elapsed_ms();
+    budgets_.settle(held, row);
+  };
+
+  json up = req;
+  up["model"] = m->upstream_model;
+  up[max_field] = max_out;
+  if (stream) {
+    json so = up.contains("stream_options") && up["stream_options"].is_object() ? up["stream_options"] : json::object();
+    so["include_usage"] = true;  // llama.cpp's server sends usage only when asked
+    up["stream_options"] = so;
+  } else {
+    up.erase("stream_options");  // vLLM refuses it on a non-streamed call
+  }
+  auto key = m->upstream_key();
+  if (!key) {
+    settle(503, "no_upstream_key", 0, 0, 0);
+    return error(sink, 503, key.error().message, "server_error", "product_unavailable");
+  }
+  UpstreamRequest ur;
+  ur.host = m->host;
+  ur.port = m->port;
+  ur.target = m->path_prefix + "/chat/completions";
+  ur.headers = {{"Content-Type", "application/json"}, {"Accept", stream ? "text/event-stream" : "application/json"}};
+  if (!key->empty()) ur.headers.emplace_back("Authorization", "Bearer " + *key);
+  ur.body = up.dump(-1, ' ', false, json::error_handler_t::replace);
+  const Deadline deadline = Clock::now() + std::chrono::seconds(m->timeout_s);
+  auto gone = [&] { return sink.gone(); };
+
+  auto upstream_failed = [&](const Error& e, bool answered) {
+    switch (classify(e)) {
+      case UpstreamFailure::kCancelled:
+        settle(499, "client_gone", prompt_est, 0, prompt_est * in_price);
+        return;
+      case UpstreamFailure::kTimeout:
+        settle(504, "upstream_timeout", 0, 0, answered ? worst : 0);
+        if (!answered)
+          error(sink, 504, "the model upstream " + m->id + " did not answer within " + std::to_string(m->timeout_s) + " s",
+                "server_error", "upstream_timeout");
+        return;
+      case UpstreamFailure::kUnreachable:
+        settle(502, "upstream_unreachable", 0, 0, 0);
+        error(sink, 502, "the model upstream " + m->id + " is unreachable (" + e.message + ")", "server_error", "upstream_unavailable");
+        return;
+      case UpstreamFailure::kBroken:
+        // Tokens may have been generated and we cannot know how many: the whole reservation.
+        settle(502, "upstream_broken", 0, 0, answered ? worst : 0);
+        if (!answered)
+          error(sink, 502, "the model upstream " + m->id + " broke the call (" + e.message + ")", "server_error", "upstream_error");
+        return;
+    }
+  };
+
+  auto call = UpstreamCall::start(ur, deadline, gone);
+  if (!call) return upstream_failed(call.error(), false);
+  const int status = (*call)->status();
+
+  if (!stream || status < 200 || status >= 300) {
+    std::string answer;
+    for (;;) {
+      auto piece = (*call)->read(deadline, gone);
+      if (!piece) return upstream_failed(piece.error(), false);
+      if (!*piece) break;
+      answer += **piece;
+      if (answer.size() > kMaxUpstreamBody) {
+        settle(502, "upstream_too_large", 0, 0, worst);
+        return error(sink, 502, "the model upstream's answer passed 64 MiB", "server_error", "upstream_error");
+      }
+    }
+    if (status < 200 || status >= 300) {
+      settle(status, "upstream_error", 0, 0, 0);
+      return (void)sink.respond(caller_status(status), "application/json", normalise_upstream_error(status, answer));
+    }
+    json j = json::parse(answer, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) {
+      settle(502, "upstream_unreadable", 0, 0, worst);
+      return error(sink, 502, "the model upstream answered something that is not JSON", "server_error", "upstream_error");
+    }
+    json usage = usage_of(j);
+    if (usage.is_null()) {
+      settle(200, "completed_without_usage", prompt_est, max_out * n, worst);
+    } else {
+      int64_t p = tokens(usage, "prompt_tokens"), q = tokens(usage, "completion_tokens");
+      settle(200, "completed", p, q, p * in_price + q * out_price);
+    }
+    if (j.contains("model")) j["model"] = m->id;
+    return (void)sink.respond(200, "application/json", j.dump(-1, ' ', false, json::error_handler_t::replace));
+  }
+
+  // A stream: relay each server-sent event as soon as it is whole, take the last usage seen.
+  if (auto r = sink.begin_stream(200, "text/event-stream"); !r) return settle(499, "client_gone", prompt_est, 0, prompt_est * in_price);
+  json usage = nullptr;
+  int64_t content_chunks = 0;
+  bool done_seen = false;
+  std::string pending;
+  auto relay_event = [&](std::string_view event) -> Result<void> {
+    // `event` holds one event's lines without the blank line that ends it.
+    std::string out;
+    size_t pos = 0;
+    while (pos <= event.size()) {
+      size_t eol = event.find('\n', pos);
+      std::string_view line = event.substr(pos, eol == std::string_view::npos ? std::string_view::npos : eol - pos);
+      if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+      if (line.rfind("data:", 0) == 0) {
+        std::string_view data = line.substr(5);
+        if (!data.empty() && data.front() == ' ') data.remove_prefix(1);
+        if (data == "[DONE]") {
+          done_seen = true;
+          out += "data: [DONE]\n";
+        } else {
+          json chunk = json::parse(data, nullptr, false);
+          if (chunk.is_object()) {
+            json u = usage_of(chunk);
+            if (!u.is_null()) usage = u;
+            bool usage_only = chunk.contains("choices") && chunk["choices"].is_array() && chunk["choices"].empty();
+            if (usage_only && !client_wants_usage) {
+              pos = eol == std::string_view::npos ? event.size() + 1 : eol + 1;
+              continue;  // the client did not ask for it: its stream keeps the shape it asked for
+            }
+            if (!client_wants_usage) chunk.erase("usage");
+            if (!usage_only) ++content_chunks;
+            if (chunk.contains("model")) chunk["model"] = m->id;
+            out += "data: " + chunk.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
+          } else {
+            out += "data: " + std::string(data) + "\n";
+          }
+        }
+      } else if (!line.empty()) {
+        out += std::string(line) + "\n";  // comments, event:, id:, retry: pass as they are
+      }
+      if (eol == std::string_view::npos) break;
+      pos = eol + 1;
+    }
+    if (out.empty()) return {};
+    out += "\n";
+    return sink.write(out);
+  };
+  bool broken = false;
+  std::optional<Error> failure;
+  for (;;) {
+    auto piece = (*call)->read(deadline, gone);
+    if (!piece) {
+      failure = piece.error();
+      break;
+    }
+    if (!*piece) break;
+    pending += **piece;
+    for (;;) {
+      size_t end = pending.find("\n\n");
+      size_t crlf = pending.find("\r\n\r\n");
+      size_t cut, skip;
+      if (crlf != std::string::npos && (end == std::string::npos || crlf < end)) {
+        cut = crlf;
+        skip = 4;
+      } else if (end != std::string::npos) {
+        cut = end;
+        skip = 2;
+      } else {
+        break;
+      }
+      if (auto w = relay_event(std::string_view(pending).substr(0, cut)); !w) {
+        failure = Error{ErrorCode::kNodeUnavailable, "cancelled: the caller went away", 0};
+        break;
+      }
+      pending.erase(0, cut + skip);
+    }
+    if (failure) break;
+  }
+  if (!failure && !pending.empty()) (void)relay_event(pending);
+  if (failure && classify(*failure) == UpstreamFailure::kCancelled) {
+    // The caller left: closing the upstream connection stops the generation. Charge the
+    // usage if it came, else the input and the chunks relayed so far (about a token each).
+    if (!usage.is_null()) {
+      int64_t p = tokens(usage, "prompt_tokens"), q = tokens(usage, "completion_tokens");
+      settle(499, "client_gone", p, q, p * in_price + q * out_price);
+    } else {
+      settle(499, "client_gone", prompt_est, content_chunks, prompt_est * in_price + content_chunks * out_price);
+    }
+    sink.end(false);
+    return;
+  }
+  broken = failure.has_value() || !done_seen;
+  if (!usage.is_null()) {
+    int64_t p = tokens(usage, "prompt_tokens"), q = tokens(usage, "completion_tokens");
+    settle(200, broken ? "broken_stream_with_usage" : "completed", p, q, p * in_price + q * out_price);
+  } else {
+    // No usage: a broken stream (or an upstream that never reports it) is charged the whole
+    // reservation, the only amount known not to undercharge.
+    settle(200, broken ? "broken_stream" : "completed_without_usage", prompt_est, max_out * n, worst);
+  }
+  if (broken) spdlog::warn("gateway: stream from {} ended early{}", m->id, failure ? ": " + failure->message : "");
+  sink.end(!broken);
+}
+
+}  // namespace b3os::gateway

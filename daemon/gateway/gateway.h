@@ -1,0 +1,67 @@
+#pragma once
+// The model gateway: OpenAI-compatible chat completions and models, priced per call and
+// held to hard spend caps (docs/gateway.md). Called from the REST API (/v1/infer/..., the
+// key's budget) and from the agent relay inside sandboxes (the sandbox grant's budget).
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/result.h"
+#include "daemon/gateway/budget.h"
+#include "daemon/gateway/models.h"
+
+namespace b3os::gateway {
+
+/// Who pays for a call, and what the ledger records about it.
+struct Caller {
+  std::string budget_id, project_id, sandbox_id, key_id;
+};
+
+/// Where the answer goes: a whole body, or a stream of bytes.
+class Sink {
+ public:
+  virtual ~Sink() = default;
+  virtual Result<void> respond(int status, const std::string& content_type, const std::string& body) = 0;
+  virtual Result<void> begin_stream(int status, const std::string& content_type) = 0;
+  virtual Result<void> write(std::string_view bytes) = 0;
+  /// Ends a stream; `ok` false when the upstream broke mid-way.
+  virtual void end(bool ok) = 0;
+  /// True when the caller went away (the upstream call is then stopped).
+  virtual bool gone() = 0;
+};
+
+/// An OpenAI-shaped error: {"error":{"message","type","param","code"}}.
+std::string openai_error_body(const std::string& message, const std::string& type, const std::string& code);
+
+class Gateway {
+ public:
+  Gateway(std::vector<ModelConfig> models, Budgets& budgets);
+
+  bool configured() const { return !models_.empty(); }
+  Budgets& budgets() { return budgets_; }
+  /// The default model's public id ("" when none is configured).
+  std::string default_model() const;
+
+  /// Handles `method` on `subpath` (what follows /v1/infer: "", "/chat/completions",
+  /// "/models", "/models/ID"). Every answer, errors included, is OpenAI-shaped.
+  void handle(const Caller& c, const std::string& method, const std::string& subpath, const std::string& body,
+              Sink& sink);
+
+  /// Estimated upper bound of a request's prompt tokens (public for tests).
+  static int64_t estimate_prompt_tokens(const nlohmann::json& messages);
+
+ private:
+  const ModelConfig* find(const std::string& id) const;
+  void chat(const Caller& c, const std::string& body, Sink& sink);
+  void error(Sink& sink, int status, const std::string& message, const std::string& type, const std::string& code);
+
+  std::vector<ModelConfig> models_;
+  Budgets& budgets_;
+};
+
+}  // namespace b3os::gateway

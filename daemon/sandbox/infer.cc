@@ -1,0 +1,139 @@
+// SandboxService: model access from inside sandboxes (grants, budgets and the agent relay).
+#include "daemon/sandbox/service_internal.h"
+
+#include <spdlog/spdlog.h>
+
+#include "common/ids.h"
+
+namespace b3os::sandbox {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+using namespace detail;
+
+namespace {
+
+constexpr auto kRelayRequestTimeout = 30s;  // the agent sends a whole request well within this
+constexpr auto kRelayWriteTimeout = 120s;   // a reader inside that stops reading is given up on
+constexpr size_t kMaxRelayBody = 4u << 20;  // the agent refuses more (one window)
+
+/// Writes a gateway answer back through the agent to the client inside the sandbox.
+class RelaySink : public gateway::Sink {
+ public:
+  explicit RelaySink(std::shared_ptr<agentlink::Stream> st) : st_(std::move(st)) {}
+
+  Result<void> respond(int status, const std::string& content_type, const std::string& body) override {
+    if (auto r = begin_stream(status, content_type); !r) return r;
+    if (auto r = write(body); !r) return r;
+    end(true);
+    return {};
+  }
+  Result<void> begin_stream(int status, const std::string& content_type) override {
+    return st_->send_header({{"status", status}, {"headers", {{"content-type", content_type}}}});
+  }
+  Result<void> write(std::string_view bytes) override {
+    if (bytes.empty()) return {};
+    return st_->send_data(bytes, Clock::now() + kRelayWriteTimeout);
+  }
+  void end(bool ok) override {
+    if (ok)
+      (void)st_->send_end({{"ok", true}});
+    else
+      (void)st_->send_end({{"ok", false}, {"error", {{"code", "internal"}, {"message", "the model call broke off"}}}});
+  }
+  bool gone() override { return st_->cancelled(); }
+
+ private:
+  std::shared_ptr<agentlink::Stream> st_;
+};
+
+bool has_infer(const json& doc) {
+  if (!doc.contains("api") || !doc["api"].is_object()) return false;
+  const json scopes = doc["api"].value("scopes", json::array());
+  return std::find(scopes.begin(), scopes.end(), "infer:run") != scopes.end();
+}
+
+}  // namespace
+
+Result<std::string> SandboxService::grant_budget(const Principal& p, const SandboxSpec& spec, const std::string& inherited) {
+  const bool infer = std::find(spec.api.scopes.begin(), spec.api.scopes.end(), "infer:run") != spec.api.scopes.end();
+  if (!infer) return std::string();
+  auto allowed = store_.project_allows_infer(p.project_id);
+  if (!allowed) return fail(allowed.error());
+  if (!*allowed)
+    return fail(ErrorCode::kForbidden, "this project may not use the model gateway (api.scopes infer:run); an admin can "
+                                       "allow it with `b3os projects set-infer NAME on`");
+  if (!inherited.empty()) return inherited;
+  // A cap of its own: a new budget, shared later by the sandbox's forks and snapshots.
+  if (spec.api.spend_cap_usd) {
+    std::string id = new_id("grt");
+    if (auto r = store_.ensure_budget(id, p.project_id, spec.api.spend_cap_usd); !r) return fail(r.error());
+    return id;
+  }
+  // No cap given: the creating key's own budget (and cap, if it has one) applies.
+  if (p.key_id.empty()) return fail(ErrorCode::kInternal, "a grant with no cap needs the creating key");
+  if (auto r = store_.ensure_budget(p.key_id, p.project_id, std::nullopt); !r) return fail(r.error());
+  return p.key_id;
+}
+
+std::shared_ptr<agentlink::AgentChannel> SandboxService::start_channel(UniqueFd fd, const std::string& id) {
+  auto ch = agentlink::AgentChannel::start(std::move(fd), id, [this, id](const std::string& why) { on_channel_closed(id, why); });
+  ch->set_incoming_handler([this, id](std::shared_ptr<agentlink::Stream> st) { serve_relay(id, std::move(st)); });
+  return ch;
+}
+
+void SandboxService::serve_relay(const std::string& id, std::shared_ptr<agentlink::Stream> st) {
+  std::thread([this, id, st = std::move(st)] {
+    RelaySink sink(st);
+    auto refuse = [&](int status, const std::string& msg, const std::string& type, const std::string& code) {
+      (void)sink.respond(status, "application/json", gateway::openai_error_body(msg, type, code));
+    };
+    // The request: OPEN, then its body as DATA up to EOF.
+    const auto deadline = Clock::now() + kRelayRequestTimeout;
+    auto open = st->next(deadline);
+    if (!open) return;
+    json req = json::parse(open->payload, nullptr, false);
+    if (req.is_discarded() || !req.is_object() || req.value("op", "") != "http")
+      return refuse(400, "the agent relayed a request b3osd cannot read", "invalid_request_error", "invalid_request");
+    std::string body;
+    for (;;) {
+      auto f = st->next(deadline);
+      if (!f) return;
+      if (f->type == protocol::FrameType::kCancel) return;
+      if (f->type == protocol::FrameType::kEof) break;
+      if (f->type != protocol::FrameType::kData) continue;
+      body += f->payload;
+      st->grant(static_cast<uint32_t>(f->payload.size()));
+      if (body.size() > kMaxRelayBody) return refuse(413, "request body over 4 MiB", "invalid_request_error", "payload_too_large");
+    }
+    std::shared_ptr<Sandbox> s;
+    {
+      std::lock_guard lk(mu_);
+      if (auto it = live_.find(id); it != live_.end()) s = it->second;
+    }
+    if (!s) return refuse(503, "this sandbox is not in service", "server_error", "sandbox_not_running");
+    json doc;
+    {
+      std::lock_guard lk(s->mu);
+      doc = s->doc;
+    }
+    if (!has_infer(doc))
+      return refuse(403, "this sandbox was created without the infer:run scope; create it with \"api\": {\"scopes\": [\"infer:run\"]}",
+                    "permission_error", "forbidden");
+    if (!gw_) return refuse(503, "this b3osd has no model gateway", "server_error", "product_unavailable");
+    const std::string path = req.value("path", "");
+    const std::string prefix = "/v1/infer";
+    if (path.rfind(prefix, 0) != 0 || (path.size() > prefix.size() && path[prefix.size()] != '/'))
+      return refuse(404, "nothing at " + path + " (the model endpoint is " + std::string(kInferBaseUrl) + ")",
+                    "invalid_request_error", "not_found");
+    gateway::Caller c;
+    c.budget_id = doc["_b3os"].value("budget_id", "");
+    c.project_id = s->project_id;
+    c.sandbox_id = id;
+    if (c.budget_id.empty()) return refuse(500, "this sandbox's grant has no budget", "server_error", "internal");
+    gw_->handle(c, req.value("method", "GET"), path.substr(prefix.size()), body, sink);
+  }).detach();
+}
+
+}  // namespace b3os::sandbox
