@@ -1,4 +1,5 @@
-// `b3os keys create` and `b3os keys list`: API keys, straight from the local store (no API).
+// `b3os keys ...` and `b3os projects ...`: API keys, their spend caps, the model-spend ledger
+// and project settings, straight from the local store (no API; run on the daemon's host).
 
 #include <sys/stat.h>
 
@@ -45,11 +46,30 @@ std::string render_key_table(const std::vector<store::ApiKeyRecord>& keys) {
   return t.render();
 }
 
-int run_keys_create(const GlobalOptions& g, const std::string& project) {
+/// Parses "1.5" or "none" (no cap).
+Result<std::optional<double>> parse_cap(const std::string& v) {
+  if (v == "none") return std::optional<double>();
+  char* end = nullptr;
+  double d = std::strtod(v.c_str(), &end);
+  if (v.empty() || *end != '\0' || !(d >= 0 && d <= 1e6))
+    return fail(ErrorCode::kInvalidRequest, "spend cap: a number of USD from 0 to 1000000, or none (got \"" + v + "\")");
+  return std::optional<double>(d);
+}
+
+int run_keys_create(const GlobalOptions& g, const std::string& project, const std::string& cap) {
+  std::optional<double> cap_usd;
+  if (!cap.empty()) {
+    auto c = parse_cap(cap);
+    if (!c) return report_error(c.error());
+    cap_usd = *c;
+  }
   auto store = open_store(g.data_dir);
   if (!store) return report_error(store.error());
   auto key = (*store)->create_api_key(project);
   if (!key) return report_error(key.error());
+  if (cap_usd) {
+    if (auto r = (*store)->set_budget_cap(key->record.id, key->record.project_id, cap_usd); !r) return report_error(r.error());
+  }
   std::cout << key->key << std::endl;
   std::cerr << "project: " << key->record.project_name << " (" << key->record.project_id
             << "), key id " << key->record.id << "\n";
@@ -77,6 +97,64 @@ int run_keys_list(const GlobalOptions& g, bool json) {
   return 0;
 }
 
+int run_keys_set_cap(const GlobalOptions& g, const std::string& key_id, const std::string& cap) {
+  auto c = parse_cap(cap);
+  if (!c) return report_error(c.error());
+  auto store = open_store(g.data_dir);
+  if (!store) return report_error(store.error());
+  auto keys = (*store)->list_api_keys();
+  if (!keys) return report_error(keys.error());
+  for (const auto& k : *keys) {
+    if (k.id != key_id) continue;
+    if (auto r = (*store)->set_budget_cap(k.id, k.project_id, *c); !r) return report_error(r.error());
+    std::cerr << "key " << k.id << ": model spend cap " << (*c ? std::to_string(**c) + " USD" : "none") << "\n";
+    return 0;
+  }
+  return report_error({ErrorCode::kNotFound, "no key " + key_id + " (see `b3os keys list`)", 0});
+}
+
+/// What a budget (a key's or a sandbox grant's) has spent, and its newest ledger rows.
+int run_spend(const GlobalOptions& g, const std::string& budget_id, bool json) {
+  auto store = open_store(g.data_dir);
+  if (!store) return report_error(store.error());
+  auto b = (*store)->get_budget(budget_id);
+  if (!b) return report_error(b.error());
+  if (!*b) return report_error({ErrorCode::kNotFound, "no budget " + budget_id + " (a key id, or a grant id grt_...)", 0});
+  auto rows = (*store)->ledger(budget_id, 1000);
+  if (!rows) return report_error(rows.error());
+  if (json) {
+    Json calls = Json::array();
+    for (const auto& r : *rows)
+      calls.push_back({{"sandbox_id", r.sandbox_id}, {"key_id", r.key_id}, {"model", r.model},
+                       {"prompt_tokens", r.prompt_tokens}, {"completion_tokens", r.completion_tokens},
+                       {"cost_usd", r.cost_usd}, {"reserved_usd", r.reserved_usd}, {"duration_ms", r.duration_ms},
+                       {"status", r.status}, {"outcome", r.outcome}});
+    print_json({{"id", (*b)->id}, {"project_id", (*b)->project_id},
+                {"cap_usd", (*b)->cap_usd ? Json(*(*b)->cap_usd) : Json(nullptr)}, {"spent_usd", (*b)->spent_usd},
+                {"calls", calls}});
+    return 0;
+  }
+  std::cout << (*b)->id << ": spent " << (*b)->spent_usd << " USD of "
+            << ((*b)->cap_usd ? std::to_string(*(*b)->cap_usd) + " USD" : std::string("no cap")) << "\n";
+  Table t({"SANDBOX", "MODEL", "IN", "OUT", "COST_USD", "MS", "STATUS", "OUTCOME"});
+  for (const auto& r : *rows)
+    t.add_row({r.sandbox_id.empty() ? "-" : r.sandbox_id, r.model, std::to_string(r.prompt_tokens),
+               std::to_string(r.completion_tokens), std::to_string(r.cost_usd), std::to_string(static_cast<int64_t>(r.duration_ms)),
+               std::to_string(r.status), r.outcome});
+  std::cout << t.render();
+  return 0;
+}
+
+int run_projects_set_infer(const GlobalOptions& g, const std::string& project, const std::string& value) {
+  if (value != "on" && value != "off")
+    return report_error({ErrorCode::kInvalidRequest, "set-infer takes on or off (got \"" + value + "\")", 0});
+  auto store = open_store(g.data_dir);
+  if (!store) return report_error(store.error());
+  if (auto r = (*store)->set_project_infer(project, value == "on"); !r) return report_error(r.error());
+  std::cerr << "project " << project << ": model gateway (infer:run) " << value << "\n";
+  return 0;
+}
+
 }  // namespace
 
 void add_key_commands(CLI::App& app, GlobalOptions& g, Action& action) {
@@ -87,16 +165,46 @@ void add_key_commands(CLI::App& app, GlobalOptions& g, Action& action) {
       ->capture_default_str();
 
   auto project = std::make_shared<std::string>("default");
+  auto cap = std::make_shared<std::string>();
   auto* create = keys->add_subcommand("create", "Create a key; prints it alone on stdout");
   create->add_option("--project", *project, "Project name (created if new)")->capture_default_str();
-  create->callback([&g, &action, project] {
-    action = [&g, project] { return run_keys_create(g, *project); };
+  create->add_option("--spend-cap-usd", *cap, "Cap on the key's model spend (/v1/infer, and grants created with no cap of their own)");
+  create->callback([&g, &action, project, cap] {
+    action = [&g, project, cap] { return run_keys_create(g, *project, *cap); };
+  });
+
+  auto key_id = std::make_shared<std::string>();
+  auto* set_cap = keys->add_subcommand("set-cap", "Set or remove a key's model spend cap: set-cap KEY_ID USD|none");
+  set_cap->add_option("key_id", *key_id, "Key id (key_...)")->required();
+  set_cap->add_option("usd", *cap, "Cap in USD, or none")->required();
+  set_cap->callback([&g, &action, key_id, cap] {
+    action = [&g, key_id, cap] { return run_keys_set_cap(g, *key_id, *cap); };
+  });
+
+  auto spend_json = std::make_shared<bool>(false);
+  auto* spend = keys->add_subcommand("spend", "Show a budget's spend and ledger: spend KEY_ID|GRANT_ID");
+  spend->add_option("budget", *key_id, "A key id (key_...) or a sandbox grant's budget (grt_...)")->required();
+  spend->add_flag("--json", *spend_json, "Print as JSON");
+  spend->callback([&g, &action, key_id, spend_json] {
+    action = [&g, key_id, spend_json] { return run_spend(g, *key_id, *spend_json); };
   });
 
   auto json = std::make_shared<bool>(false);
   auto* list = keys->add_subcommand("list", "List keys (never the keys themselves)");
   list->add_flag("--json", *json, "Print the keys as JSON");
   list->callback([&g, &action, json] { action = [&g, json] { return run_keys_list(g, *json); }; });
+
+  auto* projects = app.add_subcommand("projects", "Project settings in the local store (run on the daemon's host)");
+  projects->require_subcommand(1);
+  projects->add_option("--data-dir", g.data_dir, "Directory of b3os.db")->envname("B3OS_DATA_DIR")->capture_default_str();
+  auto pname = std::make_shared<std::string>();
+  auto onoff = std::make_shared<std::string>();
+  auto* set_infer = projects->add_subcommand("set-infer", "Allow (on, the default) or forbid (off) the model gateway: set-infer NAME on|off");
+  set_infer->add_option("name", *pname, "Project name")->required();
+  set_infer->add_option("value", *onoff, "on or off")->required();
+  set_infer->callback([&g, &action, pname, onoff] {
+    action = [&g, pname, onoff] { return run_projects_set_infer(g, *pname, *onoff); };
+  });
 }
 
 }  // namespace b3os::cli

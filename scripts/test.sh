@@ -56,6 +56,10 @@ step "end to end: both cookbook recipes with the model gateway (scripted model f
 B3OS_BIN=$root/build/bin ./tests/e2e/cookbook_model.sh
 record cookbook-model $?
 
+step "end to end: the model gateway's caps, keys, errors and restarts (scripted model fixture)"
+B3OS_BIN=$root/build/bin ./tests/e2e/gateway.sh
+record gateway $?
+
 secs=${B3OS_FUZZ_SECONDS:-20}
 step "fuzz (${secs}s per target)"
 if [ "$secs" = 0 ]; then

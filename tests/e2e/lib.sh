@@ -196,12 +196,15 @@ daemon_alive() {
 # up to 30 s for /healthz. Returns 1 if it does not come up. A small bash parent waits for
 # b3osd and appends "b3osd exited with status N" to the log, so a crash is visible there.
 start_daemon() {
+  # B3OS_E2E_DAEMON_ARGS: more flags for b3osd, split on spaces (a test's own models...).
+  local extra=()
+  read -r -a extra <<<"${B3OS_E2E_DAEMON_ARGS:-}"
   rm -f "$T/daemon.pid"
   bash -c '"$@" </dev/null & echo $! >"$B3OS_E2E_PIDFILE"; wait $!
            echo "b3osd exited with status $? at $(date +%T.%3N)"' b3osd-e2e-wrapper \
     "$B3OS_BIN/b3osd" --listen "127.0.0.1:$PORT" --data-dir "$T/data" --run-dir "$T/run" \
     --runsc-root "$T/run/runsc" --templates-dir "$TEMPLATES" --quiet-key --max-sandboxes-per-project 12 --warm-pool "${E2E_WARM_POOL:-0}" --fork-pool "${E2E_FORK_POOL:-0}" \
-    --template-checkpoints "${E2E_TEMPLATE_CHECKPOINTS:-off}" \
+    --template-checkpoints "${E2E_TEMPLATE_CHECKPOINTS:-off}" "${extra[@]}" \
     >>"$T/daemon.log" 2>&1 </dev/null &
   disown $! 2>/dev/null || true
   local pid=""

@@ -1,0 +1,374 @@
+// The gateway against a scripted upstream (a TEST FIXTURE: a socket that answers what each
+// test tells it), and the budgets under racing calls.
+#include "daemon/gateway/gateway.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <filesystem>
+#include <mutex>
+#include <thread>
+
+#include "common/ids.h"
+
+namespace b3os::gateway {
+namespace {
+
+using nlohmann::json;
+
+/// Listens on 127.0.0.1; each connection's request is recorded and `answer` writes the reply.
+class ScriptedUpstream {
+ public:
+  explicit ScriptedUpstream(std::function<void(int fd, const std::string& body)> answer) : answer_(std::move(answer)) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a);
+    ::listen(fd_, 64);
+    socklen_t len = sizeof a;
+    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
+    port_ = ntohs(a.sin_port);
+    thread_ = std::thread([this] { loop(); });
+  }
+  ~ScriptedUpstream() {
+    stop_ = true;
+    ::shutdown(fd_, SHUT_RDWR);
+    ::close(fd_);
+    thread_.join();
+    for (auto& t : workers_) t.join();
+  }
+  int port() const { return port_; }
+  int calls() const { return calls_; }
+  std::string last_request() {
+    std::lock_guard lk(mu_);
+    return last_;
+  }
+
+ private:
+  void loop() {
+    while (!stop_) {
+      int c = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (c < 0) return;
+      workers_.emplace_back([this, c] {
+        std::string req;
+        char buf[65536];
+        size_t need = std::string::npos;
+        while (need == std::string::npos || req.size() < need) {
+          ssize_t n = ::read(c, buf, sizeof buf);
+          if (n <= 0) break;
+          req.append(buf, n);
+          size_t h = req.find("\r\n\r\n");
+          if (h != std::string::npos && need == std::string::npos) {
+            size_t cl = req.find("Content-Length: ");
+            need = h + 4 + (cl == std::string::npos ? 0 : std::stoul(req.substr(cl + 16)));
+          }
+        }
+        {
+          std::lock_guard lk(mu_);
+          last_ = req;
+        }
+        ++calls_;
+        size_t h = req.find("\r\n\r\n");
+        answer_(c, h == std::string::npos ? "" : req.substr(h + 4));
+        ::close(c);
+      });
+    }
+  }
+  std::function<void(int, const std::string&)> answer_;
+  int fd_ = -1, port_ = 0;
+  std::atomic<int> calls_{0};
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+  std::vector<std::thread> workers_;
+  std::mutex mu_;
+  std::string last_;
+};
+
+void write_all(int fd, const std::string& s) { (void)!::write(fd, s.data(), s.size()); }
+
+std::string http_json(int status, const json& body) {
+  std::string b = body.dump();
+  return "HTTP/1.1 " + std::to_string(status) + " X\r\nContent-Type: application/json\r\nContent-Length: " +
+         std::to_string(b.size()) + "\r\nConnection: close\r\n\r\n" + b;
+}
+
+/// Collects what the gateway answers.
+struct CollectSink : Sink {
+  int status = 0;
+  std::string content_type, body;
+  bool streamed = false, ended = false, ended_ok = false, leave = false;
+  Result<void> respond(int s, const std::string& ct, const std::string& b) override {
+    status = s;
+    content_type = ct;
+    body = b;
+    return {};
+  }
+  Result<void> begin_stream(int s, const std::string& ct) override {
+    status = s;
+    content_type = ct;
+    streamed = true;
+    return {};
+  }
+  Result<void> write(std::string_view b) override {
+    body += b;
+    if (leave) return fail(ErrorCode::kInternal, "client went away");
+    return {};
+  }
+  void end(bool ok) override {
+    ended = true;
+    ended_ok = ok;
+  }
+  bool gone() override { return false; }
+  json error() const { return json::parse(body).at("error"); }
+};
+
+class GatewayTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() / ("b3os-gw-" + random_base32(8));
+    std::filesystem::create_directories(dir_);
+    store_ = std::move(*store::Store::open((dir_ / "b3os.db").string()));
+    budgets_ = std::make_unique<Budgets>(*store_);
+  }
+  void TearDown() override {
+    budgets_.reset();
+    store_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+  /// A gateway with one model on `port`: $1 per million input and $2 per million output tokens.
+  std::unique_ptr<Gateway> gateway(int port, const std::string& extra = "") {
+    auto m = parse_model_flag("b3os/test=http://127.0.0.1:" + std::to_string(port) +
+                              "/v1,upstream=up-model,in=1,out=2,max-output=1000" + extra);
+    EXPECT_TRUE(m) << m.error().message;
+    return std::make_unique<Gateway>(std::vector<ModelConfig>{*m}, *budgets_);
+  }
+  Caller caller(std::optional<double> cap) {
+    std::string id = "grt_" + random_base32(8);
+    EXPECT_TRUE(store_->ensure_budget(id, "prj_x", cap));
+    return Caller{id, "prj_x", "sbx_x", ""};
+  }
+  double spent(const Caller& c) { return (*store_->get_budget(c.budget_id))->spent_usd; }
+
+  std::filesystem::path dir_;
+  std::unique_ptr<store::Store> store_;
+  std::unique_ptr<Budgets> budgets_;
+};
+
+const std::string kHello = R"({"model":"b3os/test","messages":[{"role":"user","content":"hi"}],"max_tokens":100})";
+
+TEST(ModelFlags, ParsesEverySetting) {
+  auto m = parse_model_flag("b3os/q=http://10.0.0.5:8080/v1/,upstream=qwen,in=0.05,out=0.4,key-env=K,max-output=512,timeout=9,default");
+  ASSERT_TRUE(m) << m.error().message;
+  EXPECT_EQ(m->host, "10.0.0.5");
+  EXPECT_EQ(m->port, "8080");
+  EXPECT_EQ(m->path_prefix, "/v1");
+  EXPECT_EQ(m->upstream_model, "qwen");
+  EXPECT_DOUBLE_EQ(m->usd_per_m_output, 0.4);
+  EXPECT_EQ(m->max_output_tokens, 512);
+  EXPECT_EQ(m->timeout_s, 9);
+  EXPECT_TRUE(m->is_default);
+}
+
+TEST(ModelFlags, RefusesWhatItCannotServe) {
+  EXPECT_FALSE(parse_model_flag("m=https://api.example/v1"));
+  EXPECT_FALSE(parse_model_flag("m=ftp://x"));
+  EXPECT_FALSE(parse_model_flag("m=http://h:80/v1,in=-1"));
+  EXPECT_FALSE(parse_model_flag("m=http://h:80/v1,colour=blue"));
+  EXPECT_FALSE(parse_model_flag("no-equals-sign"));
+  EXPECT_FALSE(parse_model_flag("bad id=http://h/v1"));
+  auto a = parse_model_flag("a=http://h/v1"), b = parse_model_flag("a=http://h/v1");
+  EXPECT_FALSE(finalize_models({*a, *b}));
+  auto ok = finalize_models({*a});
+  ASSERT_TRUE(ok);
+  EXPECT_TRUE(ok->front().is_default);
+}
+
+TEST_F(GatewayTest, NonStreamedCallIsPricedFromUsageAndShapedForTheCaller) {
+  ScriptedUpstream up([](int fd, const std::string&) {
+    write_all(fd, http_json(200, {{"id", "c1"}, {"object", "chat.completion"}, {"model", "up-model"},
+                                  {"choices", {{{"index", 0}, {"message", {{"role", "assistant"}, {"content", "hello"}}}}}},
+                                  {"usage", {{"prompt_tokens", 1000}, {"completion_tokens", 500}, {"total_tokens", 1500}}}}));
+  });
+  auto gw = gateway(up.port());
+  auto c = caller(1.0);
+  CollectSink sink;
+  gw->handle(c, "POST", "/chat/completions", kHello, sink);
+  ASSERT_EQ(sink.status, 200) << sink.body;
+  json j = json::parse(sink.body);
+  EXPECT_EQ(j["model"], "b3os/test");
+  EXPECT_EQ(j["usage"]["completion_tokens"], 500);
+  EXPECT_NEAR(spent(c), 1000 * 1e-6 + 500 * 2e-6, 1e-12);
+  json sent = json::parse(up.last_request().substr(up.last_request().find("\r\n\r\n") + 4));
+  EXPECT_EQ(sent["model"], "up-model");
+  EXPECT_EQ(sent["max_tokens"], 100);
+  EXPECT_FALSE(sent.contains("stream_options"));
+  auto rows = store_->ledger(c.budget_id, 10);
+  ASSERT_TRUE(rows && rows->size() == 1);
+  EXPECT_EQ((*rows)[0].outcome, "completed");
+  EXPECT_EQ((*rows)[0].sandbox_id, "sbx_x");
+}
+
+TEST_F(GatewayTest, StreamIsRelayedEventByEventAndUsageAskedForOnlyUpstream) {
+  ScriptedUpstream up([](int fd, const std::string&) {
+    write_all(fd, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n");
+    write_all(fd, "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}],\"model\":\"up-model\"}\n\n");
+    write_all(fd, "data: {\"choices\":[{\"delta\":{\"content\":\"b\"}}],\"model\":\"up-model\"}\n\n");
+    write_all(fd, "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":10,\"completion_tokens\":2}}\n\ndata: [DONE]\n\n");
+  });
+  auto gw = gateway(up.port());
+  auto c = caller(1.0);
+  CollectSink sink;
+  gw->handle(c, "POST", "/chat/completions",
+             R"({"model":"b3os/test","stream":true,"messages":[{"role":"user","content":"hi"}]})", sink);
+  EXPECT_TRUE(sink.streamed && sink.ended && sink.ended_ok);
+  EXPECT_EQ(sink.content_type, "text/event-stream");
+  EXPECT_NE(sink.body.find("\"model\":\"b3os/test\""), std::string::npos) << sink.body;
+  EXPECT_EQ(sink.body.find("usage"), std::string::npos) << "the client did not ask for usage: " << sink.body;
+  EXPECT_NE(sink.body.find("data: [DONE]\n\n"), std::string::npos);
+  json sent = json::parse(up.last_request().substr(up.last_request().find("\r\n\r\n") + 4));
+  EXPECT_EQ(sent["stream_options"]["include_usage"], true);
+  EXPECT_EQ(sent["max_tokens"], 1000) << "the model's limit is always sent, so the reservation is a real bound";
+  EXPECT_NEAR(spent(c), 10 * 1e-6 + 2 * 2e-6, 1e-12);
+}
+
+TEST_F(GatewayTest, BrokenStreamWithoutUsageIsChargedTheReservation) {
+  ScriptedUpstream up([](int fd, const std::string&) {
+    write_all(fd, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n");
+    write_all(fd, "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n");
+  });
+  auto gw = gateway(up.port());
+  auto c = caller(1.0);
+  CollectSink sink;
+  gw->handle(c, "POST", "/chat/completions",
+             R"({"model":"b3os/test","stream":true,"max_tokens":50,"messages":[{"role":"user","content":"hi"}]})", sink);
+  EXPECT_TRUE(sink.ended);
+  EXPECT_FALSE(sink.ended_ok);
+  auto rows = store_->ledger(c.budget_id, 10);
+  ASSERT_TRUE(rows && rows->size() == 1);
+  EXPECT_EQ((*rows)[0].outcome, "broken_stream");
+  EXPECT_NEAR((*rows)[0].cost_usd, (*rows)[0].reserved_usd, 1e-15);
+  EXPECT_GT(spent(c), 50 * 2e-6);
+}
+
+TEST_F(GatewayTest, CallOverTheCapIsRefusedBeforeTheUpstream) {
+  ScriptedUpstream up([](int fd, const std::string&) { write_all(fd, http_json(200, json::object())); });
+  auto gw = gateway(up.port());
+  auto c = caller(0.001);  // 1000 output tokens at $2/M is $0.002: over the cap
+  CollectSink sink;
+  gw->handle(c, "POST", "/chat/completions", R"({"model":"b3os/test","messages":[{"role":"user","content":"hi"}]})", sink);
+  EXPECT_EQ(sink.status, 402);
+  EXPECT_EQ(sink.error()["code"], "spend_cap_reached");
+  EXPECT_EQ(sink.error()["type"], "insufficient_quota");
+  EXPECT_EQ(up.calls(), 0);
+  EXPECT_EQ(spent(c), 0);
+}
+
+TEST_F(GatewayTest, DeadSlowAndFailingUpstreamsGiveClearErrorsInTime) {
+  auto c = caller(std::nullopt);
+  int dead_port;
+  {
+    ScriptedUpstream gone([](int, const std::string&) {});
+    dead_port = gone.port();
+  }
+  CollectSink dead;
+  gateway(dead_port)->handle(c, "POST", "/chat/completions", kHello, dead);
+  EXPECT_EQ(dead.status, 502);
+  EXPECT_EQ(dead.error()["code"], "upstream_unavailable");
+
+  ScriptedUpstream slow([](int, const std::string&) { std::this_thread::sleep_for(std::chrono::milliseconds(2500)); });
+  CollectSink timed_out;
+  auto t0 = std::chrono::steady_clock::now();
+  gateway(slow.port(), ",timeout=1")->handle(c, "POST", "/chat/completions", kHello, timed_out);
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(timed_out.status, 504);
+  EXPECT_EQ(timed_out.error()["code"], "upstream_timeout");
+  EXPECT_LT(s, 2.0);
+
+  ScriptedUpstream failing([](int fd, const std::string&) {
+    write_all(fd, http_json(500, {{"error", {{"message", "out of memory"}, {"type", "server_error"}}}}));
+  });
+  CollectSink failed;
+  gateway(failing.port())->handle(c, "POST", "/chat/completions", kHello, failed);
+  EXPECT_EQ(failed.status, 502);
+  EXPECT_NE(failed.error()["message"].get<std::string>().find("out of memory"), std::string::npos);
+  EXPECT_EQ(spent(c), 0);
+}
+
+TEST_F(GatewayTest, UpstreamKeyGoesUpstreamOnly) {
+  ::setenv("B3OS_TEST_UPSTREAM_KEY", "sk-upstream-secret", 1);
+  ScriptedUpstream up([](int fd, const std::string&) {
+    write_all(fd, http_json(200, {{"choices", json::array()}, {"usage", {{"prompt_tokens", 1}, {"completion_tokens", 1}}}}));
+  });
+  CollectSink sink;
+  gateway(up.port(), ",key-env=B3OS_TEST_UPSTREAM_KEY")->handle(caller(1.0), "POST", "/chat/completions", kHello, sink);
+  EXPECT_EQ(sink.status, 200);
+  EXPECT_NE(up.last_request().find("Authorization: Bearer sk-upstream-secret"), std::string::npos);
+  EXPECT_EQ(sink.body.find("sk-upstream-secret"), std::string::npos);
+  ::unsetenv("B3OS_TEST_UPSTREAM_KEY");
+}
+
+TEST_F(GatewayTest, RequestsAreCheckedBeforeAnythingIsReserved) {
+  auto gw = gateway(1);
+  auto c = caller(1.0);
+  for (const char* bad : {"not json", "[]", R"({"model":"b3os/test"})", R"({"model":"b3os/test","messages":[]})",
+                          R"({"model":"b3os/test","messages":[{}],"n":0})", R"({"model":"b3os/test","messages":[{}],"max_tokens":-5})",
+                          R"({"model":"b3os/test","messages":[{}],"stream_options":{"include_usage":true}})"}) {
+    CollectSink sink;
+    gw->handle(c, "POST", "/chat/completions", bad, sink);
+    EXPECT_EQ(sink.status, 400) << bad;
+  }
+  CollectSink unknown;
+  gw->handle(c, "POST", "/chat/completions", R"({"model":"nope","messages":[{}]})", unknown);
+  EXPECT_EQ(unknown.status, 404);
+  EXPECT_EQ(unknown.error()["code"], "model_not_found");
+  CollectSink models;
+  gw->handle(c, "GET", "/models", "", models);
+  EXPECT_EQ(json::parse(models.body)["data"][0]["id"], "b3os/test");
+  Gateway none({}, *budgets_);
+  CollectSink off;
+  none.handle(c, "POST", "/chat/completions", kHello, off);
+  EXPECT_EQ(off.status, 503);
+  EXPECT_NE(off.error()["message"].get<std::string>().find("--model"), std::string::npos);
+  EXPECT_EQ(spent(c), 0);
+}
+
+TEST_F(GatewayTest, FiftyCallsRacingForTheLastDollarNeverPassTheCap) {
+  // Each call's worst case is $0.002 (1000 tokens at $2/M, plus the prompt); the real cost
+  // $0.0015. With $0.05 left, fewer than 25 calls may be admitted at once.
+  ScriptedUpstream up([](int fd, const std::string&) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // all 50 in flight together
+    write_all(fd, http_json(200, {{"choices", json::array()}, {"usage", {{"prompt_tokens", 0}, {"completion_tokens", 750}}}}));
+  });
+  auto gw = gateway(up.port());
+  auto c = caller(0.05);
+  std::atomic<int> ok{0}, refused{0};
+  std::vector<std::thread> ts;
+  for (int i = 0; i < 50; ++i)
+    ts.emplace_back([&] {
+      CollectSink sink;
+      gw->handle(c, "POST", "/chat/completions", R"({"model":"b3os/test","messages":[{"role":"user","content":"x"}]})", sink);
+      (sink.status == 200 ? ok : refused)++;
+    });
+  for (auto& t : ts) t.join();
+  EXPECT_EQ(ok + refused, 50);
+  EXPECT_GT(ok, 0);
+  EXPECT_GT(refused, 0);
+  auto rows = store_->ledger(c.budget_id, 100);
+  double sum = 0;
+  for (auto& r : *rows) sum += r.cost_usd;
+  EXPECT_LE(sum, 0.05 + 1e-12);
+  EXPECT_NEAR(sum, spent(c), 1e-12);
+  EXPECT_EQ(static_cast<int>(rows->size()), ok.load());
+  // A new Budgets (a restart) sees the same spend.
+  Budgets again(*store_);
+  EXPECT_NEAR(again.look(c.budget_id)->spent_usd, sum, 1e-12);
+}
+
+}  // namespace
+}  // namespace b3os::gateway
