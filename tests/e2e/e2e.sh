@@ -1188,6 +1188,42 @@ s_template_checkpoint() {
   start_daemon
 }
 
+# A checkpoint that really fails (the image directory is a 256 KiB tmpfs, so runsc runs out of
+# space mid-write): the fork answers 500, the source runs on, and nothing is left behind.
+s_fork_failure() {
+  create_sandbox '{"forkable":true}'
+  local src=$CID
+  run_exec "$src" '{"cmd":"echo before > /workspace/f"}'
+  stop_daemon TERM
+  mkdir -p "$T/run/images"
+  if ! mount -t tmpfs -o size=256k b3os-e2e-tiny "$T/run/images"; then
+    skip forkfail.all "cannot mount a small tmpfs to make the checkpoint fail"
+    start_daemon
+    return 0
+  fi
+  start_daemon
+  local before_n before_c
+  api GET /v1/sandboxes?limit=100
+  before_n=$(j '.data | length')
+  before_c=$(runsc_list | wc -l)
+  apij POST "/v1/sandboxes/$src/fork" '{"count":2}'
+  check forkfail.500 "$(snip)" okj 500 '.error.code == "internal" and (.error.message | contains("fork"))'
+  api GET /v1/sandboxes?limit=100
+  check forkfail.no_record "$(j '.data | length') sandboxes, $before_n before" test "$(j '.data | length')" = "$before_n"
+  check forkfail.no_container "$(runsc_list | wc -l) containers, $before_c before" test "$(runsc_list | wc -l)" = "$before_c"
+  check forkfail.no_image "$(ls -A "$T/run/images")" test -z "$(ls -A "$T/run/images")"
+  run_exec "$src" '{"cmd":"cat /workspace/f"}'
+  check forkfail.source_runs_on "$(snip)" jt '.exit_code == 0 and .stdout == "before\n"'
+  stop_daemon TERM
+  umount "$T/run/images"
+  start_daemon
+  apij POST "/v1/sandboxes/$src/fork" '{"count":1}'
+  check forkfail.fork_after_works "$(snip)" okj 201 '.data | length == 1'
+  echo "$(j '.data[0].id')" >>"$T/ids"
+  delete_sandbox "$(j '.data[0].id')" || true
+  delete_sandbox "$src" || true
+}
+
 run_section s_exec
 run_section s_exec_timeout
 run_section s_exec_truncation
@@ -1204,6 +1240,7 @@ run_section s_restart
 run_section s_delete
 run_section s_cli
 run_section s_fork
+run_section s_fork_failure
 run_section s_pause
 run_section s_snapshot
 run_section s_files_big

@@ -124,7 +124,7 @@ struct CollectSink : Sink {
     ended = true;
     ended_ok = ok;
   }
-  bool gone() override { return false; }
+  bool gone() override { return leave && !body.empty(); }
   json error() const { return json::parse(body).at("error"); }
 };
 
@@ -254,6 +254,27 @@ TEST_F(GatewayTest, BrokenStreamWithoutUsageIsChargedTheReservation) {
   EXPECT_EQ((*rows)[0].outcome, "broken_stream");
   EXPECT_NEAR((*rows)[0].cost_usd, (*rows)[0].reserved_usd, 1e-15);
   EXPECT_GT(spent(c), 50 * 2e-6);
+}
+
+TEST_F(GatewayTest, CallerThatLeavesMidStreamIsChargedInputAndWhatWasRelayed) {
+  ScriptedUpstream up([](int fd, const std::string&) {
+    write_all(fd, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n");
+    write_all(fd, "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n");
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    write_all(fd, "data: {\"choices\":[{\"delta\":{\"content\":\"b\"}}]}\n\ndata: [DONE]\n\n");
+  });
+  auto gw = gateway(up.port());
+  auto c = caller(1.0);
+  CollectSink sink;
+  sink.leave = true;  // the first write fails: the client went away
+  gw->handle(c, "POST", "/chat/completions",
+             R"({"model":"b3os/test","stream":true,"max_tokens":50,"messages":[{"role":"user","content":"hi"}]})", sink);
+  auto rows = store_->ledger(c.budget_id, 10);
+  ASSERT_TRUE(rows && rows->size() == 1);
+  EXPECT_EQ((*rows)[0].outcome, "client_gone");
+  EXPECT_EQ((*rows)[0].completion_tokens, 1);
+  EXPECT_GT((*rows)[0].cost_usd, 0);
+  EXPECT_LT((*rows)[0].cost_usd, (*rows)[0].reserved_usd);
 }
 
 TEST_F(GatewayTest, CallOverTheCapIsRefusedBeforeTheUpstream) {

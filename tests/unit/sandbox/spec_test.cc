@@ -80,7 +80,7 @@ TEST(CheckSupported, LaterFeaturesAre501) {
   auto spec = [](const json& body) { return *parse_create(body, SpecLimits{}); };
   EXPECT_TRUE(check_supported(spec({{"forkable", true}})));
   EXPECT_EQ(check_supported(spec({{"egress", {{"mode", "public"}}}})).error().code, ErrorCode::kNotImplemented);
-  EXPECT_EQ(check_supported(spec({{"api", {{"scopes", {"infer:run"}}}}})).error().code, ErrorCode::kNotImplemented);
+  EXPECT_TRUE(check_supported(spec({{"api", {{"scopes", {"infer:run"}}}}})));  // the gateway is here
   EXPECT_EQ(check_supported(spec({{"ports", {{{"port", 8080}}}}})).error().code, ErrorCode::kNotImplemented);
   EXPECT_TRUE(check_supported(spec({{"on_idle", "pause"}})));
   EXPECT_TRUE(check_supported(spec({{"snapshot", "snp_x"}})));
