@@ -34,6 +34,7 @@ pkgs=(
   clang libclang-rt-14-dev
   runsc debootstrap iproute2 nftables ethtool
   curl jq python3 ca-certificates procps psmisc util-linux
+  nodejs  # the recipes' TypeScript tab (run.mjs); needs node 20, else those checks say SKIP and why
 )
 missing=()
 for p in "${pkgs[@]}"; do
