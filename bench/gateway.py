@@ -13,6 +13,7 @@ import argparse
 import http.client
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -120,6 +121,7 @@ def main():
     finally:
         fixture.terminate()
         fixture.wait()
+        shutil.rmtree(tmp, ignore_errors=True)
     print(f"gateway overhead: {os.cpu_count()} cores, {args.runs} calls each, medians (ms)")
     print(f"{'metric':34} {'direct':>8} {'b3osd':>8} {'added':>7}  target")
     for name, direct, via in rows:
