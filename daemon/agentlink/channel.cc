@@ -129,8 +129,10 @@ AgentChannel::AgentChannel(UniqueFd fd, std::string name, std::function<void(con
     : fd_(std::move(fd)), wake_(::eventfd(0, EFD_CLOEXEC)), name_(std::move(name)), on_close_(std::move(on_close)) {}
 
 std::shared_ptr<AgentChannel> AgentChannel::start(UniqueFd fd, std::string name,
-                                                  std::function<void(const std::string&)> on_close) {
+                                                  std::function<void(const std::string&)> on_close,
+                                                  IncomingHandler incoming) {
   std::shared_ptr<AgentChannel> ch(new AgentChannel(std::move(fd), std::move(name), std::move(on_close)));
+  ch->incoming_ = std::move(incoming);
   ch->reader_ = std::thread([raw = ch.get()] { raw->reader_loop(); });
   return ch;
 }

@@ -196,6 +196,8 @@ void Api::handle(http::Exchange& ex) {
     auto raw = ex.read_body(cfg_.max_json_body);
     if (!raw) return send_error(c, raw.error());
     c.raw_body = std::move(*raw);
+    if (gateway::json_depth(c.raw_body) > 64)
+      return send_error(c, {ErrorCode::kInvalidRequest, "body: JSON nested deeper than 64 levels", 0});
     c.body = json::parse(c.raw_body, nullptr, false);
     if (c.body.is_discarded())
       return send_error(c, {ErrorCode::kInvalidRequest, "body: not valid JSON", 0});

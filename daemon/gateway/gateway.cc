@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/clock.h"
+#include "common/scope_exit.h"
 #include "daemon/gateway/upstream.h"
 
 namespace b3os::gateway {
@@ -16,6 +17,10 @@ namespace {
 
 constexpr size_t kMaxUpstreamBody = 64u << 20;  // a non-streamed answer larger than this is refused
 constexpr int kMaxChoices = 16;
+constexpr size_t kMaxJsonDepth = 64;
+// Fields some upstreams read as a completion length before max_tokens (llama.cpp's n_predict):
+// the gateway sets the limit itself, so these never pass.
+const char* const kLengthAliases[] = {"n_predict", "max_new_tokens", "num_predict", "max_length"};
 
 json usage_of(const json& j) {
   if (j.is_object() && j.contains("usage") && j["usage"].is_object()) return j["usage"];
@@ -38,7 +43,8 @@ std::string normalise_upstream_error(int status, const std::string& body) {
     if (e.is_object()) {
       if (e.contains("message") && e["message"].is_string()) message += ": " + e["message"].get<std::string>();
       if (e.contains("type") && e["type"].is_string() && status < 500) type = e["type"].get<std::string>();
-      if (e.contains("code") && e["code"].is_string()) code = e["code"].get<std::string>();
+      if (e.contains("code") && e["code"].is_string() && status < 500 && status != 401 && status != 403)
+        code = e["code"].get<std::string>();
     } else if (e.is_string()) {
       message += ": " + e.get<std::string>();
     }
@@ -48,10 +54,34 @@ std::string normalise_upstream_error(int status, const std::string& body) {
   return openai_error_body(message, type, code);
 }
 
+}  // namespace
+
+size_t json_depth(std::string_view text) {
+  size_t depth = 0, deepest = 0;
+  bool in_string = false, escaped = false;
+  for (char ch : text) {
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (ch == '\\') escaped = true;
+      else if (ch == '"') in_string = false;
+    } else if (ch == '"') {
+      in_string = true;
+    } else if (ch == '[' || ch == '{') {
+      deepest = std::max(deepest, ++depth);
+    } else if ((ch == ']' || ch == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
+namespace {
+
 /// The status a caller sees for an upstream's status: its 4xx pass through (the request was
 /// wrong or the upstream is rate-limited); its 5xx become 502.
 int caller_status(int upstream) {
-  if (upstream >= 400 && upstream < 500) return upstream;
+  // 401/403 are about the upstream key, not the caller's: a gateway fault.
+  if (upstream >= 400 && upstream < 500 && upstream != 401 && upstream != 403) return upstream;
   return 502;
 }
 
@@ -80,11 +110,13 @@ void Gateway::error(Sink& sink, int status, const std::string& message, const st
   (void)sink.respond(status, "application/json", openai_error_body(message, type, code));
 }
 
-int64_t Gateway::estimate_prompt_tokens(const json& messages) {
+int64_t Gateway::estimate_prompt_tokens(const json& request) {
   // An upper bound, so that a reservation covers the real prompt: no BPE token is shorter
-  // than one byte, plus the chat template's few tokens around each message.
-  int64_t bytes = static_cast<int64_t>(messages.dump(-1, ' ', false, json::error_handler_t::replace).size());
-  int64_t n = messages.is_array() ? static_cast<int64_t>(messages.size()) : 1;
+  // than one byte, plus the chat template's few tokens around each message. Taken over the
+  // whole request, since tools, response_format and the like become prompt upstream.
+  int64_t bytes = static_cast<int64_t>(request.dump(-1, ' ', false, json::error_handler_t::replace).size());
+  const json* messages = request.is_object() && request.contains("messages") ? &request["messages"] : &request;
+  int64_t n = messages->is_array() ? static_cast<int64_t>(messages->size()) : 1;
   return bytes + 8 * n + 16;
 }
 
@@ -117,6 +149,8 @@ void Gateway::handle(const Caller& c, const std::string& method, const std::stri
 
 void Gateway::chat(const Caller& c, const std::string& body, Sink& sink) {
   Stopwatch sw;
+  if (json_depth(body) > kMaxJsonDepth)
+    return error(sink, 400, "the body nests deeper than " + std::to_string(kMaxJsonDepth) + " levels", "invalid_request_error", "invalid_json");
   json req = json::parse(body, nullptr, false);
   if (req.is_discarded() || !req.is_object())
     return error(sink, 400, "the body must be a JSON object (a chat completion request)", "invalid_request_error", "invalid_json");
@@ -149,14 +183,22 @@ void Gateway::chat(const Caller& c, const std::string& body, Sink& sink) {
       return error(sink, 400, std::string(max_field) + " must be a positive integer", "invalid_request_error", "invalid_request");
     max_out = std::min<int64_t>(max_out, req[max_field].get<int64_t>());
   }
-  const bool stream = req.value("stream", false) == true;
+  if (req.contains("stream") && !req["stream"].is_null() && !req["stream"].is_boolean())
+    return error(sink, 400, "stream must be true or false", "invalid_request_error", "invalid_request");
+  const bool stream = req.contains("stream") && req["stream"].is_boolean() && req["stream"].get<bool>();
   bool client_wants_usage = false;
   if (req.contains("stream_options") && !req["stream_options"].is_null()) {
     if (!stream) return error(sink, 400, "stream_options is only allowed when stream is true", "invalid_request_error", "invalid_request");
-    if (req["stream_options"].is_object()) client_wants_usage = req["stream_options"].value("include_usage", false) == true;
+    const json& so = req["stream_options"];
+    if (!so.is_object()) return error(sink, 400, "stream_options must be an object", "invalid_request_error", "invalid_request");
+    if (so.contains("include_usage") && !so["include_usage"].is_boolean())
+      return error(sink, 400, "stream_options.include_usage must be true or false", "invalid_request_error", "invalid_request");
+    client_wants_usage = so.contains("include_usage") && so["include_usage"].get<bool>();
   }
 
-  const int64_t prompt_est = estimate_prompt_tokens(req["messages"]);
+  // Everything the upstream reads counts as prompt (tools, response_format...), not only
+  // the messages: the bound is taken over the whole request.
+  const int64_t prompt_est = estimate_prompt_tokens(req);
   const double in_price = m->usd_per_m_input / 1e6, out_price = m->usd_per_m_output / 1e6;
   const double worst = prompt_est * in_price + static_cast<double>(max_out) * n * out_price;
   auto reservation = budgets_.reserve(c.budget_id, worst);
@@ -172,7 +214,15 @@ void Gateway::chat(const Caller& c, const std::string& body, Sink& sink) {
   row.sandbox_id = c.sandbox_id;
   row.key_id = c.key_id;
   row.model = m->id;
-  auto settle = [&](int status, const std::string& outcome, int64_t prompt, int64_t completion, double cost) {
+  auto settle = [&](int status, std::string outcome, int64_t prompt, int64_t completion, double cost) {
+    // Never more than was reserved: a cap is a promise. An upstream that reports more than
+    // the bound allowed is logged and the difference is not charged.
+    if (cost > held.amount + 1e-12) {
+      spdlog::warn("gateway: {} reported a cost of {} over its reservation of {}; charged the reservation", m->id,
+                   format_usd(cost), format_usd(held.amount));
+      cost = held.amount;
+      outcome += "_over_reservation";
+    }
     row.status = status;
     row.outcome = outcome;
     row.prompt_tokens = prompt;
@@ -182,9 +232,17 @@ void Gateway::chat(const Caller& c, const std::string& body, Sink& sink) {
     budgets_.settle(held, row);
   };
 
+  // Whatever happens below (an exception included), the reservation is settled once.
+  ScopeExit settle_if_forgotten([&] {
+    if (held.active) settle(500, "internal_error", prompt_est, max_out * n, worst);
+  });
+
   json up = req;
   up["model"] = m->upstream_model;
-  up[max_field] = max_out;
+  // Both length fields carry the bound, whichever one the upstream reads.
+  up["max_tokens"] = max_out;
+  if (std::string(max_field) == "max_completion_tokens") up["max_completion_tokens"] = max_out;
+  for (const char* alias : kLengthAliases) up.erase(alias);
   if (stream) {
     json so = up.contains("stream_options") && up["stream_options"].is_object() ? up["stream_options"] : json::object();
     so["include_usage"] = true;  // llama.cpp's server sends usage only when asked
@@ -207,13 +265,15 @@ void Gateway::chat(const Caller& c, const std::string& body, Sink& sink) {
   const Deadline deadline = Clock::now() + std::chrono::seconds(m->timeout_s);
   auto gone = [&] { return sink.gone(); };
 
+  bool sent = false;  // the request reached the upstream (from then on, a failure is charged)
   auto upstream_failed = [&](const Error& e, bool answered) {
     switch (classify(e)) {
       case UpstreamFailure::kCancelled:
         settle(499, "client_gone", prompt_est, 0, prompt_est * in_price);
         return;
       case UpstreamFailure::kTimeout:
-        settle(504, "upstream_timeout", 0, 0, answered ? worst : 0);
+        // The request was sent: the upstream may have done (and billed) all the work.
+        settle(504, "upstream_timeout", prompt_est, max_out * n, sent ? worst : 0);
         if (!answered)
           error(sink, 504, "the model upstream " + m->id + " did not answer within " + std::to_string(m->timeout_s) + " s",
                 "server_error", "upstream_timeout");
@@ -224,14 +284,14 @@ void Gateway::chat(const Caller& c, const std::string& body, Sink& sink) {
         return;
       case UpstreamFailure::kBroken:
         // Tokens may have been generated and we cannot know how many: the whole reservation.
-        settle(502, "upstream_broken", 0, 0, answered ? worst : 0);
+        settle(502, "upstream_broken", prompt_est, max_out * n, sent ? worst : 0);
         if (!answered)
           error(sink, 502, "the model upstream " + m->id + " broke the call (" + e.message + ")", "server_error", "upstream_error");
         return;
     }
   };
 
-  auto call = UpstreamCall::start(ur, deadline, gone);
+  auto call = UpstreamCall::start(ur, deadline, gone, &sent);
   if (!call) return upstream_failed(call.error(), false);
   const int status = (*call)->status();
 
@@ -239,7 +299,7 @@ void Gateway::chat(const Caller& c, const std::string& body, Sink& sink) {
     std::string answer;
     for (;;) {
       auto piece = (*call)->read(deadline, gone);
-      if (!piece) return upstream_failed(piece.error(), false);
+      if (!piece) return upstream_failed(piece.error(), false);  // a 200 cut short: charged
       if (!*piece) break;
       answer += **piece;
       if (answer.size() > kMaxUpstreamBody) {

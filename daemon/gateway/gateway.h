@@ -35,6 +35,10 @@ class Sink {
   virtual bool gone() = 0;
 };
 
+/// The deepest nesting of arrays and objects in a JSON text (strings skipped). Copying or
+/// serializing very deep JSON recurses, so such bodies are refused before they are parsed.
+size_t json_depth(std::string_view text);
+
 /// An OpenAI-shaped error: {"error":{"message","type","param","code"}}.
 std::string openai_error_body(const std::string& message, const std::string& type, const std::string& code);
 
@@ -52,8 +56,8 @@ class Gateway {
   void handle(const Caller& c, const std::string& method, const std::string& subpath, const std::string& body,
               Sink& sink);
 
-  /// Estimated upper bound of a request's prompt tokens (public for tests).
-  static int64_t estimate_prompt_tokens(const nlohmann::json& messages);
+  /// Upper bound of a request's prompt tokens (public for tests).
+  static int64_t estimate_prompt_tokens(const nlohmann::json& request);
 
  private:
   const ModelConfig* find(const std::string& id) const;

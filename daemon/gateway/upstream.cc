@@ -1,8 +1,8 @@
 #include "daemon/gateway/upstream.h"
 
 #include <poll.h>
+#include <sys/socket.h>
 
-#include <boost/asio/connect.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
@@ -24,6 +24,86 @@ constexpr const char* kBroken = "upstream broke the connection: ";
 Error upstream_error(const char* kind, const std::string& what) {
   return Error{ErrorCode::kNodeUnavailable, std::string(kind) + what, 0};
 }
+
+/// A socket as Beast's SyncReadStream/SyncWriteStream whose every read and write waits at
+/// most until the call's deadline, and gives up as soon as the caller has gone away. The
+/// socket is non-blocking; waiting is poll() in slices of 100 ms.
+class DeadlineStream {
+ public:
+  DeadlineStream(int fd, asio::any_io_executor ex) : fd_(fd), ex_(std::move(ex)) {}
+  using executor_type = asio::any_io_executor;
+  executor_type get_executor() { return ex_; }
+
+  void arm(Deadline deadline, const std::function<bool()>* cancelled) {
+    deadline_ = deadline;
+    cancelled_ = cancelled;
+  }
+  bool timed_out() const { return timed_out_; }
+  bool was_cancelled() const { return was_cancelled_; }
+
+  template <class Buffers>
+  size_t read_some(const Buffers& buffers, beast::error_code& ec) {
+    auto b = *asio::buffer_sequence_begin(buffers);
+    return io(POLLIN, [&] { return ::recv(fd_, b.data(), b.size(), 0); }, ec, true);
+  }
+  template <class Buffers>
+  size_t read_some(const Buffers& buffers) {
+    beast::error_code ec;
+    size_t n = read_some(buffers, ec);
+    if (ec) throw beast::system_error(ec);
+    return n;
+  }
+  template <class Buffers>
+  size_t write_some(const Buffers& buffers, beast::error_code& ec) {
+    auto b = *asio::buffer_sequence_begin(buffers);
+    return io(POLLOUT, [&] { return ::send(fd_, b.data(), b.size(), MSG_NOSIGNAL); }, ec, false);
+  }
+  template <class Buffers>
+  size_t write_some(const Buffers& buffers) {
+    beast::error_code ec;
+    size_t n = write_some(buffers, ec);
+    if (ec) throw beast::system_error(ec);
+    return n;
+  }
+
+ private:
+  template <class Op>
+  size_t io(short events, Op op, beast::error_code& ec, bool reading) {
+    ec = {};
+    for (;;) {
+      ssize_t n = op();
+      if (n > 0) return static_cast<size_t>(n);
+      if (n == 0 && reading) {
+        ec = asio::error::eof;
+        return 0;
+      }
+      if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+        ec = beast::error_code(errno, boost::system::system_category());
+        return 0;
+      }
+      if (cancelled_ && *cancelled_ && (*cancelled_)()) {
+        was_cancelled_ = true;
+        ec = asio::error::operation_aborted;
+        return 0;
+      }
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - Clock::now()).count();
+      if (left <= 0) {
+        timed_out_ = true;
+        ec = asio::error::timed_out;
+        return 0;
+      }
+      pollfd p{fd_, events, 0};
+      ::poll(&p, 1, static_cast<int>(std::min<int64_t>(left, 100)));
+    }
+  }
+
+  int fd_;
+  asio::any_io_executor ex_;
+  Deadline deadline_{};
+  const std::function<bool()>* cancelled_ = nullptr;
+  bool timed_out_ = false, was_cancelled_ = false;
+};
+
 }  // namespace
 
 UpstreamFailure classify(const Error& e) {
@@ -36,28 +116,16 @@ UpstreamFailure classify(const Error& e) {
 struct UpstreamCall::Impl {
   asio::io_context io;
   tcp::socket sock{io};
+  std::optional<DeadlineStream> stream;
   beast::flat_buffer buf;
   bh::response_parser<bh::buffer_body> parser;
   char chunk[64 * 1024];
 
-  /// Waits until the socket is readable (or has buffered bytes), polling `cancelled`.
-  Result<void> wait_readable(Deadline deadline, const std::function<bool()>& cancelled) {
-    // A backstop for reads that block on a partial frame already buffered: the socket
-    // itself gives up at the deadline.
-    auto left_us = std::chrono::duration_cast<std::chrono::microseconds>(deadline - Clock::now()).count();
-    timeval tv{static_cast<time_t>(std::max<int64_t>(left_us, 1000) / 1000000),
-               static_cast<suseconds_t>(std::max<int64_t>(left_us, 1000) % 1000000)};
-    ::setsockopt(sock.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    if (buf.size() > 0) return {};
-    for (;;) {
-      if (cancelled && cancelled()) return fail(upstream_error(kCancelled, "the caller went away"));
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-      if (left <= 0) return fail(upstream_error(kTimedOut, "no answer in time"));
-      pollfd p{sock.native_handle(), POLLIN, 0};
-      int r = ::poll(&p, 1, static_cast<int>(std::min<int64_t>(left, 100)));
-      if (r > 0) return {};
-      if (r < 0 && errno != EINTR) return fail(upstream_error(kBroken, "poll failed"));
-    }
+  /// Turns a Beast error into ours, telling time-outs and cancellations apart.
+  Error failed(const char* doing, const beast::error_code& ec) {
+    if (stream->was_cancelled()) return upstream_error(kCancelled, "the caller went away");
+    if (stream->timed_out()) return upstream_error(kTimedOut, std::string("no answer in time while ") + doing);
+    return upstream_error(kBroken, std::string(doing) + ": " + ec.message());
   }
 };
 
@@ -71,7 +139,7 @@ UpstreamCall::~UpstreamCall() {
 }
 
 Result<std::unique_ptr<UpstreamCall>> UpstreamCall::start(const UpstreamRequest& req, Deadline deadline,
-                                                          const std::function<bool()>& cancelled) {
+                                                          const std::function<bool()>& cancelled, bool* sent) {
   auto impl = std::make_unique<Impl>();
   beast::error_code ec;
   // Numeric addresses need no resolver; names are resolved by the system (the operator's
@@ -108,8 +176,10 @@ Result<std::unique_ptr<UpstreamCall>> UpstreamCall::start(const UpstreamRequest&
   if (!connected)
     return fail(upstream_error(kUnreachable, "connecting to " + req.host + ":" + req.port + ": " +
                                                  (ec ? ec.message() : std::string("no address"))));
-  impl->sock.non_blocking(false, ec);
   impl->sock.set_option(tcp::no_delay(true), ec);
+  // The socket stays non-blocking: every read and write below waits through DeadlineStream.
+  impl->stream.emplace(impl->sock.native_handle(), impl->io.get_executor());
+  impl->stream->arm(deadline, &cancelled);
 
   bh::request<bh::string_body> r;
   r.method(bh::string_to_verb(req.method));
@@ -121,17 +191,14 @@ Result<std::unique_ptr<UpstreamCall>> UpstreamCall::start(const UpstreamRequest&
   r.body() = req.body;
   r.prepare_payload();
   r.keep_alive(false);
-  bh::write(impl->sock, r, ec);
-  if (ec) return fail(upstream_error(kBroken, "sending the request: " + ec.message()));
+  bh::write(*impl->stream, r, ec);
+  if (ec) return fail(impl->failed("sending the request", ec));
+  if (sent) *sent = true;
 
   impl->parser.body_limit(boost::none);
   impl->parser.header_limit(64 * 1024);
-  while (!impl->parser.is_header_done()) {
-    if (auto w = impl->wait_readable(deadline, cancelled); !w) return fail(w.error());
-    bh::read_header(impl->sock, impl->buf, impl->parser, ec);
-    if (ec == bh::error::need_buffer) ec = {};
-    if (ec) return fail(upstream_error(kBroken, "reading the response head: " + ec.message()));
-  }
+  bh::read_header(*impl->stream, impl->buf, impl->parser, ec);
+  if (ec) return fail(impl->failed("reading the response head", ec));
   return std::unique_ptr<UpstreamCall>(new UpstreamCall(std::move(impl)));
 }
 
@@ -144,18 +211,18 @@ std::string UpstreamCall::header(const std::string& name) const {
 
 Result<std::optional<std::string>> UpstreamCall::read(Deadline deadline, const std::function<bool()>& cancelled) {
   auto& p = impl_->parser;
+  impl_->stream->arm(deadline, &cancelled);
   while (!p.is_done()) {
     p.get().body().data = impl_->chunk;
     p.get().body().size = sizeof impl_->chunk;
-    if (auto w = impl_->wait_readable(deadline, cancelled); !w) return fail(w.error());
     beast::error_code ec;
-    bh::read_some(impl_->sock, impl_->buf, p, ec);
+    bh::read_some(*impl_->stream, impl_->buf, p, ec);
     if (ec == bh::error::need_buffer) ec = {};
     if (ec == bh::error::end_of_stream || ec == asio::error::eof) {
       if (p.is_done()) break;
       return fail(upstream_error(kBroken, "the body ended early"));
     }
-    if (ec) return fail(upstream_error(kBroken, ec.message()));
+    if (ec) return fail(impl_->failed("reading the answer", ec));
     size_t n = sizeof impl_->chunk - p.get().body().size;
     if (n > 0) return std::optional<std::string>(std::string(impl_->chunk, n));
   }

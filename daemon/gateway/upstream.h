@@ -28,8 +28,9 @@ class UpstreamCall {
   /// Connects, sends the request and reads the response head. Fails with kNodeUnavailable
   /// (cannot connect / broken) or kInternal with "timed out" when `deadline` passes.
   /// `cancelled` is polled while waiting; when it turns true the call fails at once.
+  /// `*sent` turns true once the whole request was written (the upstream may then be working).
   static Result<std::unique_ptr<UpstreamCall>> start(const UpstreamRequest& req, Deadline deadline,
-                                                     const std::function<bool()>& cancelled);
+                                                     const std::function<bool()>& cancelled, bool* sent = nullptr);
   ~UpstreamCall();
 
   int status() const;

@@ -1,6 +1,8 @@
 // SandboxService: model access from inside sandboxes (grants, budgets and the agent relay).
 #include "daemon/sandbox/service_internal.h"
 
+#include <atomic>
+
 #include <spdlog/spdlog.h>
 
 #include "common/ids.h"
@@ -17,6 +19,9 @@ namespace {
 constexpr auto kRelayRequestTimeout = 30s;  // the agent sends a whole request well within this
 constexpr auto kRelayWriteTimeout = 120s;   // a reader inside that stops reading is given up on
 constexpr size_t kMaxRelayBody = 4u << 20;  // the agent refuses more (one window)
+constexpr int kMaxRelayCalls = 512;          // model calls from all sandboxes at once
+
+std::atomic<int> g_relay_calls{0};
 
 /// Writes a gateway answer back through the agent to the client inside the sandbox.
 class RelaySink : public gateway::Sink {
@@ -78,13 +83,44 @@ Result<std::string> SandboxService::grant_budget(const Principal& p, const Sandb
 }
 
 std::shared_ptr<agentlink::AgentChannel> SandboxService::start_channel(UniqueFd fd, const std::string& id) {
-  auto ch = agentlink::AgentChannel::start(std::move(fd), id, [this, id](const std::string& why) { on_channel_closed(id, why); });
-  ch->set_incoming_handler([this, id](std::shared_ptr<agentlink::Stream> st) { serve_relay(id, std::move(st)); });
-  return ch;
+  // The relay handler is in place before the reader starts, so no early call is turned away.
+  return agentlink::AgentChannel::start(
+      std::move(fd), id, [this, id](const std::string& why) { on_channel_closed(id, why); },
+      [this, id](std::shared_ptr<agentlink::Stream> st) { serve_relay(id, std::move(st)); });
 }
 
 void SandboxService::serve_relay(const std::string& id, std::shared_ptr<agentlink::Stream> st) {
-  std::thread([this, id, st = std::move(st)] {
+  // Runs on the channel's reader thread: hand the call to a thread of its own at once, never
+  // more than kMaxRelayCalls of them, and never let an exception reach the reader.
+  if (++g_relay_calls > kMaxRelayCalls) {
+    --g_relay_calls;
+    RelaySink busy(st);
+    (void)busy.respond(503, "application/json",
+                       gateway::openai_error_body("too many model calls in flight on this node; retry", "server_error",
+                                                  "capacity_unavailable"));
+    return;
+  }
+  try {
+    std::thread([this, id, st] {
+      try {
+        relay_one(id, st);
+      } catch (const std::exception& e) {
+        spdlog::error("sandbox {}: model call failed: {}", id, e.what());
+        RelaySink sink(st);
+        (void)sink.respond(500, "application/json", gateway::openai_error_body("b3osd failed this call", "server_error", "internal"));
+      }
+      --g_relay_calls;
+    }).detach();
+  } catch (const std::exception& e) {
+    --g_relay_calls;
+    spdlog::error("sandbox {}: no thread for a model call: {}", id, e.what());
+    RelaySink busy(st);
+    (void)busy.respond(503, "application/json", gateway::openai_error_body("b3osd is out of threads; retry", "server_error", "capacity_unavailable"));
+  }
+}
+
+void SandboxService::relay_one(const std::string& id, const std::shared_ptr<agentlink::Stream>& st) {
+  {
     RelaySink sink(st);
     auto refuse = [&](int status, const std::string& msg, const std::string& type, const std::string& code) {
       (void)sink.respond(status, "application/json", gateway::openai_error_body(msg, type, code));
@@ -94,7 +130,8 @@ void SandboxService::serve_relay(const std::string& id, std::shared_ptr<agentlin
     auto open = st->next(deadline);
     if (!open) return;
     json req = json::parse(open->payload, nullptr, false);
-    if (req.is_discarded() || !req.is_object() || req.value("op", "") != "http")
+    if (req.is_discarded() || !req.is_object() || !req.contains("op") || req["op"] != "http" ||
+        !req.contains("path") || !req["path"].is_string() || !req.contains("method") || !req["method"].is_string())
       return refuse(400, "the agent relayed a request b3osd cannot read", "invalid_request_error", "invalid_request");
     std::string body;
     for (;;) {
@@ -121,6 +158,10 @@ void SandboxService::serve_relay(const std::string& id, std::shared_ptr<agentlin
     if (!has_infer(doc))
       return refuse(403, "this sandbox was created without the infer:run scope; create it with \"api\": {\"scopes\": [\"infer:run\"]}",
                     "permission_error", "forbidden");
+    // The project's switch is read on every call: turning it off stops running sandboxes too.
+    if (auto allowed = store_.project_allows_infer(s->project_id); !allowed || !*allowed)
+      return refuse(403, "this sandbox's project may not use the model gateway (b3os projects set-infer NAME on)",
+                    "permission_error", "forbidden");
     if (!gw_) return refuse(503, "this b3osd has no model gateway", "server_error", "product_unavailable");
     const std::string path = req.value("path", "");
     const std::string prefix = "/v1/infer";
@@ -132,8 +173,8 @@ void SandboxService::serve_relay(const std::string& id, std::shared_ptr<agentlin
     c.project_id = s->project_id;
     c.sandbox_id = id;
     if (c.budget_id.empty()) return refuse(500, "this sandbox's grant has no budget", "server_error", "internal");
-    gw_->handle(c, req.value("method", "GET"), path.substr(prefix.size()), body, sink);
-  }).detach();
+    gw_->handle(c, req["method"].get<std::string>(), path.substr(prefix.size()), body, sink);
+  }
 }
 
 }  // namespace b3os::sandbox

@@ -154,6 +154,7 @@ class SandboxService {
   Result<std::string> grant_budget(const Principal& p, const SandboxSpec& spec, const std::string& inherited);
   /// Serves one HTTP request the agent relayed from inside sandbox `id` (on its own thread).
   void serve_relay(const std::string& id, std::shared_ptr<agentlink::Stream> st);
+  void relay_one(const std::string& id, const std::shared_ptr<agentlink::Stream>& st);
   /// Starts a sandbox's channel with the relay handler attached.
   std::shared_ptr<agentlink::AgentChannel> start_channel(UniqueFd fd, const std::string& id);
   /// Counts `n` sandboxes about to start against the project's and the node's limits.

@@ -481,7 +481,11 @@ Result<void> Store::record_call(const LedgerRow& row) {
     (void)exec("ROLLBACK");
     return fail(e);
   }
-  return exec("COMMIT");
+  if (auto r = exec("COMMIT"); !r) {
+    (void)exec("ROLLBACK");  // never leave the connection inside a transaction
+    return r;
+  }
+  return {};
 }
 
 Result<std::vector<LedgerRow>> Store::ledger(const std::string& budget_id, int limit) {

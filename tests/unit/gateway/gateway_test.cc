@@ -193,7 +193,7 @@ TEST_F(GatewayTest, NonStreamedCallIsPricedFromUsageAndShapedForTheCaller) {
   ScriptedUpstream up([](int fd, const std::string&) {
     write_all(fd, http_json(200, {{"id", "c1"}, {"object", "chat.completion"}, {"model", "up-model"},
                                   {"choices", {{{"index", 0}, {"message", {{"role", "assistant"}, {"content", "hello"}}}}}},
-                                  {"usage", {{"prompt_tokens", 1000}, {"completion_tokens", 500}, {"total_tokens", 1500}}}}));
+                                  {"usage", {{"prompt_tokens", 20}, {"completion_tokens", 50}, {"total_tokens", 70}}}}));
   });
   auto gw = gateway(up.port());
   auto c = caller(1.0);
@@ -202,8 +202,8 @@ TEST_F(GatewayTest, NonStreamedCallIsPricedFromUsageAndShapedForTheCaller) {
   ASSERT_EQ(sink.status, 200) << sink.body;
   json j = json::parse(sink.body);
   EXPECT_EQ(j["model"], "b3os/test");
-  EXPECT_EQ(j["usage"]["completion_tokens"], 500);
-  EXPECT_NEAR(spent(c), 1000 * 1e-6 + 500 * 2e-6, 1e-12);
+  EXPECT_EQ(j["usage"]["completion_tokens"], 50);
+  EXPECT_NEAR(spent(c), 20 * 1e-6 + 50 * 2e-6, 1e-12);
   json sent = json::parse(up.last_request().substr(up.last_request().find("\r\n\r\n") + 4));
   EXPECT_EQ(sent["model"], "up-model");
   EXPECT_EQ(sent["max_tokens"], 100);
@@ -301,6 +301,7 @@ TEST_F(GatewayTest, DeadSlowAndFailingUpstreamsGiveClearErrorsInTime) {
   gateway(dead_port)->handle(c, "POST", "/chat/completions", kHello, dead);
   EXPECT_EQ(dead.status, 502);
   EXPECT_EQ(dead.error()["code"], "upstream_unavailable");
+  EXPECT_EQ(spent(c), 0) << "the request never left: nothing to charge";
 
   ScriptedUpstream slow([](int, const std::string&) { std::this_thread::sleep_for(std::chrono::milliseconds(2500)); });
   CollectSink timed_out;
@@ -318,7 +319,76 @@ TEST_F(GatewayTest, DeadSlowAndFailingUpstreamsGiveClearErrorsInTime) {
   gateway(failing.port())->handle(c, "POST", "/chat/completions", kHello, failed);
   EXPECT_EQ(failed.status, 502);
   EXPECT_NE(failed.error()["message"].get<std::string>().find("out of memory"), std::string::npos);
+  auto rows = store_->ledger(c.budget_id, 10);
+  ASSERT_TRUE(rows && rows->size() == 3);
+  EXPECT_EQ((*rows)[0].outcome, "upstream_error");
+  EXPECT_EQ((*rows)[0].cost_usd, 0);
+  EXPECT_EQ((*rows)[1].outcome, "upstream_timeout");
+  EXPECT_NEAR((*rows)[1].cost_usd, (*rows)[1].reserved_usd, 1e-15) << "sent, then no answer: the reservation";
+}
+
+TEST_F(GatewayTest, StalledChunkedStreamEndsAtTheDeadline) {
+  // Chunked SSE (as llama.cpp and vLLM send it) that stalls after its first event.
+  ScriptedUpstream up([](int fd, const std::string&) {
+    write_all(fd, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n");
+    std::string ev = "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n";
+    char len[16];
+    std::snprintf(len, sizeof len, "%zx\r\n", ev.size());
+    write_all(fd, len + ev + "\r\n");
+    std::this_thread::sleep_for(std::chrono::milliseconds(3000));
+  });
+  auto c = caller(1.0);
+  CollectSink sink;
+  auto t0 = std::chrono::steady_clock::now();
+  gateway(up.port(), ",timeout=1")->handle(c, "POST", "/chat/completions",
+                                           R"({"model":"b3os/test","stream":true,"messages":[{"role":"user","content":"hi"}]})", sink);
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(s, 2.0) << "the read after the first chunk must still honour the deadline";
+  EXPECT_TRUE(sink.ended);
+  EXPECT_FALSE(sink.ended_ok);
+  EXPECT_NE(sink.body.find("\"a\""), std::string::npos);
+}
+
+TEST_F(GatewayTest, HostileRequestsAreRefusedNotFatal) {
+  auto gw = gateway(1);
+  auto c = caller(1.0);
+  for (const char* bad : {R"({"model":"b3os/test","messages":[{}],"stream":null,"stream_options":{}})",
+                          R"({"model":"b3os/test","messages":[{}],"stream":"yes"})",
+                          R"({"model":"b3os/test","messages":[{}],"stream":true,"stream_options":{"include_usage":1}})",
+                          R"({"model":"b3os/test","messages":[{}],"stream":true,"stream_options":[]})"}) {
+    CollectSink sink;
+    gw->handle(c, "POST", "/chat/completions", bad, sink);
+    EXPECT_EQ(sink.status, 400) << bad;
+  }
+  std::string deep = R"({"model":"b3os/test","messages":[{"role":"user","content":"x","x":)" + std::string(200000, '[') +
+                     std::string(200000, ']') + "}]}";
+  CollectSink sink;
+  gw->handle(c, "POST", "/chat/completions", deep, sink);
+  EXPECT_EQ(sink.status, 400);
+  EXPECT_EQ(json_depth(R"({"a":"[[[[","b":[{"c":[]}]})"), 4u);
   EXPECT_EQ(spent(c), 0);
+}
+
+TEST_F(GatewayTest, LengthIsBoundInEveryFieldAndNeverChargedPastTheReservation) {
+  // The upstream ignores the limit and reports a huge usage.
+  ScriptedUpstream up([](int fd, const std::string&) {
+    write_all(fd, http_json(200, {{"choices", json::array()}, {"usage", {{"prompt_tokens", 10}, {"completion_tokens", 1000000}}}}));
+  });
+  auto gw = gateway(up.port());
+  auto c = caller(std::nullopt);
+  CollectSink sink;
+  gw->handle(c, "POST", "/chat/completions",
+             R"({"model":"b3os/test","max_completion_tokens":5,"max_tokens":100000,"n_predict":-1,"messages":[{"role":"user","content":"hi"}]})",
+             sink);
+  ASSERT_EQ(sink.status, 200);
+  json sent = json::parse(up.last_request().substr(up.last_request().find("\r\n\r\n") + 4));
+  EXPECT_EQ(sent["max_completion_tokens"], 5);
+  EXPECT_EQ(sent["max_tokens"], 5);
+  EXPECT_FALSE(sent.contains("n_predict"));
+  auto rows = store_->ledger(c.budget_id, 10);
+  ASSERT_TRUE(rows && rows->size() == 1);
+  EXPECT_NEAR((*rows)[0].cost_usd, (*rows)[0].reserved_usd, 1e-15);
+  EXPECT_EQ((*rows)[0].outcome, "completed_over_reservation");
 }
 
 TEST_F(GatewayTest, UpstreamKeyGoesUpstreamOnly) {
