@@ -92,7 +92,14 @@ class PrivateDaemon:
         for root in (self.runsc_root, f"{self.tmp}/raw"):
             if os.path.isdir(root):
                 for i in self.containers(root):
-                    subprocess.run(["runsc", "--root", root, "delete", "--force", i], stderr=subprocess.DEVNULL)
+                    # A pool member left frozen (b3osd killed mid-refill) would hang runsc delete.
+                    try:
+                        with open(f"/sys/fs/cgroup/freezer/b3os/{i}/freezer.state", "w") as f:
+                            f.write("THAWED")
+                    except OSError:
+                        pass
+                    subprocess.run(["runsc", "--root", root, "delete", "--force", i], stderr=subprocess.DEVNULL,
+                                   timeout=60)
         subprocess.run(["pkill", "-f", f"b3os-shim {self.tmp}"], stderr=subprocess.DEVNULL)
         shutil.rmtree(self.tmp, ignore_errors=True)
         return False
