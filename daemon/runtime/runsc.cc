@@ -1,5 +1,7 @@
 #include "daemon/runtime/runsc.h"
 
+#include "common/file.h"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -20,8 +22,7 @@ namespace {
 constexpr int64_t kCpuPeriodUs = 100000;
 
 std::string tail_of_file(const std::string& path, size_t max) {
-  std::ifstream f(path, std::ios::binary);
-  std::string s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  std::string s = read_small_file(path, 16 << 20).value_or("");
   if (s.size() > max) s = s.substr(s.size() - max);
   while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
   return s;

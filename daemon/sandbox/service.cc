@@ -505,10 +505,13 @@ Result<json> SandboxService::remove(const Principal& p, const std::string& id, T
 
 std::string SandboxService::diagnose_exit(const std::string& id) {
   // A cgroup that hit its memory limit is the common cause; say so plainly.
-  std::ifstream usage("/sys/fs/cgroup/memory/b3os/" + id + "/memory.max_usage_in_bytes");
-  std::ifstream limit("/sys/fs/cgroup/memory/b3os/" + id + "/memory.limit_in_bytes");
-  int64_t u = 0, l = 0;
-  if ((usage >> u) && (limit >> l) && l > 0 && u >= l - (4 << 20)) {
+  auto number = [](const std::string& path) -> int64_t {
+    auto text = read_small_file(path, 64);
+    return text ? std::strtoll(text->c_str(), nullptr, 10) : 0;
+  };
+  const int64_t u = number("/sys/fs/cgroup/memory/b3os/" + id + "/memory.max_usage_in_bytes");
+  const int64_t l = number("/sys/fs/cgroup/memory/b3os/" + id + "/memory.limit_in_bytes");
+  if (l > 0 && u >= l - (4 << 20)) {
     return "the sandbox used all of its memory (limit " + std::to_string(l >> 20) +
            " MiB including the runtime) and was stopped; create it with a larger memory_mib";
   }

@@ -17,6 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/file.h"
 #include "daemon/sandbox/service.h"
 #include "daemon/sys/process.h"
 
@@ -60,9 +61,8 @@ inline Result<json> parse_end(const protocol::Frame& f) {
 }
 
 inline bool is_shim_process(pid_t pid) {
-  std::ifstream f("/proc/" + std::to_string(pid) + "/cmdline");
-  std::string cmd((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  return cmd.find("b3os-shim") != std::string::npos;
+  auto cmd = read_small_file("/proc/" + std::to_string(pid) + "/cmdline", 4096);
+  return cmd && cmd->find("b3os-shim") != std::string::npos;
 }
 
 inline void kill_and_wait(pid_t pid) {
@@ -77,10 +77,11 @@ inline void kill_and_wait(pid_t pid) {
 }
 
 inline pid_t read_pid_file(const std::string& path) {
-  std::ifstream f(path);
-  pid_t pid = -1;
-  f >> pid;
-  return f ? pid : -1;
+  auto text = read_small_file(path, 64);
+  if (!text || text->empty()) return -1;
+  char* end = nullptr;
+  long pid = std::strtol(text->c_str(), &end, 10);
+  return end != text->c_str() && pid > 0 ? static_cast<pid_t>(pid) : -1;
 }
 }  // namespace detail
 

@@ -1,5 +1,7 @@
 #include "daemon/sys/process.h"
 
+#include "common/file.h"
+
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -123,8 +125,7 @@ void start_orphan_reaper() {
       if (!d) continue;
       while (dirent* e = ::readdir(d)) {
         if (e->d_name[0] < '1' || e->d_name[0] > '9') continue;
-        std::ifstream f(std::string("/proc/") + e->d_name + "/stat");
-        std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+        std::string stat = read_small_file(std::string("/proc/") + e->d_name + "/stat", 4096).value_or("");
         size_t close = stat.rfind(')');
         if (close == std::string::npos || close + 4 >= stat.size() || stat[close + 2] != 'Z') continue;
         size_t ppid_at = close + 4;
