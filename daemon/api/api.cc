@@ -89,7 +89,12 @@ class HttpSink : public gateway::Sink {
     return ex_.begin_stream(status, content_type, http::Exchange::kUnknownLength, h);
   }
   Result<void> write(std::string_view bytes) override { return ex_.write(bytes); }
-  void end(bool) override { (void)ex_.end_stream(); }
+  void end(bool ok) override {
+    if (ok)
+      (void)ex_.end_stream();
+    else
+      ex_.abort_stream();  // a broken upstream stream must not look complete
+  }
   bool gone() override { return ex_.client_gone(); }
 
  private:

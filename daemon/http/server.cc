@@ -135,6 +135,12 @@ class BeastExchange final : public Exchange {
     return finish_stream();
   }
 
+  void abort_stream() override {
+    broken_ = true;
+    beast::error_code ec;
+    sock_.shutdown(tcp::socket::shutdown_both, ec);
+  }
+
   bool responded() const override { return responded_; }
 
   bool client_gone() const override {

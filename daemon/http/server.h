@@ -46,6 +46,9 @@ class Exchange {
   virtual Result<void> write(std::string_view bytes) = 0;
   /// Ends a body of kUnknownLength (a no-op for a body whose length was declared).
   virtual Result<void> end_stream() = 0;
+  /// Gives up on a streamed body: the connection closes without the body's end, so the
+  /// client sees it cut short instead of complete.
+  virtual void abort_stream() = 0;
   virtual bool responded() const = 0;
   /// True when the client closed its side (work it started can be cancelled).
   virtual bool client_gone() const = 0;

@@ -74,10 +74,13 @@ start_fixture good --api-key "$UPSTREAM_KEY" --delay-ms 300 --models scripted --
 GOOD=$FIXTURE_PORT
 start_fixture slow --hang
 SLOW=$FIXTURE_PORT
+start_fixture broken --break-stream
+BROKEN=$FIXTURE_PORT
 DEAD=$(free_port)
 export B3OS_E2E_UPSTREAM_KEY=$UPSTREAM_KEY
 B3OS_E2E_DAEMON_ARGS="--model b3os/pricey=http://127.0.0.1:$GOOD/v1,upstream=scripted,in=1000,out=2000,key-env=B3OS_E2E_UPSTREAM_KEY,default"
 B3OS_E2E_DAEMON_ARGS+=" --model b3os/slow=http://127.0.0.1:$SLOW/v1,timeout=2 --model b3os/dead=http://127.0.0.1:$DEAD/v1"
+B3OS_E2E_DAEMON_ARGS+=" --model b3os/broken=http://127.0.0.1:$BROKEN/v1"
 export B3OS_E2E_DAEMON_ARGS
 PORT=$(free_port) || die "no free TCP port found"
 URL=http://127.0.0.1:$PORT
@@ -190,7 +193,13 @@ check outside.stream "$(head -c 300 "$T/stream.txt")" bash -c "grep -q '^data: {
 apij POST /v1/infer/chat/completions '{"max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}'
 check outside.completion "$(snip)" okj 200 '.model == "b3os/pricey" and .usage.completion_tokens > 0'
 api GET /v1/infer/models
-check outside.models "$(snip)" okj 200 '[.data[].id] == ["b3os/pricey", "b3os/slow", "b3os/dead"]'
+check outside.models "$(snip)" okj 200 '[.data[].id] == ["b3os/pricey", "b3os/slow", "b3os/dead", "b3os/broken"]'
+# A stream the upstream breaks must not look complete: the chunked body is cut, curl fails.
+rc=0
+curl -sSN "$URL/v1/infer/chat/completions" -H "Authorization: Bearer $KEY" -H 'Content-Type: application/json' \
+  -d '{"model": "b3os/broken", "stream": true, "messages": [{"role": "user", "content": "hi"}]}' >"$T/broken.txt" 2>"$T/broken.err" || rc=$?
+check outside.broken_stream_cut "curl exit $rc: $(head -c 200 "$T/broken.err"); body: $(head -c 200 "$T/broken.txt")" \
+  bash -c "[ $rc != 0 ] && ! grep -q '\[DONE\]' '$T/broken.txt'"
 CAPPED=$("$B3OS_BIN/b3os" keys --data-dir "$T/data" create --project capped --spend-cap-usd 0.05 2>"$T/capped.err")
 CAPPED_ID=$(sed -n 's/.*key id \(key_[0-9a-z]*\).*/\1/p' "$T/capped.err")
 ALL_KEYS+=("$CAPPED")
