@@ -1,5 +1,7 @@
 #include "daemon/gateway/upstream.h"
 
+#include "daemon/http/deadline_stream.h"
+
 #include <poll.h>
 #include <sys/socket.h>
 
@@ -25,86 +27,9 @@ Error upstream_error(const char* kind, const std::string& what) {
   return Error{ErrorCode::kNodeUnavailable, std::string(kind) + what, 0};
 }
 
-/// A socket as Beast's SyncReadStream/SyncWriteStream whose every read and write waits at
-/// most until the call's deadline, and gives up as soon as the caller has gone away. The
-/// socket is non-blocking; waiting is poll() in slices of 100 ms.
-class DeadlineStream {
- public:
-  DeadlineStream(int fd, asio::any_io_executor ex) : fd_(fd), ex_(std::move(ex)) {}
-  using executor_type = asio::any_io_executor;
-  executor_type get_executor() { return ex_; }
-
-  void arm(Deadline deadline, const std::function<bool()>* cancelled) {
-    deadline_ = deadline;
-    cancelled_ = cancelled;
-  }
-  bool timed_out() const { return timed_out_; }
-  bool was_cancelled() const { return was_cancelled_; }
-
-  template <class Buffers>
-  size_t read_some(const Buffers& buffers, beast::error_code& ec) {
-    auto b = *asio::buffer_sequence_begin(buffers);
-    return io(POLLIN, [&] { return ::recv(fd_, b.data(), b.size(), 0); }, ec, true);
-  }
-  template <class Buffers>
-  size_t read_some(const Buffers& buffers) {
-    beast::error_code ec;
-    size_t n = read_some(buffers, ec);
-    if (ec) throw beast::system_error(ec);
-    return n;
-  }
-  template <class Buffers>
-  size_t write_some(const Buffers& buffers, beast::error_code& ec) {
-    auto b = *asio::buffer_sequence_begin(buffers);
-    return io(POLLOUT, [&] { return ::send(fd_, b.data(), b.size(), MSG_NOSIGNAL); }, ec, false);
-  }
-  template <class Buffers>
-  size_t write_some(const Buffers& buffers) {
-    beast::error_code ec;
-    size_t n = write_some(buffers, ec);
-    if (ec) throw beast::system_error(ec);
-    return n;
-  }
-
- private:
-  template <class Op>
-  size_t io(short events, Op op, beast::error_code& ec, bool reading) {
-    ec = {};
-    for (;;) {
-      ssize_t n = op();
-      if (n > 0) return static_cast<size_t>(n);
-      if (n == 0 && reading) {
-        ec = asio::error::eof;
-        return 0;
-      }
-      if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-        ec = beast::error_code(errno, boost::system::system_category());
-        return 0;
-      }
-      if (cancelled_ && *cancelled_ && (*cancelled_)()) {
-        was_cancelled_ = true;
-        ec = asio::error::operation_aborted;
-        return 0;
-      }
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - Clock::now()).count();
-      if (left <= 0) {
-        timed_out_ = true;
-        ec = asio::error::timed_out;
-        return 0;
-      }
-      pollfd p{fd_, events, 0};
-      ::poll(&p, 1, static_cast<int>(std::min<int64_t>(left, 100)));
-    }
-  }
-
-  int fd_;
-  asio::any_io_executor ex_;
-  Deadline deadline_{};
-  const std::function<bool()>* cancelled_ = nullptr;
-  bool timed_out_ = false, was_cancelled_ = false;
-};
-
 }  // namespace
+
+using http::DeadlineStream;
 
 UpstreamFailure classify(const Error& e) {
   if (e.message.rfind(kTimedOut, 0) == 0) return UpstreamFailure::kTimeout;

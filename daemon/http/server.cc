@@ -1,5 +1,7 @@
 #include "daemon/http/server.h"
 
+#include "daemon/http/deadline_stream.h"
+
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -20,6 +22,7 @@ using tcp = asio::ip::tcp;
 namespace {
 
 constexpr size_t kHeaderLimit = 64 * 1024;
+constexpr auto kWriteStall = std::chrono::seconds(60);  // a response write that makes no progress
 
 tl::unexpected<Error> too_large(uint64_t limit) {
   return fail(ErrorCode::kPayloadTooLarge, "the request body is larger than this operation's limit of " +
@@ -80,7 +83,8 @@ class BeastExchange final : public Exchange {
     res.keep_alive(keep_alive());
     res.prepare_payload();
     beast::error_code ec;
-    bh::write(sock_, res, ec);
+    auto out = writer();
+    bh::write(out, res, ec);
     responded_ = true;
     if (ec) broken_ = true;
   }
@@ -100,7 +104,8 @@ class BeastExchange final : public Exchange {
     stream_res_.body().more = true;
     serializer_.emplace(stream_res_);
     beast::error_code ec;
-    bh::write_header(sock_, *serializer_, ec);
+    auto out = writer();
+    bh::write_header(out, *serializer_, ec);
     responded_ = true;
     remaining_ = length;
     if (ec) {
@@ -119,7 +124,8 @@ class BeastExchange final : public Exchange {
     stream_res_.body().size = bytes.size();
     stream_res_.body().more = true;
     beast::error_code ec;
-    bh::write(sock_, *serializer_, ec);
+    auto out = writer();
+    bh::write(out, *serializer_, ec);
     if (ec == bh::error::need_buffer) ec = {};
     if (ec) {
       broken_ = true;
@@ -153,6 +159,13 @@ class BeastExchange final : public Exchange {
 
  private:
   const bh::request<bh::buffer_body>& req() const { return parser_.get(); }
+  /// Every response write gives up when the client has taken nothing for kWriteStall: a
+  /// client that stops reading must not hold a thread (and a model call) for ever.
+  DeadlineStream writer() {
+    DeadlineStream out(sock_.native_handle(), sock_.get_executor());
+    out.arm(std::chrono::steady_clock::now() + kWriteStall, nullptr);
+    return out;
+  }
   bool keep_alive() const { return parser_.get().keep_alive(); }
 
   void send_continue() {
@@ -171,7 +184,8 @@ class BeastExchange final : public Exchange {
     stream_res_.body().size = 0;
     stream_res_.body().more = false;
     beast::error_code ec;
-    bh::write(sock_, *serializer_, ec);
+    auto out = writer();
+    bh::write(out, *serializer_, ec);
     if (ec == bh::error::need_buffer) ec = {};
     if (ec) {
       broken_ = true;
