@@ -334,11 +334,6 @@ Result<std::shared_ptr<Stream>> AgentChannel::open(const nlohmann::json& request
   return s;
 }
 
-void AgentChannel::set_incoming_handler(IncomingHandler h) {
-  std::lock_guard lk(mu_);
-  incoming_ = std::move(h);
-}
-
 void AgentChannel::forget(uint32_t id) {
   std::lock_guard lk(mu_);
   streams_.erase(id);

@@ -77,6 +77,9 @@ class AgentChannel : public std::enable_shared_from_this<AgentChannel> {
  public:
   /// Takes the daemon's end of the socketpair and starts the reader thread. `on_close` runs
   /// once, on the reader thread, when the channel reaches EOF or breaks.
+  /// `incoming` runs for each stream the agent opens, on the reader thread (so it must hand
+  /// the work to another thread at once); the stream's first frame is the OPEN. Without a
+  /// handler the agent gets END {"ok":false} straight away.
   using IncomingHandler = std::function<void(std::shared_ptr<Stream>)>;
   static std::shared_ptr<AgentChannel> start(UniqueFd fd, std::string name,
                                              std::function<void(const std::string&)> on_close,
@@ -95,10 +98,6 @@ class AgentChannel : public std::enable_shared_from_this<AgentChannel> {
   /// Opens a stream with `request` as the OPEN payload.
   Result<std::shared_ptr<Stream>> open(const nlohmann::json& request);
 
-  /// Runs for each stream the agent opens, on the reader thread (so it must hand the work to
-  /// another thread at once); the stream's first frame is the OPEN. Without a handler the
-  /// agent gets END {"ok":false} straight away.
-  void set_incoming_handler(IncomingHandler h);
 
   /// Holds every writer back (no frame half-written) for as long as the lock lives; used
   /// around a checkpoint so the image never holds a torn frame from the daemon.

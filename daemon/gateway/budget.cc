@@ -76,10 +76,4 @@ std::optional<Budgets::Snapshot> Budgets::look(const std::string& budget_id) {
   return Snapshot{(*a)->cap, (*a)->spent, (*a)->reserved};
 }
 
-void Budgets::invalidate(const std::string& budget_id) {
-  std::lock_guard lk(mu_);
-  auto it = accounts_.find(budget_id);
-  if (it != accounts_.end() && it->second.reserved == 0) accounts_.erase(it);
-}
-
 }  // namespace b3os::gateway

@@ -40,8 +40,6 @@ class Budgets {
   };
   /// What a budget has spent and holds reserved now (for the sandbox object).
   std::optional<Snapshot> look(const std::string& budget_id);
-  /// Forgets the cached cap of a budget (after `b3os keys set-cap`).
-  void invalidate(const std::string& budget_id);
 
  private:
   struct Account {

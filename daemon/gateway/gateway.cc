@@ -232,6 +232,12 @@ void Gateway::chat(const Caller& c, const std::string& body, Sink& sink) {
     budgets_.settle(held, row);
   };
 
+  // Charges what the upstream reported it used.
+  auto settle_usage = [&](int status, const std::string& outcome, const json& usage) {
+    int64_t p = tokens(usage, "prompt_tokens"), q = tokens(usage, "completion_tokens");
+    settle(status, outcome, p, q, p * in_price + q * out_price);
+  };
+
   // Whatever happens below (an exception included), the reservation is settled once.
   ScopeExit settle_if_forgotten([&] {
     if (held.active) settle(500, "internal_error", prompt_est, max_out * n, worst);
@@ -266,40 +272,44 @@ void Gateway::chat(const Caller& c, const std::string& body, Sink& sink) {
   auto gone = [&] { return sink.gone(); };
 
   bool sent = false;  // the request reached the upstream (from then on, a failure is charged)
-  auto upstream_failed = [&](const Error& e, bool answered) {
+  // A call that failed before a usable answer: once the request was sent, the upstream may
+  // have done (and billed) all the work, so the reservation is charged.
+  auto upstream_failed = [&](const Error& e) {
     switch (classify(e)) {
       case UpstreamFailure::kCancelled:
         settle(499, "client_gone", prompt_est, 0, prompt_est * in_price);
         return;
       case UpstreamFailure::kTimeout:
-        // The request was sent: the upstream may have done (and billed) all the work.
-        settle(504, "upstream_timeout", prompt_est, max_out * n, sent ? worst : 0);
-        if (!answered)
-          error(sink, 504, "the model upstream " + m->id + " did not answer within " + std::to_string(m->timeout_s) + " s",
-                "server_error", "upstream_timeout");
+        if (sent)
+          settle(504, "upstream_timeout", prompt_est, max_out * n, worst);
+        else
+          settle(504, "upstream_timeout", 0, 0, 0);
+        error(sink, 504, "the model upstream " + m->id + " did not answer within " + std::to_string(m->timeout_s) + " s",
+              "server_error", "upstream_timeout");
         return;
       case UpstreamFailure::kUnreachable:
         settle(502, "upstream_unreachable", 0, 0, 0);
         error(sink, 502, "the model upstream " + m->id + " is unreachable (" + e.message + ")", "server_error", "upstream_unavailable");
         return;
       case UpstreamFailure::kBroken:
-        // Tokens may have been generated and we cannot know how many: the whole reservation.
-        settle(502, "upstream_broken", prompt_est, max_out * n, sent ? worst : 0);
-        if (!answered)
-          error(sink, 502, "the model upstream " + m->id + " broke the call (" + e.message + ")", "server_error", "upstream_error");
+        if (sent)
+          settle(502, "upstream_broken", prompt_est, max_out * n, worst);
+        else
+          settle(502, "upstream_broken", 0, 0, 0);
+        error(sink, 502, "the model upstream " + m->id + " broke the call (" + e.message + ")", "server_error", "upstream_error");
         return;
     }
   };
 
   auto call = UpstreamCall::start(ur, deadline, gone, &sent);
-  if (!call) return upstream_failed(call.error(), false);
+  if (!call) return upstream_failed(call.error());
   const int status = (*call)->status();
 
   if (!stream || status < 200 || status >= 300) {
     std::string answer;
     for (;;) {
       auto piece = (*call)->read(deadline, gone);
-      if (!piece) return upstream_failed(piece.error(), false);  // a 200 cut short: charged
+      if (!piece) return upstream_failed(piece.error());  // an answer cut short: charged
       if (!*piece) break;
       answer += **piece;
       if (answer.size() > kMaxUpstreamBody) {
@@ -320,8 +330,7 @@ void Gateway::chat(const Caller& c, const std::string& body, Sink& sink) {
     if (usage.is_null()) {
       settle(200, "completed_without_usage", prompt_est, max_out * n, worst);
     } else {
-      int64_t p = tokens(usage, "prompt_tokens"), q = tokens(usage, "completion_tokens");
-      settle(200, "completed", p, q, p * in_price + q * out_price);
+      settle_usage(200, "completed", usage);
     }
     if (j.contains("model")) j["model"] = m->id;
     return (void)sink.respond(200, "application/json", j.dump(-1, ' ', false, json::error_handler_t::replace));
@@ -375,8 +384,8 @@ void Gateway::chat(const Caller& c, const std::string& body, Sink& sink) {
     out += "\n";
     return sink.write(out);
   };
-  bool broken = false;
-  std::optional<Error> failure;
+  std::optional<Error> failure;  // the upstream's
+  bool caller_left = false;
   for (;;) {
     auto piece = (*call)->read(deadline, gone);
     if (!piece) {
@@ -398,31 +407,29 @@ void Gateway::chat(const Caller& c, const std::string& body, Sink& sink) {
       } else {
         break;
       }
-      if (auto w = relay_event(std::string_view(pending).substr(0, cut)); !w) {
-        failure = Error{ErrorCode::kNodeUnavailable, "cancelled: the caller went away", 0};
+      if (!relay_event(std::string_view(pending).substr(0, cut))) {
+        caller_left = true;
         break;
       }
       pending.erase(0, cut + skip);
     }
-    if (failure) break;
+    if (caller_left) break;
   }
-  if (!failure && !pending.empty()) (void)relay_event(pending);
-  if (failure && classify(*failure) == UpstreamFailure::kCancelled) {
+  if (!failure && !caller_left && !pending.empty()) caller_left = !relay_event(pending);
+  if (caller_left || (failure && classify(*failure) == UpstreamFailure::kCancelled)) {
     // The caller left: closing the upstream connection stops the generation. Charge the
     // usage if it came, else the input and the chunks relayed so far (about a token each).
     if (!usage.is_null()) {
-      int64_t p = tokens(usage, "prompt_tokens"), q = tokens(usage, "completion_tokens");
-      settle(499, "client_gone", p, q, p * in_price + q * out_price);
+      settle_usage(499, "client_gone", usage);
     } else {
       settle(499, "client_gone", prompt_est, content_chunks, prompt_est * in_price + content_chunks * out_price);
     }
     sink.end(false);
     return;
   }
-  broken = failure.has_value() || !done_seen;
+  const bool broken = failure.has_value() || !done_seen;
   if (!usage.is_null()) {
-    int64_t p = tokens(usage, "prompt_tokens"), q = tokens(usage, "completion_tokens");
-    settle(200, broken ? "broken_stream_with_usage" : "completed", p, q, p * in_price + q * out_price);
+    settle_usage(200, broken ? "broken_stream_with_usage" : "completed", usage);
   } else {
     // No usage: a broken stream (or an upstream that never reports it) is charged the whole
     // reservation, the only amount known not to undercharge.

@@ -129,11 +129,6 @@ Result<std::unique_ptr<UpstreamCall>> UpstreamCall::start(const UpstreamRequest&
 
 int UpstreamCall::status() const { return static_cast<int>(impl_->parser.get().result_int()); }
 
-std::string UpstreamCall::header(const std::string& name) const {
-  auto it = impl_->parser.get().find(name);
-  return it == impl_->parser.get().end() ? std::string() : std::string(it->value());
-}
-
 Result<std::optional<std::string>> UpstreamCall::read(Deadline deadline, const std::function<bool()>& cancelled) {
   auto& p = impl_->parser;
   impl_->stream->arm(deadline, &cancelled);

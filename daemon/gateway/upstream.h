@@ -34,7 +34,6 @@ class UpstreamCall {
   ~UpstreamCall();
 
   int status() const;
-  std::string header(const std::string& name) const;
   /// The next piece of the body; nullopt at its end. Same failures as start().
   Result<std::optional<std::string>> read(Deadline deadline, const std::function<bool()>& cancelled);
 

@@ -53,12 +53,6 @@ class RelaySink : public gateway::Sink {
   std::shared_ptr<agentlink::Stream> st_;
 };
 
-bool has_infer(const json& doc) {
-  if (!doc.contains("api") || !doc["api"].is_object()) return false;
-  const json scopes = doc["api"].value("scopes", json::array());
-  return std::find(scopes.begin(), scopes.end(), "infer:run") != scopes.end();
-}
-
 }  // namespace
 
 Result<std::string> SandboxService::grant_budget(const Principal& p, const SandboxSpec& spec, const std::string& inherited) {
@@ -106,8 +100,9 @@ void SandboxService::serve_relay(const std::string& id, std::shared_ptr<agentlin
         relay_one(id, st);
       } catch (const std::exception& e) {
         spdlog::error("sandbox {}: model call failed: {}", id, e.what());
-        RelaySink sink(st);
-        (void)sink.respond(500, "application/json", gateway::openai_error_body("b3osd failed this call", "server_error", "internal"));
+        // END ok:false works whether or not an answer had begun: before the HEADER the agent
+        // answers 500 itself, after it the connection closes.
+        (void)st->send_end({{"ok", false}, {"error", {{"code", "internal"}, {"message", "b3osd failed this call"}}}});
       }
       --g_relay_calls;
     }).detach();
@@ -120,61 +115,61 @@ void SandboxService::serve_relay(const std::string& id, std::shared_ptr<agentlin
 }
 
 void SandboxService::relay_one(const std::string& id, const std::shared_ptr<agentlink::Stream>& st) {
-  {
-    RelaySink sink(st);
-    auto refuse = [&](int status, const std::string& msg, const std::string& type, const std::string& code) {
-      (void)sink.respond(status, "application/json", gateway::openai_error_body(msg, type, code));
-    };
-    // The request: OPEN, then its body as DATA up to EOF.
-    const auto deadline = Clock::now() + kRelayRequestTimeout;
-    auto open = st->next(deadline);
-    if (!open) return;
-    json req = json::parse(open->payload, nullptr, false);
-    if (req.is_discarded() || !req.is_object() || !req.contains("op") || req["op"] != "http" ||
-        !req.contains("path") || !req["path"].is_string() || !req.contains("method") || !req["method"].is_string())
-      return refuse(400, "the agent relayed a request b3osd cannot read", "invalid_request_error", "invalid_request");
-    std::string body;
-    for (;;) {
-      auto f = st->next(deadline);
-      if (!f) return;
-      if (f->type == protocol::FrameType::kCancel) return;
-      if (f->type == protocol::FrameType::kEof) break;
-      if (f->type != protocol::FrameType::kData) continue;
-      body += f->payload;
-      st->grant(static_cast<uint32_t>(f->payload.size()));
-      if (body.size() > kMaxRelayBody) return refuse(413, "request body over 4 MiB", "invalid_request_error", "payload_too_large");
-    }
-    std::shared_ptr<Sandbox> s;
-    {
-      std::lock_guard lk(mu_);
-      if (auto it = live_.find(id); it != live_.end()) s = it->second;
-    }
-    if (!s) return refuse(503, "this sandbox is not in service", "server_error", "sandbox_not_running");
-    json doc;
-    {
-      std::lock_guard lk(s->mu);
-      doc = s->doc;
-    }
-    if (!has_infer(doc))
-      return refuse(403, "this sandbox was created without the infer:run scope; create it with \"api\": {\"scopes\": [\"infer:run\"]}",
-                    "permission_error", "forbidden");
-    // The project's switch is read on every call: turning it off stops running sandboxes too.
-    if (auto allowed = store_.project_allows_infer(s->project_id); !allowed || !*allowed)
-      return refuse(403, "this sandbox's project may not use the model gateway (b3os projects set-infer NAME on)",
-                    "permission_error", "forbidden");
-    if (!gw_) return refuse(503, "this b3osd has no model gateway", "server_error", "product_unavailable");
-    const std::string path = req.value("path", "");
-    const std::string prefix = "/v1/infer";
-    if (path.rfind(prefix, 0) != 0 || (path.size() > prefix.size() && path[prefix.size()] != '/'))
-      return refuse(404, "nothing at " + path + " (the model endpoint is " + std::string(kInferBaseUrl) + ")",
-                    "invalid_request_error", "not_found");
-    gateway::Caller c;
-    c.budget_id = doc["_b3os"].value("budget_id", "");
-    c.project_id = s->project_id;
-    c.sandbox_id = id;
-    if (c.budget_id.empty()) return refuse(500, "this sandbox's grant has no budget", "server_error", "internal");
-    gw_->handle(c, req["method"].get<std::string>(), path.substr(prefix.size()), body, sink);
+  RelaySink sink(st);
+  auto refuse = [&](int status, const std::string& msg, const std::string& type, const std::string& code) {
+    (void)sink.respond(status, "application/json", gateway::openai_error_body(msg, type, code));
+  };
+  // The request: OPEN, then its body as DATA up to EOF.
+  const auto deadline = Clock::now() + kRelayRequestTimeout;
+  auto open = st->next(deadline);
+  if (!open) return;
+  json req = json::parse(open->payload, nullptr, false);
+  if (req.is_discarded() || !req.is_object() || !req.contains("op") || req["op"] != "http" ||
+      !req.contains("path") || !req["path"].is_string() || !req.contains("method") || !req["method"].is_string())
+    return refuse(400, "the agent relayed a request b3osd cannot read", "invalid_request_error", "invalid_request");
+  std::string body;
+  for (;;) {
+    auto f = st->next(deadline);
+    if (!f) return;
+    if (f->type == protocol::FrameType::kCancel) return;
+    if (f->type == protocol::FrameType::kEof) break;
+    if (f->type != protocol::FrameType::kData) continue;
+    body += f->payload;
+    st->grant(static_cast<uint32_t>(f->payload.size()));
+    if (body.size() > kMaxRelayBody) return refuse(413, "request body over 4 MiB", "invalid_request_error", "payload_too_large");
   }
+  std::shared_ptr<Sandbox> s;
+  {
+    std::lock_guard lk(mu_);
+    if (auto it = live_.find(id); it != live_.end()) s = it->second;
+  }
+  if (!s) return refuse(503, "this sandbox is not in service", "server_error", "sandbox_not_running");
+  bool infer;
+  gateway::Caller c;
+  {
+    std::lock_guard lk(s->mu);
+    infer = grants_infer(s->doc);
+    c.budget_id = s->doc["_b3os"].value("budget_id", "");
+  }
+  if (!infer)
+    return refuse(403, "this sandbox was created without the infer:run scope; create it with \"api\": {\"scopes\": [\"infer:run\"]}",
+                  "permission_error", "forbidden");
+  // The project's switch is read on every call: turning it off stops running sandboxes too.
+  auto allowed = store_.project_allows_infer(s->project_id);
+  if (!allowed) return refuse(500, allowed.error().message, "server_error", "internal");
+  if (!*allowed)
+    return refuse(403, "this sandbox's project may not use the model gateway (b3os projects set-infer NAME on)",
+                  "permission_error", "forbidden");
+  if (!gw_) return refuse(503, "this b3osd has no model gateway", "server_error", "product_unavailable");
+  const std::string path = req["path"].get<std::string>();
+  const std::string prefix = "/v1/infer";
+  if (path.rfind(prefix, 0) != 0 || (path.size() > prefix.size() && path[prefix.size()] != '/'))
+    return refuse(404, "nothing at " + path + " (the model endpoint is " + std::string(kInferBaseUrl) + ")",
+                  "invalid_request_error", "not_found");
+  c.project_id = s->project_id;
+  c.sandbox_id = id;
+  if (c.budget_id.empty()) return refuse(500, "this sandbox's grant has no budget", "server_error", "internal");
+  gw_->handle(c, req["method"].get<std::string>(), path.substr(prefix.size()), body, sink);
 }
 
 }  // namespace b3os::sandbox

@@ -73,8 +73,7 @@ Result<ExecResult> SandboxService::exec(const Principal& p, const std::string& i
     // A grant of infer:run: a stock OpenAI client finds the node's model through the agent's
     // relay (the key is a placeholder: the gateway knows the sandbox). The sandbox's own env
     // may override these.
-    const json& scopes = s.doc["api"].value("scopes", json::array());
-    if (std::find(scopes.begin(), scopes.end(), "infer:run") != scopes.end()) {
+    if (grants_infer(s.doc)) {
       env["OPENAI_BASE_URL"] = kInferBaseUrl;
       env["OPENAI_API_KEY"] = kInferPlaceholderKey;
       // With no model configured the name is a placeholder; calls then get 503 saying how

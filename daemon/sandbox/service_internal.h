@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <filesystem>
@@ -37,6 +38,13 @@ inline constexpr const char* kUnconfiguredModel = "b3os/unconfigured";
 inline const std::map<std::string, std::string> kTemplateDescriptions = {
     {"base", "Debian 12 minbase with python3, curl, ca-certificates and procps"},
 };
+
+/// True when a sandbox document's grant has the infer:run scope.
+inline bool grants_infer(const json& doc) {
+  if (!doc.contains("api") || !doc["api"].is_object() || !doc["api"].contains("scopes")) return false;
+  const json& scopes = doc["api"]["scopes"];
+  return scopes.is_array() && std::find(scopes.begin(), scopes.end(), "infer:run") != scopes.end();
+}
 
 inline json map_to_json(const std::map<std::string, std::string>& m) {
   json j = json::object();
