@@ -63,6 +63,11 @@ int main(int argc, char** argv) {
   app.add_option("--runsc-root", cfg.runtime.root_dir, "runsc state directory")->capture_default_str();
   app.add_option("--platform", cfg.runtime.platform, "gVisor platform")->capture_default_str();
   app.add_flag("--runsc-debug", cfg.runtime.debug, "keep runsc debug logs in each sandbox directory");
+  app.add_option("--runsc-control", cfg.runtime.control,
+                 "how start, checkpoint and restore reach a sandbox: direct (its control socket), cli (the runsc "
+                 "CLI), auto (direct for runsc versions whose messages are known)")
+      ->check(CLI::IsMember({"auto", "direct", "cli"}))
+      ->capture_default_str();
   app.add_option("--memory-overhead-mib", cfg.runtime.memory_overhead_mib, "cgroup memory added to memory_mib for the runtime")->capture_default_str();
   app.add_option("--max-upload-bytes", cfg.max_upload_bytes, "largest file upload")->capture_default_str();
   app.add_option("--max-exec-output", cfg.max_exec_output, "bytes of stdout and of stderr kept per exec")->capture_default_str();

@@ -3,14 +3,20 @@
 #include "common/file.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <array>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
 
+#include <spdlog/spdlog.h>
+
+#include "common/scope_exit.h"
 #include "common/unique_fd.h"
+#include "daemon/runtime/control.h"
 #include "daemon/sys/process.h"
 
 namespace b3os::runtime {
@@ -141,6 +147,7 @@ Result<void> Runsc::limit_memory(const std::string& id, int memory_mib) {
 }
 
 Result<void> Runsc::checkpoint(const std::string& id, const std::string& image_dir) {
+  if (direct_control()) return checkpoint_direct(id, image_dir);
   auto argv = base_argv();
   argv.insert(argv.end(), {"checkpoint", "--leave-running", "--compression=none", "--image-path", image_dir, id});
   auto r = sys::run(argv, 120s);
@@ -150,6 +157,7 @@ Result<void> Runsc::checkpoint(const std::string& id, const std::string& image_d
 }
 
 Result<void> Runsc::restore(const std::string& id, const std::string& bundle_dir, const std::string& image_dir) {
+  if (direct_control()) return restore_direct(id, image_dir);
   auto argv = base_argv();
   argv.insert(argv.end(), {"restore", "--detach", "--image-path", image_dir, "--bundle", bundle_dir, id});
   auto r = sys::run(argv, 120s);
@@ -191,6 +199,7 @@ Result<void> Runsc::resume(const std::string& id) {
 }
 
 Result<void> Runsc::start(const std::string& id) {
+  if (direct_control()) return start_direct(id);
   auto argv = base_argv();
   argv.insert(argv.end(), {"start", id});
   auto r = sys::run(argv, 30s);
@@ -249,6 +258,154 @@ Result<std::vector<std::string>> Runsc::list() {
     pos = nl + 1;
   }
   return ids;
+}
+
+// --- the control socket, without the CLI (control.h) ---
+
+namespace {
+constexpr auto kStartTimeout = 30s;
+constexpr auto kImageTimeout = 120s;  // checkpoints and restores of large memories
+// The image files runsc checkpoint --compression=none writes, in the order the calls take them.
+constexpr std::array<const char*, 3> kImageFiles = {"checkpoint.img", "pages_meta.img", "pages.img"};
+}  // namespace
+
+bool Runsc::direct_control() {
+  std::call_once(control_once_, [&] {
+    if (cfg_.control == "cli") return;
+    if (cfg_.control == "direct") {
+      direct_ = true;
+      return;
+    }
+    std::string version;
+    if (auto r = sys::run({cfg_.runsc, "--version"}, 10s); r && r->exit_code == 0) {
+      // "runsc version 0.0~20240729.0\nspec: 1.0.2-dev"
+      constexpr std::string_view kPrefix = "runsc version ";
+      if (r->output.rfind(kPrefix, 0) == 0) version = r->output.substr(kPrefix.size(), r->output.find('\n') - kPrefix.size());
+    }
+    direct_ = control_protocol_known(version);
+    if (direct_) {
+      spdlog::info("runsc {}: start, checkpoint and restore call the sandbox's control socket directly", version);
+    } else {
+      spdlog::info("runsc {}: control messages not known for this version; start, checkpoint and restore use the runsc CLI",
+                   version.empty() ? "(version unreadable)" : version);
+    }
+  });
+  return direct_;
+}
+
+std::string Runsc::state_path(const std::string& id) const {
+  return cfg_.root_dir + "/" + id + "_sandbox:" + id + ".state";
+}
+
+Result<void> Runsc::start_root(const std::string& id, std::string_view verb,
+                               const std::function<Result<void>(ControlConnection&, const std::string&)>& run) {
+  const std::string what = "runsc " + std::string(verb) + " " + id;
+  const std::string state_file = state_path(id);
+  const std::string lock_file = cfg_.root_dir + "/" + id + "_sandbox:" + id + ".lock";
+  // runsc serializes every change to a container on flock(2) of its lock file.
+  UniqueFd lock(::open(lock_file.c_str(), O_RDWR | O_CLOEXEC));
+  if (!lock) return fail(errno_error(ErrorCode::kInternal, what + ": no container (" + lock_file + ")", errno));
+  while (::flock(lock.get(), LOCK_EX) != 0) {
+    if (errno != EINTR) return fail(errno_error(ErrorCode::kInternal, what + ": lock", errno));
+  }
+  ScopeExit unlock([&] { ::flock(lock.get(), LOCK_UN); });
+
+  auto text = read_small_file(state_file, 1 << 20);
+  if (!text) return fail(ErrorCode::kInternal, what + ": cannot read " + state_file);
+  // ordered_json: the file is written back with its keys where runsc put them.
+  auto state = nlohmann::ordered_json::parse(*text, nullptr, false);
+  if (state.is_discarded() || !state.is_object()) return fail(ErrorCode::kInternal, what + ": unreadable " + state_file);
+  if (state.value("status", "") != "created") {
+    return fail(ErrorCode::kInternal, what + ": the container is " + state.value("status", "?") + ", not created");
+  }
+  const auto& sandbox = state["sandbox"];
+  if (!sandbox.is_object() || !sandbox.contains("controlSocketPath") || !sandbox.contains("id")) {
+    return fail(ErrorCode::kInternal, what + ": no control socket in " + state_file);
+  }
+  auto conn = ControlConnection::connect(sandbox["controlSocketPath"].get<std::string>());
+  if (!conn) return fail(conn.error().wrap(what));
+  // --network=none: the sandbox gets its loopback interface just before it starts.
+  if (auto r = conn->call("Network.CreateLinksAndRoutes", loopback_links_arg(), {}, kStartTimeout); !r) {
+    return fail(r.error().wrap(what));
+  }
+  if (auto r = run(*conn, sandbox["id"].get<std::string>()); !r) return fail(r.error().wrap(what));
+
+  state["status"] = "running";
+  const std::string tmp = state_file + ".b3os-tmp";
+  {
+    UniqueFd out(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640));
+    if (!out) return fail(errno_error(ErrorCode::kInternal, what + ": " + tmp, errno));
+    const std::string body = state.dump();
+    if (::write(out.get(), body.data(), body.size()) != static_cast<ssize_t>(body.size())) {
+      ::unlink(tmp.c_str());
+      return fail(errno_error(ErrorCode::kInternal, what + ": writing " + tmp, errno));
+    }
+  }
+  if (::rename(tmp.c_str(), state_file.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    return fail(errno_error(ErrorCode::kInternal, what + ": " + state_file, err));
+  }
+  return {};
+}
+
+Result<void> Runsc::start_direct(const std::string& id) {
+  return start_root(id, "start", [](ControlConnection& conn, const std::string& sandbox_id) -> Result<void> {
+    if (auto r = conn.call("containerManager.StartRoot", sandbox_id, {}, kStartTimeout); !r) return fail(r.error());
+    return {};
+  });
+}
+
+Result<void> Runsc::restore_direct(const std::string& id, const std::string& image_dir) {
+  std::vector<UniqueFd> files;
+  std::vector<int> fds;
+  for (const char* name : kImageFiles) {
+    const std::string path = image_dir + "/" + name;
+    UniqueFd f(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!f) return fail(errno_error(ErrorCode::kInternal, "runsc restore " + id + ": " + path, errno));
+    fds.push_back(f.get());
+    files.push_back(std::move(f));
+  }
+  return start_root(id, "restore", [&](ControlConnection& conn, const std::string&) -> Result<void> {
+    const nlohmann::json arg = {{"HavePagesFile", true}, {"HaveDeviceFile", false}};
+    if (auto r = conn.call("containerManager.Restore", arg, fds, kImageTimeout); !r) return fail(r.error());
+    return {};
+  });
+}
+
+Result<void> Runsc::checkpoint_direct(const std::string& id, const std::string& image_dir) {
+  const std::string what = "runsc checkpoint " + id;
+  std::string socket_path;
+  {
+    auto text = read_small_file(state_path(id), 1 << 20);
+    if (!text) return fail(ErrorCode::kInternal, what + ": cannot read " + state_path(id));
+    auto state = json::parse(*text, nullptr, false);
+    if (state.is_discarded() || !state.is_object() || !state["sandbox"].is_object() ||
+        !state["sandbox"]["controlSocketPath"].is_string()) {
+      return fail(ErrorCode::kInternal, what + ": unreadable " + state_path(id));
+    }
+    socket_path = state["sandbox"]["controlSocketPath"].get<std::string>();
+  }
+  ::mkdir(image_dir.c_str(), 0755);
+  std::vector<UniqueFd> files;
+  std::vector<int> fds;
+  for (const char* name : kImageFiles) {
+    const std::string path = image_dir + "/" + name;
+    UniqueFd f(::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
+    if (!f) return fail(errno_error(ErrorCode::kInternal, what + ": " + path, errno));
+    fds.push_back(f.get());
+    files.push_back(std::move(f));
+  }
+  auto conn = ControlConnection::connect(socket_path);
+  if (!conn) return fail(conn.error().wrap(what));
+  // What `runsc checkpoint --leave-running --compression=none` sends.
+  const json arg = {{"key", nullptr},
+                    {"metadata", {{"compression", "none"}}},
+                    {"MemoryFileSaveOpts", {{"ExcludeCommittedZeroPages", false}}},
+                    {"have_pages_file", true},
+                    {"Resume", true}};
+  if (auto r = conn->call("containerManager.Checkpoint", arg, fds, kImageTimeout); !r) return fail(r.error().wrap(what));
+  return {};
 }
 
 }  // namespace b3os::runtime

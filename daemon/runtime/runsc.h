@@ -4,12 +4,17 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <functional>
+#include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/result.h"
 
 namespace b3os::runtime {
+
+class ControlConnection;
 
 /// Where runsc and its state live, and the flags every sandbox gets.
 struct RuntimeConfig {
@@ -19,6 +24,10 @@ struct RuntimeConfig {
   /// Host memory the runtime itself needs beyond memory_mib (sentry, gofer, page tables).
   int memory_overhead_mib = 256;
   bool debug = false;
+  /// How start, checkpoint and restore reach the sandbox: "cli" runs the runsc CLI, "direct"
+  /// calls the sandbox's control socket itself (control.h), "auto" is direct for the runsc
+  /// versions whose messages are known and the CLI otherwise.
+  std::string control = "auto";
 };
 
 /// One container to create.
@@ -70,11 +79,26 @@ class Runsc {
   Result<std::vector<std::string>> list();
 
   const RuntimeConfig& config() const { return cfg_; }
+  /// Whether start, checkpoint and restore go to the control socket (decided once, from
+  /// `control` and `runsc --version`).
+  bool direct_control();
   /// The global flags before a verb (root, platform, overlay, network).
   std::vector<std::string> base_argv() const;
 
  private:
+  // The direct forms of start, restore and checkpoint (control.h).
+  Result<void> start_direct(const std::string& id);
+  Result<void> restore_direct(const std::string& id, const std::string& image_dir);
+  Result<void> checkpoint_direct(const std::string& id, const std::string& image_dir);
+  // What runsc start and restore do for a root container under --network=none, around `run`:
+  // under the state file's lock, require "created", set up loopback, then record "running".
+  Result<void> start_root(const std::string& id, std::string_view verb,
+                          const std::function<Result<void>(ControlConnection&, const std::string& sandbox_id)>& run);
+  std::string state_path(const std::string& id) const;
+
   RuntimeConfig cfg_;
+  std::once_flag control_once_;
+  bool direct_ = false;
 };
 
 /// The OCI config.json of a sandbox (pure; unit-tested).

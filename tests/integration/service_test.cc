@@ -186,5 +186,82 @@ TEST_F(ServiceTest, RestartReattachesRunningSandboxes) {
   expect_no_leftovers(id);
 }
 
+// Start, checkpoint and restore go to the sandbox's control socket ("direct") or through the
+// runsc CLI ("cli"); both make the same sandboxes, and runsc's own view of them agrees.
+class ControlPathTest : public ServiceTest, public ::testing::WithParamInterface<const char*> {};
+
+TEST_P(ControlPathTest, ForksRunAndAreFullCitizens) {
+  runtime::RuntimeConfig probe = cfg_.runtime;
+  probe.control = "auto";
+  if (GetParam() == std::string("direct") && !runtime::Runsc(probe).direct_control())
+    GTEST_SKIP() << "this runsc version's control messages are not known to b3osd (it uses the CLI)";
+  cfg_.runtime.control = GetParam();
+  runtime::Runsc runsc(cfg_.runtime);
+  SandboxService svc(cfg_, *store_);
+  ASSERT_TRUE(svc.recover());
+  Timing t;
+  SandboxSpec spec;
+  spec.forkable = true;
+  auto src = svc.create(principal_, spec, t);
+  ASSERT_TRUE(src) << src.error().message;
+  const std::string id = (*src)["id"];
+  EXPECT_EQ(runsc.state(id).value_or(runtime::ContainerState::kMissing), runtime::ContainerState::kRunning);
+  ExecSpec e;
+  e.argv = {"sh", "-c", "echo before > /workspace/mark"};
+  ASSERT_TRUE(svc.exec(principal_, id, e, t, nullptr));
+
+  auto forks = svc.fork(principal_, id, 2, std::nullopt, t);
+  ASSERT_TRUE(forks) << forks.error().message;
+  ASSERT_EQ((*forks)["data"].size(), 2u);
+  for (auto& f : (*forks)["data"]) {
+    const std::string fid = f["id"];
+    // runsc sees the restored container as running (its state file was updated).
+    EXPECT_EQ(runsc.state(fid).value_or(runtime::ContainerState::kMissing), runtime::ContainerState::kRunning);
+    e.argv = {"cat", "/workspace/mark"};
+    auto r = svc.exec(principal_, fid, e, t, nullptr);
+    ASSERT_TRUE(r) << r.error().message;
+    EXPECT_EQ(r->stdout_data, "before\n");
+    // A fork is a full citizen: runsc can pause and resume it, and the fork can fork.
+    ASSERT_TRUE(svc.pause(principal_, fid, t));
+    ASSERT_TRUE(svc.resume(principal_, fid, t));
+  }
+  const std::string f0 = (*forks)["data"][0]["id"];
+  auto grand = svc.fork(principal_, f0, 1, std::nullopt, t);
+  ASSERT_TRUE(grand) << grand.error().message;
+  std::vector<std::string> all = {id, f0, (*forks)["data"][1]["id"], (*grand)["data"][0]["id"]};
+  for (auto& x : all) ASSERT_TRUE(svc.remove(principal_, x, t));
+  for (auto& x : all) expect_no_leftovers(x);
+}
+
+INSTANTIATE_TEST_SUITE_P(Paths, ControlPathTest, ::testing::Values("direct", "cli"));
+
+TEST_F(ServiceTest, DirectRestoreRefusesAContainerThatIsNotCreated) {
+  if (!runtime::Runsc(cfg_.runtime).direct_control())
+    GTEST_SKIP() << "this runsc version's control messages are not known to b3osd (it uses the CLI)";
+  SandboxService svc(cfg_, *store_);
+  ASSERT_TRUE(svc.recover());
+  Timing t;
+  auto sbx = svc.create(principal_, SandboxSpec{}, t);
+  ASSERT_TRUE(sbx) << sbx.error().message;
+  const std::string id = (*sbx)["id"];
+  runtime::Runsc runsc(cfg_.runtime);
+  // A running container is not restored into, and is left running.
+  auto r = runsc.restore(id, cfg_.sandboxes_dir() + "/" + id, tmp_.string() + "/no-image");
+  ASSERT_FALSE(r);
+  auto started = runsc.start(id);
+  ASSERT_FALSE(started);
+  EXPECT_NE(started.error().message.find("not created"), std::string::npos) << started.error().message;
+  EXPECT_EQ(runsc.state(id).value_or(runtime::ContainerState::kMissing), runtime::ContainerState::kRunning);
+  ExecSpec e;
+  e.argv = {"true"};
+  EXPECT_TRUE(svc.exec(principal_, id, e, t, nullptr));
+  // No container: a clear error, nothing made.
+  auto none = runsc.start("sbx_nonexistent");
+  ASSERT_FALSE(none);
+  EXPECT_NE(none.error().message.find("no container"), std::string::npos) << none.error().message;
+  ASSERT_TRUE(svc.remove(principal_, id, t));
+  expect_no_leftovers(id);
+}
+
 }  // namespace
 }  // namespace b3os::sandbox
