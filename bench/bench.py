@@ -149,7 +149,7 @@ def main():
         src = json.loads(b)["id"]
         fork1, fork1_paused, fork3 = [], [], []
         for n, out in ((1, fork1), (3, fork3)):
-            for _ in range(max(3, runs // 4)):
+            for _ in range(max(5, runs // 2)):
                 r, b = c.call("POST", f"/v1/sandboxes/{src}/fork", {"count": n})
                 out.append(st_total(r))
                 if n == 1:
@@ -163,7 +163,7 @@ def main():
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         subprocess.run(rawc + ["start", "rawsrc"], check=True)
         raw_fork = []
-        for i in range(max(3, runs // 4)):
+        for i in range(max(5, runs // 2)):
             img = f"{tmp}/rawimg{i}"
             os.makedirs(img)
             t0 = time.perf_counter()

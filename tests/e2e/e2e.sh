@@ -941,6 +941,9 @@ s_fork() {
   apij POST "/v1/sandboxes/$src/fork" '{"count":3,"metadata":{"role":"fork"}}'
   check fork.count3_201 "$(snip)" okj 201 '.object == "list" and (.data | length) == 3'
   check fork.server_timing_restore "$(header Server-Timing)" bash -c "header() { :; }; grep -qi 'restore;dur=' '$RESPH' && grep -qi 'snapshot;dur=' '$RESPH' && grep -qi 'total;dur=' '$RESPH'"
+  # The spec's four phases while the source is held, in its order; base and export take no time here.
+  check fork.spec_phases "$(header Server-Timing)" grep -Eqi 'pause;dur=[0-9.]+, base;dur=0\.000, snapshot;dur=[0-9.]+, export;dur=0\.000, ' "$RESPH"
+  check fork.timing_spec_phases "$(snip)" jt '.timing | (.pause_ms >= 0 and .base_ms == 0 and .snapshot_ms > 0 and .export_ms == 0 and .restore_ms > 0)'
   local forks
   forks=$(j '.data[].id')
   for f in $forks; do echo "$f" >>"$T/ids"; done
