@@ -564,6 +564,8 @@ Result<void> SandboxService::recover() {
   std::error_code ec;
   fs::create_directories(cfg_.sandboxes_dir(), ec);
   fs::create_directories(cfg_.runtime.root_dir, ec);
+  // Decides (and logs) once how runsc is driven, before any request waits on it.
+  (void)runsc_.direct_control();
   auto rows = store_.active_sandboxes();
   if (!rows) return fail(rows.error());
   for (auto& row : *rows) {
