@@ -46,4 +46,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get install -y -qq --no-install-recommends "${missing[@]}"
   apt-get install -y -qq -t bookworm-backports runsc >/dev/null
 fi
-runsc --version | head -1
+# Not `| head -1`: head exits after one line, runsc can die of SIGPIPE writing its second, and
+# pipefail turns that into a failed install.
+version=$(runsc --version)
+echo "${version%%$'\n'*}"

@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <unistd.h>
 
 #include <array>
 #include <cerrno>
@@ -88,9 +89,15 @@ Result<ControlConnection> ControlConnection::connect(const std::string& socket_p
     target = "/proc/self/fd/" + std::to_string(path_fd.get());
   }
   std::memcpy(addr.sun_path, target.data(), target.size());
-  // A unix stream connect completes at once or fails (EAGAIN: the listener's backlog is full).
-  if (::connect(sock.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) != 0) {
-    return fail(errno_error(ErrorCode::kInternal, "connect to the sandbox control socket " + socket_path, errno));
+  // A non-blocking unix stream connect completes at once, or fails with EAGAIN while the
+  // listener's backlog is full: retried for up to 2 s, as a blocking connect would wait.
+  const auto deadline = Clock::now() + std::chrono::seconds(2);
+  while (::connect(sock.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) != 0) {
+    const int err = errno;
+    if ((err != EAGAIN && err != EINTR) || Clock::now() >= deadline) {
+      return fail(errno_error(ErrorCode::kInternal, "connect to the sandbox control socket " + socket_path, err));
+    }
+    ::usleep(1000);
   }
   return ControlConnection(std::move(sock), socket_path);
 }
@@ -124,8 +131,9 @@ Result<json> ControlConnection::call(std::string_view method, const json& arg, s
       sent += static_cast<size_t>(n);
       continue;
     }
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+    if (n == 0) return fail(ErrorCode::kInternal, what + ": the socket took no bytes");
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
       auto ready = wait_ready(fd_.get(), POLLOUT, deadline);
       if (!ready) return fail(ready.error().wrap(what));
       if (!*ready) return fail(ErrorCode::kInternal, what + ": timed out sending");

@@ -8,6 +8,8 @@
 #include <unistd.h>
 
 #include <array>
+#include <filesystem>
+#include <thread>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
@@ -265,17 +267,74 @@ Result<std::vector<std::string>> Runsc::list() {
 namespace {
 constexpr auto kStartTimeout = 30s;
 constexpr auto kImageTimeout = 120s;  // checkpoints and restores of large memories
+constexpr auto kLockTimeout = 30s;    // what the CLI path allowed a whole verb
 // The image files runsc checkpoint --compression=none writes, in the order the calls take them.
 constexpr std::array<const char*, 3> kImageFiles = {"checkpoint.img", "pages_meta.img", "pages.img"};
+constexpr std::string_view kTempSuffix = ".b3os-tmp";
+
+// runsc serializes every change to a container on flock(2) of ROOT/ID_sandbox:ID.lock
+// (gofrs/flock). Waits for it up to kLockTimeout; the fd holds it until closed or unlocked.
+Result<UniqueFd> lock_container(const std::string& lock_file, const std::string& what) {
+  UniqueFd lock(::open(lock_file.c_str(), O_RDWR | O_CLOEXEC));
+  if (!lock) return fail(errno_error(ErrorCode::kInternal, what + ": no container (" + lock_file + ")", errno));
+  const auto deadline = std::chrono::steady_clock::now() + kLockTimeout;
+  while (::flock(lock.get(), LOCK_EX | LOCK_NB) != 0) {
+    if (errno != EWOULDBLOCK && errno != EINTR) return fail(errno_error(ErrorCode::kInternal, what + ": lock", errno));
+    if (std::chrono::steady_clock::now() >= deadline) {
+      return fail(ErrorCode::kInternal, what + ": runsc's lock " + lock_file + " held for over 30 s");
+    }
+    std::this_thread::sleep_for(1ms);
+  }
+  return lock;
+}
+
+// The container's runsc state, read under its lock; `status` and the control socket checked.
+Result<nlohmann::ordered_json> read_state(const std::string& state_file, const std::string& what) {
+  auto text = read_small_file(state_file, 1 << 20);
+  if (!text) return fail(ErrorCode::kInternal, what + ": cannot read " + state_file);
+  // ordered_json: written back with its keys where runsc put them.
+  auto state = nlohmann::ordered_json::parse(*text, nullptr, false);
+  if (state.is_discarded() || !state.is_object() || !state.contains("status") || !state["status"].is_string() ||
+      !state.contains("sandbox") || !state["sandbox"].is_object() || !state["sandbox"].contains("id") ||
+      !state["sandbox"]["id"].is_string() || !state["sandbox"].contains("controlSocketPath") ||
+      !state["sandbox"]["controlSocketPath"].is_string()) {
+    return fail(ErrorCode::kInternal, what + ": unreadable runsc state " + state_file);
+  }
+  return state;
+}
+
+Result<void> write_all(int fd, std::string_view data) {
+  while (!data.empty()) {
+    ssize_t n = ::write(fd, data.data(), data.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return fail(errno_error(ErrorCode::kInternal, "write", n < 0 ? errno : EIO));
+    data.remove_prefix(static_cast<size_t>(n));
+  }
+  return {};
+}
 }  // namespace
 
 bool Runsc::direct_control() {
   std::call_once(control_once_, [&] {
+    // A state file rewrite cut short by a crash leaves its temporary behind; runsc never
+    // removes it (its names end in .state and .lock).
+    std::error_code ec;
+    for (auto it = std::filesystem::directory_iterator(cfg_.root_dir, ec); !ec && it != std::filesystem::directory_iterator();
+         it.increment(ec)) {
+      const std::string name = it->path().filename().string();
+      if (name.size() > kTempSuffix.size() && name.ends_with(kTempSuffix)) std::filesystem::remove(it->path(), ec);
+    }
     if (cfg_.control == "cli") return;
+    // KVM restores need /dev/kvm passed along (runsc's HaveDeviceFile); only the CLI does that.
+    if (cfg_.platform != "systrap" && cfg_.platform != "ptrace") {
+      spdlog::info("platform {}: start, checkpoint and restore use the runsc CLI", cfg_.platform);
+      return;
+    }
     if (cfg_.control == "direct") {
       direct_ = true;
       return;
     }
+    // Checked once, at start: a runsc replaced under a running b3osd is not noticed until restart.
     std::string version;
     if (auto r = sys::run({cfg_.runsc, "--version"}, 10s); r && r->exit_code == 0) {
       // "runsc version 0.0~20240729.0\nspec: 1.0.2-dev"
@@ -297,31 +356,23 @@ std::string Runsc::state_path(const std::string& id) const {
   return cfg_.root_dir + "/" + id + "_sandbox:" + id + ".state";
 }
 
+std::string Runsc::lock_path(const std::string& id) const {
+  return cfg_.root_dir + "/" + id + "_sandbox:" + id + ".lock";
+}
+
 Result<void> Runsc::start_root(const std::string& id, std::string_view verb,
                                const std::function<Result<void>(ControlConnection&, const std::string&)>& run) {
   const std::string what = "runsc " + std::string(verb) + " " + id;
   const std::string state_file = state_path(id);
-  const std::string lock_file = cfg_.root_dir + "/" + id + "_sandbox:" + id + ".lock";
-  // runsc serializes every change to a container on flock(2) of its lock file.
-  UniqueFd lock(::open(lock_file.c_str(), O_RDWR | O_CLOEXEC));
-  if (!lock) return fail(errno_error(ErrorCode::kInternal, what + ": no container (" + lock_file + ")", errno));
-  while (::flock(lock.get(), LOCK_EX) != 0) {
-    if (errno != EINTR) return fail(errno_error(ErrorCode::kInternal, what + ": lock", errno));
-  }
-  ScopeExit unlock([&] { ::flock(lock.get(), LOCK_UN); });
+  auto lock = lock_container(lock_path(id), what);
+  if (!lock) return fail(lock.error());
+  ScopeExit unlock([&] { ::flock(lock->get(), LOCK_UN); });
 
-  auto text = read_small_file(state_file, 1 << 20);
-  if (!text) return fail(ErrorCode::kInternal, what + ": cannot read " + state_file);
-  // ordered_json: the file is written back with its keys where runsc put them.
-  auto state = nlohmann::ordered_json::parse(*text, nullptr, false);
-  if (state.is_discarded() || !state.is_object()) return fail(ErrorCode::kInternal, what + ": unreadable " + state_file);
-  if (state.value("status", "") != "created") {
-    return fail(ErrorCode::kInternal, what + ": the container is " + state.value("status", "?") + ", not created");
-  }
-  const auto& sandbox = state["sandbox"];
-  if (!sandbox.is_object() || !sandbox.contains("controlSocketPath") || !sandbox.contains("id")) {
-    return fail(ErrorCode::kInternal, what + ": no control socket in " + state_file);
-  }
+  auto state = read_state(state_file, what);
+  if (!state) return fail(state.error());
+  const std::string status = (*state)["status"].get<std::string>();
+  if (status != "created") return fail(ErrorCode::kInternal, what + ": the container is " + status + ", not created");
+  const auto& sandbox = (*state)["sandbox"];
   auto conn = ControlConnection::connect(sandbox["controlSocketPath"].get<std::string>());
   if (!conn) return fail(conn.error().wrap(what));
   // --network=none: the sandbox gets its loopback interface just before it starts.
@@ -330,15 +381,16 @@ Result<void> Runsc::start_root(const std::string& id, std::string_view verb,
   }
   if (auto r = run(*conn, sandbox["id"].get<std::string>()); !r) return fail(r.error().wrap(what));
 
-  state["status"] = "running";
-  const std::string tmp = state_file + ".b3os-tmp";
+  // What runsc's saveLocked leaves: the same document with status "running". Written beside
+  // it and renamed over it, so no reader ever sees half a file.
+  (*state)["status"] = "running";
+  const std::string tmp = state_file + std::string(kTempSuffix);
   {
     UniqueFd out(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640));
     if (!out) return fail(errno_error(ErrorCode::kInternal, what + ": " + tmp, errno));
-    const std::string body = state.dump();
-    if (::write(out.get(), body.data(), body.size()) != static_cast<ssize_t>(body.size())) {
+    if (auto w = write_all(out.get(), state->dump()); !w) {
       ::unlink(tmp.c_str());
-      return fail(errno_error(ErrorCode::kInternal, what + ": writing " + tmp, errno));
+      return fail(w.error().wrap(what + ": " + tmp));
     }
   }
   if (::rename(tmp.c_str(), state_file.c_str()) != 0) {
@@ -377,16 +429,20 @@ Result<void> Runsc::checkpoint_direct(const std::string& id, const std::string& 
   const std::string what = "runsc checkpoint " + id;
   std::string socket_path;
   {
-    auto text = read_small_file(state_path(id), 1 << 20);
-    if (!text) return fail(ErrorCode::kInternal, what + ": cannot read " + state_path(id));
-    auto state = json::parse(*text, nullptr, false);
-    if (state.is_discarded() || !state.is_object() || !state["sandbox"].is_object() ||
-        !state["sandbox"]["controlSocketPath"].is_string()) {
-      return fail(ErrorCode::kInternal, what + ": unreadable " + state_path(id));
+    // runsc checkpoint loads the container under its lock, then calls without it.
+    auto lock = lock_container(lock_path(id), what);
+    if (!lock) return fail(lock.error());
+    auto state = read_state(state_path(id), what);
+    if (!state) return fail(state.error());
+    const std::string status = (*state)["status"].get<std::string>();
+    if (status != "created" && status != "running" && status != "paused") {
+      return fail(ErrorCode::kInternal, what + ": the container is " + status);
     }
-    socket_path = state["sandbox"]["controlSocketPath"].get<std::string>();
+    socket_path = (*state)["sandbox"]["controlSocketPath"].get<std::string>();
   }
-  ::mkdir(image_dir.c_str(), 0755);
+  std::error_code ec;
+  std::filesystem::create_directories(image_dir, ec);
+  if (ec) return fail(ErrorCode::kInternal, what + ": creating " + image_dir + ": " + ec.message());
   std::vector<UniqueFd> files;
   std::vector<int> fds;
   for (const char* name : kImageFiles) {

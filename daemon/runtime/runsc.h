@@ -95,6 +95,7 @@ class Runsc {
   Result<void> start_root(const std::string& id, std::string_view verb,
                           const std::function<Result<void>(ControlConnection&, const std::string& sandbox_id)>& run);
   std::string state_path(const std::string& id) const;
+  std::string lock_path(const std::string& id) const;
 
   RuntimeConfig cfg_;
   std::once_flag control_once_;

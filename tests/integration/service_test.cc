@@ -246,8 +246,16 @@ TEST_F(ServiceTest, DirectRestoreRefusesAContainerThatIsNotCreated) {
   const std::string id = (*sbx)["id"];
   runtime::Runsc runsc(cfg_.runtime);
   // A running container is not restored into, and is left running.
-  auto r = runsc.restore(id, cfg_.sandboxes_dir() + "/" + id, tmp_.string() + "/no-image");
+  const std::string image = tmp_.string() + "/image";
+  fs::create_directories(image);
+  for (const char* f : {"checkpoint.img", "pages_meta.img", "pages.img"}) std::ofstream(image + "/" + f) << "x";
+  auto r = runsc.restore(id, cfg_.sandboxes_dir() + "/" + id, image);
   ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("running, not created"), std::string::npos) << r.error().message;
+  // No image: a clear error naming the file.
+  auto no_image = runsc.restore(id, cfg_.sandboxes_dir() + "/" + id, tmp_.string() + "/no-image");
+  ASSERT_FALSE(no_image);
+  EXPECT_NE(no_image.error().message.find("checkpoint.img"), std::string::npos) << no_image.error().message;
   auto started = runsc.start(id);
   ASSERT_FALSE(started);
   EXPECT_NE(started.error().message.find("not created"), std::string::npos) << started.error().message;

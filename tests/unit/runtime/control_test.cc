@@ -1,6 +1,7 @@
 // The urpc client of daemon/runtime/control.h against a scripted server on a unix socket.
 
 #include <gtest/gtest.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -19,6 +20,7 @@
 #include "common/ids.h"
 #include "common/unique_fd.h"
 #include "daemon/runtime/control.h"
+#include "daemon/runtime/runsc.h"
 
 namespace b3os::runtime {
 namespace {
@@ -78,45 +80,51 @@ class ScriptedServer {
     EXPECT_EQ(::bind(listener_.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
     EXPECT_EQ(::listen(listener_.get(), 4), 0);
     thread_ = std::thread([this, answer = std::move(answer), pieces] {
-      UniqueFd conn(::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC));
-      if (!conn) return;
-      std::string buf;
-      std::vector<int> fds;
-      while (json_object_length(buf) == 0) {
-        char data[4096];
-        iovec iov{data, sizeof(data)};
-        alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 8)];
-        msghdr msg{};
-        msg.msg_iov = &iov;
-        msg.msg_iovlen = 1;
-        msg.msg_control = control;
-        msg.msg_controllen = sizeof(control);
-        ssize_t n = ::recvmsg(conn.get(), &msg, MSG_CMSG_CLOEXEC);
-        if (n <= 0) return;
-        for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
-          size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-          for (size_t i = 0; i < count; ++i) {
-            int fd;
-            std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-            fds.push_back(fd);
+      // Accepts connections one after another; answers each request on them in turn.
+      for (;;) {
+        UniqueFd conn(::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC));
+        if (!conn) return;
+        std::string buf;
+        std::vector<int> fds;
+        for (;;) {
+          long len = json_object_length(buf);
+          if (len == 0) {
+            char data[4096];
+            iovec iov{data, sizeof(data)};
+            alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 8)];
+            msghdr msg{};
+            msg.msg_iov = &iov;
+            msg.msg_iovlen = 1;
+            msg.msg_control = control;
+            msg.msg_controllen = sizeof(control);
+            ssize_t n = ::recvmsg(conn.get(), &msg, MSG_CMSG_CLOEXEC);
+            if (n <= 0) break;  // the client is done with this connection
+            for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
+              size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+              for (size_t i = 0; i < count; ++i) {
+                int fd;
+                std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+                fds.push_back(fd);
+              }
+            }
+            buf.append(data, n);
+            continue;
           }
+          std::string reply = answer(json::parse(buf.substr(0, len)), fds);
+          buf.erase(0, len);
+          for (int fd : fds) ::close(fd);
+          fds.clear();
+          // "HANGUP:" + bytes: write the bytes, then close the connection.
+          const bool hang_up = reply.rfind("HANGUP:", 0) == 0;
+          if (hang_up) reply.erase(0, 7);
+          const size_t step = std::max<size_t>(1, reply.size() / pieces);
+          for (size_t off = 0; off < reply.size(); off += step) {
+            (void)::write(conn.get(), reply.data() + off, std::min(step, reply.size() - off));
+            std::this_thread::sleep_for(2ms);
+          }
+          if (hang_up) break;
         }
-        buf.append(data, n);
       }
-      std::string reply = answer(json::parse(buf), fds);
-      for (int fd : fds) ::close(fd);
-      // "HANGUP:" + bytes: write the bytes, then close the connection.
-      const bool hang_up = reply.rfind("HANGUP:", 0) == 0;
-      if (hang_up) reply.erase(0, 7);
-      const size_t step = std::max<size_t>(1, reply.size() / pieces);
-      for (size_t off = 0; off < reply.size(); off += step) {
-        (void)::write(conn.get(), reply.data() + off, std::min(step, reply.size() - off));
-        std::this_thread::sleep_for(2ms);
-      }
-      if (hang_up) return;
-      // Hold the connection open until the client is done with it.
-      char c;
-      (void)::read(conn.get(), &c, 1);
     });
   }
   ~ScriptedServer() {
@@ -200,6 +208,155 @@ TEST(ControlConnection, NoSocketNoConnection) {
   auto conn = ControlConnection::connect("/nonexistent/b3os/control.sock");
   ASSERT_FALSE(conn);
   EXPECT_NE(conn.error().message.find("/nonexistent/b3os/control.sock"), std::string::npos);
+}
+
+// Runsc's direct start against a fake runsc root: a state file and lock as runsc leaves them
+// after `runsc create`, whose control socket is a scripted server.
+class DirectStartTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = fs::temp_directory_path() / ("b3os-root-" + random_base32(8));
+    fs::create_directories(root_);
+    cfg_.root_dir = root_.string();
+    cfg_.control = "direct";
+  }
+  void TearDown() override { fs::remove_all(root_); }
+  std::string state_file() const { return (root_ / "sbx_a_sandbox:sbx_a.state").string(); }
+  std::string lock_file() const { return (root_ / "sbx_a_sandbox:sbx_a.lock").string(); }
+  void write_state(const std::string& status, const std::string& socket) {
+    std::ofstream(lock_file()).flush();
+    std::ofstream(state_file()) << R"({"id":"sbx_a","spec":{"ociVersion":"1.0.2"},"status":")" << status
+                                << R"(","goferPid":11,"sandbox":{"id":"sbx_a","pid":12,"controlSocketPath":")"
+                                << socket << R"(","cgroup":{"cgroupv1":{"name":"/b3os/sbx_a"}}},"saver":{"rootDir":"x"}})";
+  }
+  std::string read_state_text() const {
+    std::ifstream f(state_file());
+    return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  }
+  fs::path root_;
+  RuntimeConfig cfg_;
+};
+
+TEST_F(DirectStartTest, SetsUpLoopbackStartsAndRecordsRunningLikeRunsc) {
+  std::vector<std::string> methods;
+  json start_arg;
+  ScriptedServer server([&](const json& req, const std::vector<int>&) {
+    methods.push_back(req["method"]);
+    if (req["method"] == "containerManager.StartRoot") start_arg = req["arg"];
+    return std::string(R"({"success":true,"err":"","result":{}})");
+  });
+  write_state("created", server.path());
+  Runsc runsc(cfg_);
+  ASSERT_TRUE(runsc.direct_control());
+  auto r = runsc.start("sbx_a");
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(methods, (std::vector<std::string>{"Network.CreateLinksAndRoutes", "containerManager.StartRoot"}));
+  EXPECT_EQ(start_arg, "sbx_a");
+  // Only the status changed, keys where runsc put them; no temporary left; the lock is free.
+  const std::string text = read_state_text();
+  const std::string want = R"({"id":"sbx_a","spec":{"ociVersion":"1.0.2"},"status":"running","goferPid":11,)"
+                           R"("sandbox":{"id":"sbx_a","pid":12,"controlSocketPath":")" + server.path() +
+                           R"(","cgroup":{"cgroupv1":{"name":"/b3os/sbx_a"}}},"saver":{"rootDir":"x"}})";
+  EXPECT_EQ(text, want);
+  EXPECT_FALSE(fs::exists(state_file() + ".b3os-tmp"));
+  UniqueFd lock(::open(lock_file().c_str(), O_RDWR | O_CLOEXEC));
+  EXPECT_EQ(::flock(lock.get(), LOCK_EX | LOCK_NB), 0) << "lock still held";
+}
+
+TEST_F(DirectStartTest, ARefusedStartLeavesTheStateAloneAndTheLockFree) {
+  ScriptedServer server([&](const json& req, const std::vector<int>&) {
+    if (req["method"] == "containerManager.StartRoot")
+      return std::string(R"({"success":false,"err":"starting root container: boom","result":null})");
+    return std::string(R"({"success":true,"err":"","result":{}})");
+  });
+  write_state("created", server.path());
+  const std::string before = read_state_text();
+  Runsc runsc(cfg_);
+  auto r = runsc.start("sbx_a");
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("boom"), std::string::npos) << r.error().message;
+  EXPECT_EQ(read_state_text(), before);
+  EXPECT_FALSE(fs::exists(state_file() + ".b3os-tmp"));
+  UniqueFd lock(::open(lock_file().c_str(), O_RDWR | O_CLOEXEC));
+  EXPECT_EQ(::flock(lock.get(), LOCK_EX | LOCK_NB), 0) << "lock still held";
+}
+
+TEST_F(DirectStartTest, OnlyACreatedContainerIsStartedAndBadStateIsAnError) {
+  int calls = 0;
+  ScriptedServer server([&](const json&, const std::vector<int>&) {
+    ++calls;
+    return std::string(R"({"success":true,"err":"","result":{}})");
+  });
+  Runsc runsc(cfg_);
+  write_state("running", server.path());
+  auto r = runsc.start("sbx_a");
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("running, not created"), std::string::npos) << r.error().message;
+  std::ofstream(state_file()) << R"({"status":7,"sandbox":{}})";
+  r = runsc.start("sbx_a");
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("unreadable runsc state"), std::string::npos) << r.error().message;
+  r = runsc.start("sbx_missing");
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("no container"), std::string::npos) << r.error().message;
+  EXPECT_EQ(calls, 0);
+}
+
+TEST_F(DirectStartTest, WaitsForRunscsLock) {
+  ScriptedServer server([&](const json&, const std::vector<int>&) {
+    return std::string(R"({"success":true,"err":"","result":{}})");
+  });
+  write_state("created", server.path());
+  UniqueFd held(::open(lock_file().c_str(), O_RDWR | O_CLOEXEC));
+  ASSERT_EQ(::flock(held.get(), LOCK_EX), 0);
+  std::thread release([&] {
+    std::this_thread::sleep_for(200ms);
+    ::flock(held.get(), LOCK_UN);
+  });
+  auto t0 = std::chrono::steady_clock::now();
+  Runsc runsc(cfg_);
+  auto r = runsc.start("sbx_a");
+  release.join();
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, 190ms);
+  EXPECT_NE(read_state_text().find(R"("status":"running")"), std::string::npos);
+}
+
+TEST_F(DirectStartTest, CheckpointSendsThreeNewImageFilesAndRefusesAnExistingImage) {
+  std::vector<int> nfds;
+  json arg;
+  ScriptedServer server([&](const json& req, const std::vector<int>& fds) {
+    nfds.push_back(static_cast<int>(fds.size()));
+    arg = req["arg"];
+    for (int fd : fds) EXPECT_EQ(::write(fd, "x", 1), 1);
+    return std::string(R"({"success":true,"err":"","result":{}})");
+  });
+  write_state("running", server.path());
+  Runsc runsc(cfg_);
+  const std::string image = (root_ / "img" / "deep").string();
+  auto r = runsc.checkpoint("sbx_a", image);
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(nfds, std::vector<int>{3});
+  EXPECT_EQ(arg["Resume"], true);
+  EXPECT_EQ(arg["metadata"]["compression"], "none");
+  for (const char* f : {"checkpoint.img", "pages_meta.img", "pages.img"}) EXPECT_EQ(fs::file_size(image + "/" + f), 1u) << f;
+  // An image is never written over.
+  auto again = runsc.checkpoint("sbx_a", image);
+  ASSERT_FALSE(again);
+  EXPECT_NE(again.error().message.find("checkpoint.img"), std::string::npos) << again.error().message;
+  EXPECT_EQ(nfds.size(), 1u);
+}
+
+TEST(RunscControl, KvmAndCliStayOnTheCli) {
+  RuntimeConfig kvm;
+  kvm.control = "direct";
+  kvm.platform = "kvm";
+  kvm.root_dir = "/nonexistent";
+  EXPECT_FALSE(Runsc(kvm).direct_control());
+  RuntimeConfig cli;
+  cli.control = "cli";
+  cli.root_dir = "/nonexistent";
+  EXPECT_FALSE(Runsc(cli).direct_control());
 }
 
 }  // namespace
