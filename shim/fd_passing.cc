@@ -72,20 +72,8 @@ Result<UniqueFd> receive_fd(const std::string& socket_path) {
     return fail(fd_error(socket_path, "recvmsg", err));
   }
 
-  UniqueFd received;
-  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
-    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
-    const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-    for (size_t i = 0; i < count; ++i) {
-      int fd;
-      std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-      if (!received) {
-        received.reset(fd);
-      } else {
-        ::close(fd);
-      }
-    }
-  }
+  auto fds = received_fds(msg);
+  UniqueFd received = fds.empty() ? UniqueFd() : std::move(fds.front());  // extras close with `fds`
   if (n == 0 && !received) {
     return fail(ErrorCode::kInternal,
                 "receive fd from " + socket_path + ": closed without sending an fd");
@@ -95,6 +83,20 @@ Result<UniqueFd> receive_fd(const std::string& socket_path) {
                 "receive fd from " + socket_path + ": unexpected message from the holder");
   }
   return received;
+}
+
+std::vector<UniqueFd> received_fds(msghdr& msg) {
+  std::vector<UniqueFd> fds;
+  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (size_t i = 0; i < count; ++i) {
+      int fd;
+      std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+      fds.emplace_back(fd);
+    }
+  }
+  return fds;
 }
 
 Result<void> send_fd(int sock, int fd) {

@@ -2,7 +2,10 @@
 // Handing a file descriptor between processes with SCM_RIGHTS. b3os-shim holds the daemon's
 // end of each agent channel and gives it to a (re)started b3osd that connects to its socket.
 
+#include <sys/socket.h>
+
 #include <string>
+#include <vector>
 
 #include "common/result.h"
 #include "common/unique_fd.h"
@@ -12,6 +15,10 @@ namespace b3os {
 /// Connects to the unix socket at `socket_path` and receives the fd its owner sends
 /// (the one-byte message "F" with one SCM_RIGHTS fd). Gives up after 2 seconds.
 Result<UniqueFd> receive_fd(const std::string& socket_path);
+
+/// Every fd a received message carried (SCM_RIGHTS), owned: those the caller does not keep are
+/// closed when the vector goes.
+std::vector<UniqueFd> received_fds(msghdr& msg);
 
 /// Sends `fd` over the connected unix socket `sock` as the one-byte message "F".
 Result<void> send_fd(int sock, int fd);

@@ -10,6 +10,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "shim/fd_passing.h"
+
 namespace b3os::runtime {
 
 using nlohmann::json;
@@ -161,16 +163,7 @@ Result<json> ControlConnection::call(std::string_view method, const json& arg, s
     msg.msg_controllen = sizeof(control);
     ssize_t n = ::recvmsg(fd_.get(), &msg, MSG_CMSG_CLOEXEC);
     if (n > 0) {
-      // No call made here expects files back; close any that come.
-      for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
-        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
-        const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-        for (size_t i = 0; i < count; ++i) {
-          int fd;
-          std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-          ::close(fd);
-        }
-      }
+      (void)received_fds(msg);  // no call made here expects files back; any that come are closed
       reply.append(buf, static_cast<size_t>(n));
       continue;
     }

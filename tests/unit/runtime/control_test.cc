@@ -21,6 +21,7 @@
 #include "common/unique_fd.h"
 #include "daemon/runtime/control.h"
 #include "daemon/runtime/runsc.h"
+#include "shim/fd_passing.h"
 
 namespace b3os::runtime {
 namespace {
@@ -99,14 +100,7 @@ class ScriptedServer {
             msg.msg_controllen = sizeof(control);
             ssize_t n = ::recvmsg(conn.get(), &msg, MSG_CMSG_CLOEXEC);
             if (n <= 0) break;  // the client is done with this connection
-            for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
-              size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-              for (size_t i = 0; i < count; ++i) {
-                int fd;
-                std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-                fds.push_back(fd);
-              }
-            }
+            for (auto& fd : received_fds(msg)) fds.push_back(fd.release());
             buf.append(data, n);
             continue;
           }
