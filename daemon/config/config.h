@@ -37,6 +37,9 @@ struct Config {
   std::string db_path() const { return data_dir + "/b3os.db"; }
   std::string templates_dir() const { return templates_dir_override.empty() ? data_dir + "/templates" : templates_dir_override; }
   std::string snapshots_dir() const { return data_dir + "/snapshots"; }
+  /// Fork images live only while a fork runs; on the data disk rather than RUN_DIR, which is
+  /// often a small tmpfs (an image is as large as the source's memory). Swept at start.
+  std::string fork_images_dir() const { return data_dir + "/fork-images"; }
   std::string sandboxes_dir() const { return run_dir + "/sandboxes"; }
 };
 

@@ -136,8 +136,15 @@ Result<void> Runsc::limit_cpu(const std::string& id, int vcpu) {
   return {};
 }
 
+int64_t Runsc::memory_limit_bytes(int memory_mib) const {
+  return int64_t(memory_mib + cfg_.memory_overhead_mib) * 1024 * 1024;
+}
+
 Result<void> Runsc::limit_memory(const std::string& id, int memory_mib) {
-  const int64_t bytes = int64_t(memory_mib + cfg_.memory_overhead_mib) * 1024 * 1024;
+  return set_memory_limit(id, memory_limit_bytes(memory_mib));
+}
+
+Result<void> Runsc::set_memory_limit(const std::string& id, int64_t bytes) {
   const std::string v1 = "/sys/fs/cgroup/memory/b3os/" + id + "/memory.limit_in_bytes";
   const std::string v2 = "/sys/fs/cgroup/b3os/" + id + "/memory.max";
   const std::string file = ::access(v1.c_str(), W_OK) == 0 ? v1 : v2;
@@ -146,6 +153,20 @@ Result<void> Runsc::limit_memory(const std::string& id, int memory_mib) {
   f.flush();
   if (!f) return fail(ErrorCode::kInternal, "setting the memory limit in " + file);
   return {};
+}
+
+Result<int64_t> Runsc::memory_usage(const std::string& id) {
+  for (const std::string& file : {"/sys/fs/cgroup/memory/b3os/" + id + "/memory.usage_in_bytes",
+                                 "/sys/fs/cgroup/b3os/" + id + "/memory.current"}) {
+    if (auto text = read_small_file(file, 64)) {
+      try {
+        return std::stoll(*text);
+      } catch (const std::exception&) {
+        return fail(ErrorCode::kInternal, "unreadable " + file);
+      }
+    }
+  }
+  return fail(ErrorCode::kInternal, "no memory cgroup for sandbox " + id);
 }
 
 Result<void> Runsc::checkpoint(const std::string& id, const std::string& image_dir) {

@@ -58,6 +58,12 @@ class Runsc {
   Result<void> limit_cpu(const std::string& id, int vcpu);
   /// Sets the memory limit (memory_mib plus the runtime's overhead) of a running container.
   Result<void> limit_memory(const std::string& id, int memory_mib);
+  /// The cgroup limit for memory_mib: memory_mib plus the runtime's overhead.
+  int64_t memory_limit_bytes(int memory_mib) const;
+  /// Sets a container's memory cgroup limit to `bytes`.
+  Result<void> set_memory_limit(const std::string& id, int64_t bytes);
+  /// What the container's memory cgroup holds now: its memory and page cache charged to it.
+  Result<int64_t> memory_usage(const std::string& id);
   /// Saves a running container's memory, root overlay and processes to `image_dir`; the
   /// container runs on (`--leave-running`).
   Result<void> checkpoint(const std::string& id, const std::string& image_dir);

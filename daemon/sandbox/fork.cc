@@ -24,6 +24,58 @@ using namespace std::chrono_literals;
 using namespace detail;
 namespace fs = std::filesystem;
 
+namespace {
+
+// A checkpoint's image is written by the source's own sentry, so its pages (page cache on disk,
+// or tmpfs) are charged to the source's memory cgroup on top of the memory they copy, for as
+// long as they stay cached. A sandbox near its limit would be killed mid-checkpoint. For that
+// time the limit is raised by what the cgroup holds now (an upper bound on the image), then set
+// back. The host must have that memory either way: the image has to exist somewhere.
+class ImageRoom {
+ public:
+  ImageRoom(runtime::Runsc& runsc, const std::string& id, int memory_mib) : runsc_(runsc), id_(id) {
+    auto used = runsc_.memory_usage(id_);
+    if (!used) {
+      spdlog::warn("sandbox {}: {}; checkpointing within its own limit", id_, used.error().message);
+      return;
+    }
+    normal_ = runsc_.memory_limit_bytes(memory_mib);
+    if (auto r = runsc_.set_memory_limit(id_, normal_ + *used); !r) {
+      spdlog::warn("sandbox {}: {}; checkpointing within its own limit", id_, r.error().message);
+      normal_ = 0;
+    }
+  }
+  ImageRoom(const ImageRoom&) = delete;
+  ImageRoom& operator=(const ImageRoom&) = delete;
+  ~ImageRoom() { release(); }
+  /// Sets the sandbox's own limit back (once the image is gone or written back).
+  void release() {
+    if (normal_ == 0) return;
+    if (auto r = runsc_.set_memory_limit(id_, normal_); !r) spdlog::warn("sandbox {}: {}", id_, r.error().message);
+    normal_ = 0;
+  }
+
+ private:
+  runtime::Runsc& runsc_;
+  std::string id_;
+  int64_t normal_ = 0;
+};
+
+// Writes a finished image to disk, so that its pages are no longer dirty cache charged to the
+// source and a snapshot survives a host crash.
+Result<void> sync_image(const std::string& dir) {
+  std::error_code ec;
+  for (auto& e : fs::directory_iterator(dir, ec)) {
+    if (!e.is_regular_file()) continue;
+    UniqueFd f(::open(e.path().c_str(), O_RDONLY | O_CLOEXEC));
+    if (!f || ::fdatasync(f.get()) != 0) return fail(errno_error(ErrorCode::kInternal, "syncing " + e.path().string(), errno));
+  }
+  if (ec) return fail(ErrorCode::kInternal, "listing " + dir + ": " + ec.message());
+  return {};
+}
+
+}  // namespace
+
 Result<json> SandboxService::create_from_snapshot(const Principal& p, const SandboxSpec& request, Timing& t) {
   Stopwatch sw;
   auto row = store_.get_snapshot(p.project_id, *request.snapshot);
@@ -76,11 +128,13 @@ Result<json> SandboxService::fork(const Principal& p, const std::string& id, int
   ActiveOp busy(src->active_ops);
   t.lap("validate", sw);
 
-  // One checkpoint of the source, restored into each fork; the image is removed at the end.
-  const std::string image = cfg_.run_dir + "/images/" + new_id("img");
+  // One checkpoint of the source, restored into each fork; the image is removed at the end,
+  // and then the source's memory limit is set back (the room outlives the image).
+  const std::string image = cfg_.fork_images_dir() + "/" + new_id("img");
   std::error_code ec;
   fs::create_directories(image, ec);
   if (ec) return fail(ErrorCode::kInternal, "creating " + image + ": " + ec.message());
+  ImageRoom room(runsc_, src->id, src_doc.value("memory_mib", 512));
   ScopeExit remove_image([&] {
     std::error_code e;
     fs::remove_all(image, e);
@@ -255,7 +309,12 @@ Result<json> SandboxService::snapshot(const Principal& p, const std::string& id,
     std::error_code e;
     fs::remove_all(dir, e);
   });
-  if (auto r = checkpoint_into(*src, dir, t, sw); !r) return fail(r.error().wrap("snapshotting " + id));
+  {
+    ImageRoom room(runsc_, src->id, src_doc.value("memory_mib", 512));
+    if (auto r = checkpoint_into(*src, dir, t, sw); !r) return fail(r.error().wrap("snapshotting " + id));
+    if (auto r = sync_image(dir); !r) return fail(r.error().wrap("snapshotting " + id));
+    t.lap("sync", sw);
+  }
   uint64_t size = 0;
   for (auto& e : fs::directory_iterator(dir, ec))
     if (e.is_regular_file()) size += e.file_size();

@@ -257,6 +257,12 @@ Result<std::shared_ptr<SandboxService::Sandbox>> SandboxService::launch(const La
     pool_cv_.notify_all();  // refill
     runsc_.set_frozen(pc->sandbox->id, false);
     pc->sandbox->project_id = l.project_id;
+    // The pool created it with the default memory limit; a restore fills the cgroup with the
+    // image's memory at once, so the sandbox's own limit is set before, not after.
+    if (auto r = runsc_.limit_memory(pc->sandbox->id, l.memory_mib); !r) {
+      discard(*pc->sandbox);
+      return fail(r.error());
+    }
     t.lap("pooled_container", sw);
   } else {
     auto made = precreate(l, t, sw);
@@ -292,10 +298,6 @@ Result<std::shared_ptr<SandboxService::Sandbox>> SandboxService::launch(const La
   if (auto r = s->channel->send_identity(identity, kControlTimeout); !r) return undo(r.error());
   t.lap("agent", sw);
   if (auto r = runsc_.limit_cpu(id, l.vcpu); !r) return undo(r.error());
-  // A container from the pool was created with the default memory limit.
-  if (from_pool) {
-    if (auto r = runsc_.limit_memory(id, l.memory_mib); !r) return undo(r.error());
-  }
   t.lap("limits", sw);
   return s;
 }
@@ -564,6 +566,9 @@ Result<void> SandboxService::recover() {
   std::error_code ec;
   fs::create_directories(cfg_.sandboxes_dir(), ec);
   fs::create_directories(cfg_.runtime.root_dir, ec);
+  // No fork is running yet: any fork image here was left by a b3osd that died mid-fork.
+  fs::remove_all(cfg_.fork_images_dir(), ec);
+  fs::create_directories(cfg_.fork_images_dir(), ec);
   // Decides (and logs) once how runsc is driven, before any request waits on it.
   (void)runsc_.direct_control();
   auto rows = store_.active_sandboxes();

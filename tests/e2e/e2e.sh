@@ -1003,7 +1003,7 @@ s_fork() {
   local left=0
   for id in $src $forks $grand $plain; do runsc_has "$id" && left=$((left + 1)); [ -n "$(cgroup_dirs "$id")" ] && left=$((left + 1)); done
   check fork.delete_leaves_nothing "$left containers or cgroups left" test "$left" = 0
-  check fork.no_images_left "$(ls "$T/run/images" 2>/dev/null)" test -z "$(ls "$T/run/images" 2>/dev/null)"
+  check fork.no_images_left "$(ls "$T/data/fork-images" 2>/dev/null)" test -z "$(ls "$T/data/fork-images" 2>/dev/null)"
 }
 
 # ---- pause and resume ------------------------------------------------------------------------
@@ -1198,8 +1198,8 @@ s_fork_failure() {
   local src=$CID
   run_exec "$src" '{"cmd":"echo before > /workspace/f"}'
   stop_daemon TERM
-  mkdir -p "$T/run/images"
-  if ! mount -t tmpfs -o size=256k b3os-e2e-tiny "$T/run/images"; then
+  mkdir -p "$T/data/fork-images"
+  if ! mount -t tmpfs -o size=256k b3os-e2e-tiny "$T/data/fork-images"; then
     skip forkfail.all "cannot mount a small tmpfs to make the checkpoint fail"
     start_daemon
     return 0
@@ -1214,17 +1214,62 @@ s_fork_failure() {
   api GET /v1/sandboxes?limit=100
   check forkfail.no_record "$(j '.data | length') sandboxes, $before_n before" test "$(j '.data | length')" = "$before_n"
   check forkfail.no_container "$(runsc_list | wc -l) containers, $before_c before" test "$(runsc_list | wc -l)" = "$before_c"
-  check forkfail.no_image "$(ls -A "$T/run/images")" test -z "$(ls -A "$T/run/images")"
+  check forkfail.no_image "$(ls -A "$T/data/fork-images")" test -z "$(ls -A "$T/data/fork-images")"
   run_exec "$src" '{"cmd":"cat /workspace/f"}'
   check forkfail.source_runs_on "$(snip)" jt '.exit_code == 0 and .stdout == "before\n"'
   stop_daemon TERM
-  umount "$T/run/images"
+  umount "$T/data/fork-images"
   start_daemon
   apij POST "/v1/sandboxes/$src/fork" '{"count":1}'
   check forkfail.fork_after_works "$(snip)" okj 201 '.data | length == 1'
   echo "$(j '.data[0].id')" >>"$T/ids"
   delete_sandbox "$(j '.data[0].id')" || true
   delete_sandbox "$src" || true
+}
+
+# A fork of a sandbox using most of its memory, with the image directory on a tmpfs (as RUN_DIR
+# often is): the image's pages are charged to the source's memory cgroup, so its limit must be
+# raised while the image exists (else the source is killed mid-checkpoint), and the fork's
+# pre-created container must get the source's memory limit before the restore fills it
+# (the pool creates containers with the default 512 MiB + overhead).
+s_fork_big() {
+  create_sandbox '{"forkable":true,"memory_mib":1024}'
+  local src=$CID
+  run_exec "$src" '{"cmd":"nohup python3 -c \"import os,time\nn=800<<20\nb=bytearray(n)\nfor i in range(0,n,1<<20): b[i:i+(1<<20)]=os.urandom(1<<20)\nopen(\u0027/tmp/filled\u0027,\u0027w\u0027).write(str(b[12345]))\ntime.sleep(3600)\" >/dev/null 2>&1 & for i in $(seq 100); do [ -f /tmp/filled ] && break; sleep 0.2; done; cat /tmp/filled"}'
+  check forkbig.filled "$(snip)" jt '.exit_code == 0 and (.stdout | length) > 0'
+  local byte
+  byte=$(j '.stdout')
+  stop_daemon TERM
+  mkdir -p "$T/data/fork-images"
+  if ! mount -t tmpfs -o size=2g b3os-e2e-images "$T/data/fork-images"; then
+    skip forkbig.all "cannot mount a tmpfs for the fork images"
+    start_daemon
+    delete_sandbox "$src" || true
+    return 0
+  fi
+  start_daemon
+  apij POST "/v1/sandboxes/$src/fork" '{"count":1}'
+  check forkbig.201 "$(snip)" okj 201 '.data | length == 1'
+  local f
+  f=$(j '.data[0].id')
+  echo "$f" >>"$T/ids"
+  api GET "/v1/sandboxes/$src"
+  check forkbig.source_running "$(snip)" okj 200 '.status == "running"'
+  run_exec "$src" '{"cmd":"pgrep -f bytearray >/dev/null && cat /tmp/filled"}'
+  check forkbig.source_keeps_its_memory "$(snip)" jt ".exit_code == 0 and .stdout == \"$byte\""
+  run_exec "$f" '{"cmd":"pgrep -f bytearray >/dev/null && cat /tmp/filled"}'
+  check forkbig.fork_has_the_memory "$(snip)" jt ".exit_code == 0 and .stdout == \"$byte\""
+  local want=$(( (1024 + 256) * 1024 * 1024 )) lim_src lim_fork
+  lim_src=$(cat "/sys/fs/cgroup/memory/b3os/$src/memory.limit_in_bytes" 2>/dev/null || cat "/sys/fs/cgroup/b3os/$src/memory.max")
+  lim_fork=$(cat "/sys/fs/cgroup/memory/b3os/$f/memory.limit_in_bytes" 2>/dev/null || cat "/sys/fs/cgroup/b3os/$f/memory.max")
+  check forkbig.source_limit_set_back "$lim_src, want $want" test "$lim_src" = "$want"
+  check forkbig.fork_limit "$lim_fork, want $want" test "$lim_fork" = "$want"
+  check forkbig.no_image "$(ls -A "$T/data/fork-images")" test -z "$(ls -A "$T/data/fork-images")"
+  delete_sandbox "$f" || true
+  delete_sandbox "$src" || true
+  stop_daemon TERM
+  umount "$T/data/fork-images"
+  start_daemon
 }
 
 run_section s_exec
@@ -1244,6 +1289,7 @@ run_section s_delete
 run_section s_cli
 run_section s_fork
 run_section s_fork_failure
+run_section s_fork_big
 run_section s_pause
 run_section s_snapshot
 run_section s_files_big
