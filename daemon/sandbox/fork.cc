@@ -33,32 +33,42 @@ namespace {
 // back. The host must have that memory either way: the image has to exist somewhere.
 class ImageRoom {
  public:
-  ImageRoom(runtime::Runsc& runsc, const std::string& id, int memory_mib) : runsc_(runsc), id_(id) {
+  /// `mu` and `holders` are the sandbox's: concurrent forks and snapshots of one sandbox share
+  /// the raise, and the last one out sets the limit back.
+  ImageRoom(runtime::Runsc& runsc, std::mutex& mu, int& holders, const std::string& id, int memory_mib)
+      : runsc_(runsc), mu_(mu), holders_(holders), id_(id), normal_(runsc.memory_limit_bytes(memory_mib)) {
+    std::lock_guard lk(mu_);
+    ++holders_;
+    held_ = true;
+    // What the cgroup holds now includes any image of another checkpoint still charged to it.
     auto used = runsc_.memory_usage(id_);
     if (!used) {
       spdlog::warn("sandbox {}: {}; checkpointing within its own limit", id_, used.error().message);
       return;
     }
-    normal_ = runsc_.memory_limit_bytes(memory_mib);
-    if (auto r = runsc_.set_memory_limit(id_, normal_ + *used); !r) {
+    if (auto r = runsc_.set_memory_limit(id_, normal_ + *used); !r)
       spdlog::warn("sandbox {}: {}; checkpointing within its own limit", id_, r.error().message);
-      normal_ = 0;
-    }
   }
   ImageRoom(const ImageRoom&) = delete;
   ImageRoom& operator=(const ImageRoom&) = delete;
   ~ImageRoom() { release(); }
-  /// Sets the sandbox's own limit back (once the image is gone or written back).
+  /// This image no longer needs room (removed, or written back); the last one out sets the
+  /// sandbox's own limit back.
   void release() {
-    if (normal_ == 0) return;
+    std::lock_guard lk(mu_);
+    if (!held_) return;
+    held_ = false;
+    if (--holders_ > 0) return;
     if (auto r = runsc_.set_memory_limit(id_, normal_); !r) spdlog::warn("sandbox {}: {}", id_, r.error().message);
-    normal_ = 0;
   }
 
  private:
   runtime::Runsc& runsc_;
+  std::mutex& mu_;
+  int& holders_;
   std::string id_;
-  int64_t normal_ = 0;
+  int64_t normal_;
+  bool held_ = false;
 };
 
 // Writes a finished image to disk, so that its pages are no longer dirty cache charged to the
@@ -134,7 +144,7 @@ Result<json> SandboxService::fork(const Principal& p, const std::string& id, int
   std::error_code ec;
   fs::create_directories(image, ec);
   if (ec) return fail(ErrorCode::kInternal, "creating " + image + ": " + ec.message());
-  ImageRoom room(runsc_, src->id, src_doc.value("memory_mib", 512));
+  ImageRoom room(runsc_, src->room_mu, src->image_rooms, src->id, src_doc.value("memory_mib", 512));
   ScopeExit remove_image([&] {
     std::error_code e;
     fs::remove_all(image, e);
@@ -310,7 +320,7 @@ Result<json> SandboxService::snapshot(const Principal& p, const std::string& id,
     fs::remove_all(dir, e);
   });
   {
-    ImageRoom room(runsc_, src->id, src_doc.value("memory_mib", 512));
+    ImageRoom room(runsc_, src->room_mu, src->image_rooms, src->id, src_doc.value("memory_mib", 512));
     if (auto r = checkpoint_into(*src, dir, t, sw); !r) return fail(r.error().wrap("snapshotting " + id));
     if (auto r = sync_image(dir); !r) return fail(r.error().wrap("snapshotting " + id));
     t.lap("sync", sw);

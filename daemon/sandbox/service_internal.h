@@ -105,6 +105,9 @@ struct SandboxService::Sandbox {
   bool finished = false;
   std::atomic<int> active_ops{0};  // execs and transfers in flight: the sandbox is not idle
   std::string hostname;
+  // Checkpoint images of this sandbox still charged to its memory cgroup (fork.cc ImageRoom).
+  std::mutex room_mu;
+  int image_rooms = 0;
 };
 
 namespace detail {

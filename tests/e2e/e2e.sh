@@ -999,6 +999,26 @@ s_fork() {
   check fork.twenty_no_dirs_left "$(ls "$T/run/sandboxes" | wc -l) dirs" test "$(ls "$T/run/sandboxes" | wc -l)" = "$before"
   run_exec "$src" '{"cmd":"cat /workspace/f"}'
   check fork.source_alive_after_twenty "$(snip)" jt '.stdout == "before\n"'
+  # Two fork requests of one source at once: both are made, and once both images are gone the
+  # source's memory limit is its own again (the raise during a checkpoint is shared).
+  local cf1 cf2
+  for n in 1 2; do
+    curl -sS -o "$T/cfork$n.json" -w '%{http_code}' -H "Authorization: Bearer $KEY" \
+      -H 'Content-Type: application/json' --data-binary '{"count":1}' -X POST \
+      "$URL/v1/sandboxes/$src/fork" >"$T/cfork$n.code" 2>/dev/null &
+    if [ "$n" = 1 ]; then cf1=$!; else cf2=$!; fi
+  done
+  wait "$cf1" "$cf2"
+  check fork.concurrent_both_201 "$(cat "$T/cfork1.code") $(cat "$T/cfork2.code")" \
+    test "$(cat "$T/cfork1.code") $(cat "$T/cfork2.code")" = "201 201"
+  for n in 1 2; do
+    local cid
+    cid=$(jq -r '.data[0].id // empty' "$T/cfork$n.json")
+    [ -n "$cid" ] && { echo "$cid" >>"$T/ids"; delete_sandbox "$cid" || true; }
+  done
+  local lim want=$(( (512 + 256) * 1024 * 1024 ))
+  lim=$(cat "/sys/fs/cgroup/memory/b3os/$src/memory.limit_in_bytes" 2>/dev/null || cat "/sys/fs/cgroup/b3os/$src/memory.max")
+  check fork.concurrent_limit_set_back "$lim, want $want" test "$lim" = "$want"
   for id in $src $forks $grand $plain; do delete_sandbox "$id" || true; done
   local left=0
   for id in $src $forks $grand $plain; do runsc_has "$id" && left=$((left + 1)); [ -n "$(cgroup_dirs "$id")" ] && left=$((left + 1)); done
