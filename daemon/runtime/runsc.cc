@@ -155,18 +155,9 @@ Result<void> Runsc::set_memory_limit(const std::string& id, int64_t bytes) {
   return {};
 }
 
-Result<int64_t> Runsc::memory_usage(const std::string& id) {
-  for (const std::string& file : {"/sys/fs/cgroup/memory/b3os/" + id + "/memory.usage_in_bytes",
-                                 "/sys/fs/cgroup/b3os/" + id + "/memory.current"}) {
-    if (auto text = read_small_file(file, 64)) {
-      try {
-        return std::stoll(*text);
-      } catch (const std::exception&) {
-        return fail(ErrorCode::kInternal, "unreadable " + file);
-      }
-    }
-  }
-  return fail(ErrorCode::kInternal, "no memory cgroup for sandbox " + id);
+void Runsc::reset_memory_peak(const std::string& id) {
+  const std::string v1 = "/sys/fs/cgroup/memory/b3os/" + id + "/memory.max_usage_in_bytes";
+  if (::access(v1.c_str(), W_OK) == 0) std::ofstream(v1) << 0;
 }
 
 Result<void> Runsc::checkpoint(const std::string& id, const std::string& image_dir) {

@@ -62,8 +62,8 @@ class Runsc {
   int64_t memory_limit_bytes(int memory_mib) const;
   /// Sets a container's memory cgroup limit to `bytes`.
   Result<void> set_memory_limit(const std::string& id, int64_t bytes);
-  /// What the container's memory cgroup holds now: its memory and page cache charged to it.
-  Result<int64_t> memory_usage(const std::string& id);
+  /// Forgets the memory cgroup's recorded peak (cgroup v1 max_usage_in_bytes).
+  void reset_memory_peak(const std::string& id);
   /// Saves a running container's memory, root overlay and processes to `image_dir`; the
   /// container runs on (`--leave-running`).
   Result<void> checkpoint(const std::string& id, const std::string& image_dir);

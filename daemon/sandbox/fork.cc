@@ -28,9 +28,10 @@ namespace {
 
 // A checkpoint's image is written by the source's own sentry, so its pages (page cache on disk,
 // or tmpfs) are charged to the source's memory cgroup on top of the memory they copy, for as
-// long as they stay cached. A sandbox near its limit would be killed mid-checkpoint. For that
-// time the limit is raised by what the cgroup holds now (an upper bound on the image), then set
-// back. The host must have that memory either way: the image has to exist somewhere.
+// long as they stay cached. A sandbox near its limit would be killed mid-checkpoint. While
+// images are charged to it, its limit gets one more limit's worth per image in flight (an
+// image is never larger than the memory it copies), and is set back when the last one is gone.
+// The host must have that memory either way: the image has to exist somewhere.
 class ImageRoom {
  public:
   /// `mu` and `holders` are the sandbox's: concurrent forks and snapshots of one sandbox share
@@ -40,26 +41,25 @@ class ImageRoom {
     std::lock_guard lk(mu_);
     ++holders_;
     held_ = true;
-    // What the cgroup holds now includes any image of another checkpoint still charged to it.
-    auto used = runsc_.memory_usage(id_);
-    if (!used) {
-      spdlog::warn("sandbox {}: {}; checkpointing within its own limit", id_, used.error().message);
-      return;
-    }
-    if (auto r = runsc_.set_memory_limit(id_, normal_ + *used); !r)
+    if (auto r = runsc_.set_memory_limit(id_, normal_ * (1 + holders_)); !r)
       spdlog::warn("sandbox {}: {}; checkpointing within its own limit", id_, r.error().message);
   }
   ImageRoom(const ImageRoom&) = delete;
   ImageRoom& operator=(const ImageRoom&) = delete;
   ~ImageRoom() { release(); }
-  /// This image no longer needs room (removed, or written back); the last one out sets the
-  /// sandbox's own limit back.
+  /// This image no longer needs room (removed, or written back and dropped from the cache).
+  /// The limit is never lowered while another image is charged; the last one out sets it back
+  /// and forgets the peak the images made (diagnose_exit reads it to tell an OOM).
   void release() {
     std::lock_guard lk(mu_);
     if (!held_) return;
     held_ = false;
     if (--holders_ > 0) return;
-    if (auto r = runsc_.set_memory_limit(id_, normal_); !r) spdlog::warn("sandbox {}: {}", id_, r.error().message);
+    if (auto r = runsc_.set_memory_limit(id_, normal_); !r) {
+      spdlog::warn("sandbox {}: {} (the limit stays raised until b3osd restarts)", id_, r.error().message);
+      return;
+    }
+    runsc_.reset_memory_peak(id_);
   }
 
  private:
@@ -71,16 +71,19 @@ class ImageRoom {
   bool held_ = false;
 };
 
-// Writes a finished image to disk, so that its pages are no longer dirty cache charged to the
-// source and a snapshot survives a host crash.
+// Writes a finished image to disk (data, then the directory entry) and drops its pages from the
+// cache, so they are no longer charged to the source and a snapshot survives a host crash.
 Result<void> sync_image(const std::string& dir) {
   std::error_code ec;
-  for (auto& e : fs::directory_iterator(dir, ec)) {
-    if (!e.is_regular_file()) continue;
-    UniqueFd f(::open(e.path().c_str(), O_RDONLY | O_CLOEXEC));
-    if (!f || ::fdatasync(f.get()) != 0) return fail(errno_error(ErrorCode::kInternal, "syncing " + e.path().string(), errno));
+  for (auto it = fs::directory_iterator(dir, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
+    if (!it->is_regular_file(ec) || ec) continue;
+    UniqueFd f(::open(it->path().c_str(), O_RDONLY | O_CLOEXEC));
+    if (!f || ::fdatasync(f.get()) != 0) return fail(errno_error(ErrorCode::kInternal, "syncing " + it->path().string(), errno));
+    (void)::posix_fadvise(f.get(), 0, 0, POSIX_FADV_DONTNEED);
   }
   if (ec) return fail(ErrorCode::kInternal, "listing " + dir + ": " + ec.message());
+  UniqueFd d(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!d || ::fsync(d.get()) != 0) return fail(errno_error(ErrorCode::kInternal, "syncing " + dir, errno));
   return {};
 }
 
@@ -315,16 +318,16 @@ Result<json> SandboxService::snapshot(const Principal& p, const std::string& id,
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) return fail(ErrorCode::kInternal, "creating " + dir + ": " + ec.message());
+  // Declared before the directory's removal, so that on failure the image goes first.
+  ImageRoom room(runsc_, src->room_mu, src->image_rooms, src->id, src_doc.value("memory_mib", 512));
   ScopeExit remove_dir([&] {
     std::error_code e;
     fs::remove_all(dir, e);
   });
-  {
-    ImageRoom room(runsc_, src->room_mu, src->image_rooms, src->id, src_doc.value("memory_mib", 512));
-    if (auto r = checkpoint_into(*src, dir, t, sw); !r) return fail(r.error().wrap("snapshotting " + id));
-    if (auto r = sync_image(dir); !r) return fail(r.error().wrap("snapshotting " + id));
-    t.lap("sync", sw);
-  }
+  if (auto r = checkpoint_into(*src, dir, t, sw); !r) return fail(r.error().wrap("snapshotting " + id));
+  if (auto r = sync_image(dir); !r) return fail(r.error().wrap("snapshotting " + id));
+  room.release();
+  t.lap("sync", sw);
   uint64_t size = 0;
   for (auto& e : fs::directory_iterator(dir, ec))
     if (e.is_regular_file()) size += e.file_size();

@@ -566,9 +566,18 @@ Result<void> SandboxService::recover() {
   std::error_code ec;
   fs::create_directories(cfg_.sandboxes_dir(), ec);
   fs::create_directories(cfg_.runtime.root_dir, ec);
-  // No fork is running yet: any fork image here was left by a b3osd that died mid-fork.
-  fs::remove_all(cfg_.fork_images_dir(), ec);
+  // No fork is running yet: any fork image here was left by a b3osd that died mid-fork (the
+  // directory itself stays: it may be a mount point or a link an operator made). RUN_DIR/images
+  // held them before.
   fs::create_directories(cfg_.fork_images_dir(), ec);
+  for (const auto& dir : {cfg_.fork_images_dir(), cfg_.run_dir + "/images"}) {
+    for (auto it = fs::directory_iterator(dir, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
+      std::error_code rm;
+      fs::remove_all(it->path(), rm);
+      if (rm) spdlog::warn("removing the leftover fork image {}: {}", it->path().string(), rm.message());
+    }
+    ec.clear();
+  }
   // Decides (and logs) once how runsc is driven, before any request waits on it.
   (void)runsc_.direct_control();
   auto rows = store_.active_sandboxes();
@@ -602,6 +611,9 @@ Result<void> SandboxService::recover() {
       }
     }
     if (why.empty()) {
+      // A b3osd that died mid-fork may have left the limit raised for the fork's image.
+      if (auto r = runsc_.limit_memory(row.id, row.doc.value("memory_mib", 512)); !r)
+        spdlog::warn("sandbox {}: {}", row.id, r.error().message);
       std::lock_guard lk(mu_);
       live_[row.id] = s;
       spdlog::info("sandbox {}: reattached", row.id);

@@ -1255,7 +1255,7 @@ s_fork_failure() {
 s_fork_big() {
   create_sandbox '{"forkable":true,"memory_mib":1024}'
   local src=$CID
-  run_exec "$src" '{"cmd":"nohup python3 -c \"import os,time\nn=800<<20\nb=bytearray(n)\nfor i in range(0,n,1<<20): b[i:i+(1<<20)]=os.urandom(1<<20)\nopen(\u0027/tmp/filled\u0027,\u0027w\u0027).write(str(b[12345]))\ntime.sleep(3600)\" >/dev/null 2>&1 & for i in $(seq 100); do [ -f /tmp/filled ] && break; sleep 0.2; done; cat /tmp/filled"}'
+  run_exec "$src" '{"cmd":"nohup python3 -c \"import os,time\nb=bytearray(os.urandom(1<<20))*800\nopen(\u0027/tmp/filled\u0027,\u0027w\u0027).write(str(b[12345]))\ntime.sleep(3600)\" >/dev/null 2>&1 & for i in $(seq 300); do [ -f /tmp/filled ] && break; sleep 0.2; done; cat /tmp/filled"}'
   check forkbig.filled "$(snip)" jt '.exit_code == 0 and (.stdout | length) > 0'
   local byte
   byte=$(j '.stdout')
