@@ -29,6 +29,16 @@ using namespace std::chrono_literals;
 namespace {
 constexpr int64_t kCpuPeriodUs = 100000;
 
+// One write to a cgroup file; the kernel's refusal (EBUSY for a memory limit below what the
+// cgroup holds, EINVAL, ENOENT for a gone cgroup) is part of the error.
+Result<void> write_cgroup(const std::string& file, const std::string& value, std::string_view what) {
+  UniqueFd f(::open(file.c_str(), O_WRONLY | O_CLOEXEC));
+  if (!f || ::write(f.get(), value.data(), value.size()) != static_cast<ssize_t>(value.size())) {
+    return fail(errno_error(ErrorCode::kInternal, std::string(what) + " (" + file + ")", errno));
+  }
+  return {};
+}
+
 std::string tail_of_file(const std::string& path, size_t max) {
   std::string s = read_small_file(path, 16 << 20).value_or("");
   if (s.size() > max) s = s.substr(s.size() - max);
@@ -38,7 +48,7 @@ std::string tail_of_file(const std::string& path, size_t max) {
 }  // namespace
 
 std::string oci_config(const ContainerSpec& spec, const RuntimeConfig& cfg) {
-  const int64_t mem_bytes = int64_t(spec.memory_mib + cfg.memory_overhead_mib) * 1024 * 1024;
+  const int64_t mem_bytes = memory_limit_bytes(cfg, spec.memory_mib);
   json c = {
       {"ociVersion", "1.0.2"},
       {"process",
@@ -129,16 +139,14 @@ Result<void> Runsc::limit_cpu(const std::string& id, int vcpu) {
   } else {
     return fail(ErrorCode::kInternal, "no CPU cgroup for sandbox " + id + " (looked in " + v1 + " and " + v2 + ")");
   }
-  std::ofstream f(file);
-  f << value;
-  f.flush();
-  if (!f) return fail(ErrorCode::kInternal, "setting the CPU limit in " + file);
-  return {};
+  return write_cgroup(file, value, "setting the CPU limit of " + id);
 }
 
-int64_t Runsc::memory_limit_bytes(int memory_mib) const {
-  return int64_t(memory_mib + cfg_.memory_overhead_mib) * 1024 * 1024;
+int64_t memory_limit_bytes(const RuntimeConfig& cfg, int memory_mib) {
+  return int64_t(memory_mib + cfg.memory_overhead_mib) * 1024 * 1024;
 }
+
+int64_t Runsc::memory_limit_bytes(int memory_mib) const { return runtime::memory_limit_bytes(cfg_, memory_mib); }
 
 Result<void> Runsc::limit_memory(const std::string& id, int memory_mib) {
   return set_memory_limit(id, memory_limit_bytes(memory_mib));
@@ -148,16 +156,12 @@ Result<void> Runsc::set_memory_limit(const std::string& id, int64_t bytes) {
   const std::string v1 = "/sys/fs/cgroup/memory/b3os/" + id + "/memory.limit_in_bytes";
   const std::string v2 = "/sys/fs/cgroup/b3os/" + id + "/memory.max";
   const std::string file = ::access(v1.c_str(), W_OK) == 0 ? v1 : v2;
-  std::ofstream f(file);
-  f << bytes;
-  f.flush();
-  if (!f) return fail(ErrorCode::kInternal, "setting the memory limit in " + file);
-  return {};
+  return write_cgroup(file, std::to_string(bytes), "setting the memory limit of " + id);
 }
 
 void Runsc::reset_memory_peak(const std::string& id) {
   const std::string v1 = "/sys/fs/cgroup/memory/b3os/" + id + "/memory.max_usage_in_bytes";
-  if (::access(v1.c_str(), W_OK) == 0) std::ofstream(v1) << 0;
+  if (::access(v1.c_str(), W_OK) == 0) (void)write_cgroup(v1, "0", "resetting the memory peak");
 }
 
 Result<void> Runsc::checkpoint(const std::string& id, const std::string& image_dir) {
@@ -328,14 +332,6 @@ Result<void> write_all(int fd, std::string_view data) {
 
 bool Runsc::direct_control() {
   std::call_once(control_once_, [&] {
-    // A state file rewrite cut short by a crash leaves its temporary behind; runsc never
-    // removes it (its names end in .state and .lock).
-    std::error_code ec;
-    for (auto it = std::filesystem::directory_iterator(cfg_.root_dir, ec); !ec && it != std::filesystem::directory_iterator();
-         it.increment(ec)) {
-      const std::string name = it->path().filename().string();
-      if (name.size() > kTempSuffix.size() && name.ends_with(kTempSuffix)) std::filesystem::remove(it->path(), ec);
-    }
     if (cfg_.control == "cli") return;
     // KVM restores need /dev/kvm passed along (runsc's HaveDeviceFile); only the CLI does that.
     if (cfg_.platform != "systrap" && cfg_.platform != "ptrace") {
@@ -362,6 +358,16 @@ bool Runsc::direct_control() {
     }
   });
   return direct_;
+}
+
+void Runsc::sweep_state_temporaries() {
+  std::error_code ec;
+  for (auto it = std::filesystem::directory_iterator(cfg_.root_dir, ec); !ec && it != std::filesystem::directory_iterator();
+       it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    std::error_code rm;
+    if (name.size() > kTempSuffix.size() && name.ends_with(kTempSuffix)) std::filesystem::remove(it->path(), rm);
+  }
 }
 
 std::string Runsc::state_path(const std::string& id) const {

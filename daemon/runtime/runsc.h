@@ -88,6 +88,9 @@ class Runsc {
   /// Whether start, checkpoint and restore go to the control socket (decided once, from
   /// `control` and `runsc --version`).
   bool direct_control();
+  /// Removes state-file temporaries a crash left mid-rewrite (runsc never removes them: its
+  /// own files end in .state and .lock). Only while no start or restore is running.
+  void sweep_state_temporaries();
   /// The global flags before a verb (root, platform, overlay, network).
   std::vector<std::string> base_argv() const;
 
@@ -107,6 +110,9 @@ class Runsc {
   std::once_flag control_once_;
   bool direct_ = false;
 };
+
+/// The memory cgroup limit for `memory_mib`: memory_mib plus the runtime's overhead.
+int64_t memory_limit_bytes(const RuntimeConfig& cfg, int memory_mib);
 
 /// The OCI config.json of a sandbox (pure; unit-tested).
 std::string oci_config(const ContainerSpec& spec, const RuntimeConfig& cfg);

@@ -579,6 +579,7 @@ Result<void> SandboxService::recover() {
     ec.clear();
   }
   // Decides (and logs) once how runsc is driven, before any request waits on it.
+  runsc_.sweep_state_temporaries();
   (void)runsc_.direct_control();
   auto rows = store_.active_sandboxes();
   if (!rows) return fail(rows.error());
