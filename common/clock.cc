@@ -22,4 +22,25 @@ std::string format_rfc3339(int64_t unix_ms) {
   return buf;
 }
 
+std::optional<int64_t> parse_rfc3339(std::string_view text) {
+  std::tm tm{};
+  int ms = 0;
+  char rest[8] = {};
+  const std::string t(text.substr(0, 40));
+  int n = std::sscanf(t.c_str(), "%4d-%2d-%2dT%2d:%2d:%2d.%3d%7s", &tm.tm_year, &tm.tm_mon, &tm.tm_mday, &tm.tm_hour,
+                      &tm.tm_min, &tm.tm_sec, &ms, rest);
+  if (n != 8) {
+    ms = 0;
+    n = std::sscanf(t.c_str(), "%4d-%2d-%2dT%2d:%2d:%2d%7s", &tm.tm_year, &tm.tm_mon, &tm.tm_mday, &tm.tm_hour, &tm.tm_min,
+                    &tm.tm_sec, rest);
+    if (n != 7) return std::nullopt;
+  }
+  if (std::string_view(rest) != "Z") return std::nullopt;
+  tm.tm_year -= 1900;
+  tm.tm_mon -= 1;
+  const std::time_t secs = timegm(&tm);
+  if (secs == -1) return std::nullopt;
+  return int64_t(secs) * 1000 + ms;
+}
+
 }  // namespace b3os

@@ -3,6 +3,8 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
+#include <string_view>
 #include <string>
 
 namespace b3os {
@@ -11,6 +13,8 @@ namespace b3os {
 int64_t now_unix_ms();
 /// RFC 3339 UTC with milliseconds: "2026-11-30T03:46:25.123Z".
 std::string format_rfc3339(int64_t unix_ms);
+/// Parses what format_rfc3339 writes (UTC, "Z", optional fraction); nullopt otherwise.
+std::optional<int64_t> parse_rfc3339(std::string_view text);
 
 /// Measures phases of one operation for Server-Timing and `timing`.
 class Stopwatch {

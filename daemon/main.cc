@@ -11,9 +11,13 @@
 #include <spdlog/spdlog.h>
 
 #include "daemon/api/api.h"
+#include "daemon/api/config.h"
 #include "daemon/gateway/gateway.h"
-#include "daemon/config/config.h"
+#include "daemon/gateway/relay.h"
 #include "daemon/http/server.h"
+#include "daemon/runtime/runsc.h"
+#include "daemon/runtime/shims.h"
+#include "daemon/sandbox/config.h"
 #include "daemon/sandbox/service.h"
 #include "daemon/store/store.h"
 #include "daemon/sys/process.h"
@@ -49,7 +53,13 @@ Result<std::string> admin_key(store::Store& store, const std::string& data_dir) 
 }  // namespace
 
 int main(int argc, char** argv) {
-  config::Config cfg;
+  // Each module owns its configuration; the flags fill them here.
+  sandbox::Config cfg;
+  api::Config api_cfg;
+  std::string listen_host = "127.0.0.1";
+  int listen_port = 7070;
+  int max_connections = 1024;
+  std::string shim_path;
   CLI::App app{"b3osd: the b3os sandbox daemon"};
   std::string listen = "127.0.0.1:7070";
   bool quiet_key = false;
@@ -58,7 +68,7 @@ int main(int argc, char** argv) {
   app.add_option("--run-dir", cfg.run_dir, "per-sandbox runtime files")->capture_default_str();
   app.add_option("--templates-dir", cfg.templates_dir_override, "template root filesystems (default: DATA_DIR/templates)");
   app.add_option("--agent", cfg.agent_path, "path of b3os-agent (default: beside b3osd)");
-  app.add_option("--shim", cfg.shim_path, "path of b3os-shim (default: beside b3osd)");
+  app.add_option("--shim", shim_path, "path of b3os-shim (default: beside b3osd)");
   app.add_option("--runsc", cfg.runtime.runsc, "runsc binary")->capture_default_str();
   app.add_option("--runsc-root", cfg.runtime.root_dir, "runsc state directory")->capture_default_str();
   app.add_option("--platform", cfg.runtime.platform, "gVisor platform")->capture_default_str();
@@ -69,7 +79,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"auto", "direct", "cli"}))
       ->capture_default_str();
   app.add_option("--memory-overhead-mib", cfg.runtime.memory_overhead_mib, "cgroup memory added to memory_mib for the runtime")->capture_default_str();
-  app.add_option("--max-upload-bytes", cfg.max_upload_bytes, "largest file upload")->capture_default_str();
+  app.add_option("--max-upload-bytes", api_cfg.max_upload_bytes, "largest file upload")->capture_default_str();
   app.add_option("--max-exec-output", cfg.max_exec_output, "bytes of stdout and of stderr kept per exec")->capture_default_str();
   app.add_option("--max-sandboxes-per-project", cfg.max_sandboxes_per_project)->capture_default_str();
   app.add_option("--max-sandboxes-per-node", cfg.max_sandboxes_per_node)->capture_default_str();
@@ -79,8 +89,8 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"auto", "on", "off"}))
       ->capture_default_str();
   app.add_option("--fork-pool", cfg.fork_pool_size, "created, not started containers kept for forks and snapshot restores (0: none)")->capture_default_str();
-  app.add_option("--rate", cfg.rate_per_second, "requests per second per API key")->capture_default_str();
-  app.add_option("--burst", cfg.rate_burst, "burst of requests per API key")->capture_default_str();
+  app.add_option("--rate", api_cfg.rate_per_second, "requests per second per API key")->capture_default_str();
+  app.add_option("--burst", api_cfg.rate_burst, "burst of requests per API key")->capture_default_str();
   app.add_flag("--quiet-key", quiet_key, "do not print the admin API key at start");
   std::vector<std::string> model_flags;
   std::string models_file;
@@ -95,11 +105,11 @@ int main(int argc, char** argv) {
     std::cerr << "b3osd: --listen must be address:port\n";
     return 2;
   }
-  cfg.listen_host = listen.substr(0, colon);
-  cfg.listen_port = std::atoi(listen.c_str() + colon + 1);
+  listen_host = listen.substr(0, colon);
+  listen_port = std::atoi(listen.c_str() + colon + 1);
   if (cfg.agent_path.empty()) cfg.agent_path = beside_self("b3os-agent");
-  if (cfg.shim_path.empty()) cfg.shim_path = beside_self("b3os-shim");
-  for (auto* p : {&cfg.agent_path, &cfg.shim_path}) {
+  if (shim_path.empty()) shim_path = beside_self("b3os-shim");
+  for (auto* p : {&cfg.agent_path, &shim_path}) {
     if (!fs::exists(*p)) {
       std::cerr << "b3osd: " << *p << " not found (build it, or pass --agent/--shim)\n";
       return 1;
@@ -148,7 +158,7 @@ int main(int argc, char** argv) {
   std::error_code ec;
   fs::create_directories(cfg.data_dir, ec);
   fs::create_directories(cfg.templates_dir(), ec);
-  auto store = store::Store::open(cfg.db_path());
+  auto store = store::Store::open(cfg.data_dir + "/b3os.db");
   if (!store) {
     std::cerr << "b3osd: " << store.error().message << "\n";
     return 1;
@@ -167,9 +177,29 @@ int main(int argc, char** argv) {
   gateway::Gateway gw(std::move(*checked), budgets);
   for (auto& id : {gw.default_model()})
     if (!id.empty()) spdlog::info("gateway: default model {}", id);
-  sandbox::SandboxService sandboxes(cfg, **store, &gw);
-  api::Api api(cfg, **store, sandboxes, gw);
-  http::Server server(cfg.listen_host, cfg.listen_port, cfg.max_connections, [&](http::Exchange& ex) { api.handle(ex); });
+  cfg.default_model = gw.default_model();
+  runtime::Runsc runsc(cfg.runtime);
+  runtime::ShimProcesses shims(shim_path);
+  // The sandbox module and the gateway do not know each other: calls from inside a sandbox
+  // reach the gateway through the relay, and the sandbox object reads spend through a hook.
+  gateway::Relay* relay_ptr = nullptr;
+  sandbox::ModelHooks hooks;
+  hooks.incoming = [&relay_ptr](const std::string& id, std::shared_ptr<agentlink::Stream> st) {
+    relay_ptr->serve(id, std::move(st));
+  };
+  hooks.spent_usd = [&gw](const std::string& budget_id) -> std::optional<double> {
+    if (auto b = gw.budgets().look(budget_id)) return b->spent_usd;
+    return std::nullopt;
+  };
+  sandbox::SandboxService sandboxes(cfg, runsc, shims, **store, hooks);
+  gateway::Relay relay(&gw, **store, [&sandboxes](const std::string& id) -> std::optional<gateway::SandboxGrant> {
+    auto g = sandboxes.model_grant(id);
+    if (!g) return std::nullopt;
+    return gateway::SandboxGrant{g->project_id, g->budget_id, g->infer};
+  });
+  relay_ptr = &relay;  // before recover(): no channel exists until then
+  api::Api api(api_cfg, **store, sandboxes, gw);
+  http::Server server(listen_host, listen_port, max_connections, [&](http::Exchange& ex) { api.handle(ex); });
   if (auto r = server.listen(); !r) {
     std::cerr << "b3osd: " << r.error().message << "\n";
     return 1;
@@ -188,9 +218,9 @@ int main(int argc, char** argv) {
     std::_Exit(0);
   }).detach();
 
-  std::cout << "b3osd listening on http://" << cfg.listen_host << ":" << server.port() << std::endl;
+  std::cout << "b3osd listening on http://" << listen_host << ":" << server.port() << std::endl;
   if (!quiet_key) std::cout << "API key (project default): " << *key << std::endl;
-  std::cout << "  export B3OS_API_URL=http://" << cfg.listen_host << ":" << server.port()
+  std::cout << "  export B3OS_API_URL=http://" << listen_host << ":" << server.port()
             << " B3OS_API_KEY=$(cat " << cfg.data_dir << "/admin.key)" << std::endl;
   server.run();
   return 0;

@@ -14,7 +14,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "shim/fd_passing.h"
+#include "common/fd_passing.h"
 
 namespace {
 

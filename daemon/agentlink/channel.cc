@@ -91,7 +91,7 @@ Result<void> Stream::send_data(std::string_view bytes, Clock::time_point deadlin
       n = std::min<size_t>({bytes.size(), static_cast<size_t>(credit_), protocol::kMaxData});
       credit_ -= static_cast<int64_t>(n);
     }
-    if (auto r = ch_->write_frame(FrameType::kData, id_, bytes.substr(0, n)); !r) return r;
+    if (auto r = ch_->write_frame(FrameType::kData, id_, bytes.substr(0, n), deadline); !r) return r;
     bytes.remove_prefix(n);
   }
   return {};
@@ -153,18 +153,48 @@ void AgentChannel::shutdown() {
   }
 }
 
-Result<void> AgentChannel::write_frame(FrameType type, uint32_t stream, std::string_view payload) {
+Result<std::unique_lock<std::timed_mutex>> AgentChannel::quiesce(std::chrono::milliseconds timeout) {
+  std::unique_lock lk(write_mu_, std::defer_lock);
+  if (!lk.try_lock_for(timeout))
+    return fail(channel_error(name_, "a write to the agent did not finish within " +
+                                         std::to_string(timeout.count() / 1000) + " s (is it reading?)"));
+  return lk;
+}
+
+void AgentChannel::break_channel(const std::string& why) {
+  {
+    std::lock_guard lk(break_mu_);
+    if (break_reason_.empty()) break_reason_ = why;
+  }
+  closed_ = true;
+  uint64_t one = 1;
+  if (wake_) (void)!::write(wake_.get(), &one, sizeof one);
+}
+
+Result<void> AgentChannel::write_frame(FrameType type, uint32_t stream, std::string_view payload,
+                                       std::chrono::steady_clock::time_point deadline) {
   std::string buf = protocol::encode_frame(type, stream, payload);
-  std::lock_guard lk(write_mu_);
+  std::unique_lock lk(write_mu_, std::defer_lock);
+  if (!lk.try_lock_until(deadline)) return fail(channel_error(name_, "another write to the agent did not finish in time"));
   if (closed_) return fail(channel_error(name_, "closed"));
   size_t off = 0;
   while (off < buf.size()) {
-    ssize_t w = ::send(fd_.get(), buf.data() + off, buf.size() - off, MSG_NOSIGNAL);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return fail(errno_error(ErrorCode::kInternal, "agent channel " + name_ + ": write", errno));
+    ssize_t w = ::send(fd_.get(), buf.data() + off, buf.size() - off, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (w >= 0) {
+      off += static_cast<size_t>(w);
+      continue;
     }
-    off += static_cast<size_t>(w);
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN && errno != EWOULDBLOCK)
+      return fail(errno_error(ErrorCode::kInternal, "agent channel " + name_ + ": write", errno));
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      if (off == 0) return fail(channel_error(name_, "the agent is not reading (write timed out)"));
+      break_channel("a frame to the agent stalled half-written (the agent stopped reading)");
+      return fail(channel_error(name_, "the agent stopped reading mid-frame; the channel is broken"));
+    }
+    pollfd pfd{fd_.get(), POLLOUT, 0};
+    (void)::poll(&pfd, 1, static_cast<int>(std::min<int64_t>(left.count(), 100)));
   }
   return {};
 }
@@ -180,7 +210,8 @@ void AgentChannel::reader_loop() {
       break;
     }
     if (pfds[1].revents) {
-      reason = "closed by b3osd";
+      std::lock_guard lk(break_mu_);
+      reason = break_reason_.empty() ? "closed by b3osd" : break_reason_;
       break;
     }
     ssize_t r = ::read(fd_.get(), buf, sizeof buf);
@@ -240,12 +271,16 @@ void AgentChannel::reader_loop() {
     control_cv_.notify_all();
   }
   for (auto& s : live) s->close(reason);
+  // on_close may drop the last outside reference (the sandbox it ends owned this channel):
+  // hold one until the call is over, so the channel is destroyed after its last use, here.
+  std::shared_ptr<AgentChannel> keep = weak_from_this().lock();
   if (!stopping_ && on_close_) on_close_(reason);
 }
 
 void AgentChannel::handle_control(Frame f) {
   if (f.type == FrameType::kPing) {
-    (void)write_frame(FrameType::kPong, 0, f.payload);
+    // On the reader thread: never wait long for a writer (the PONG is dropped instead).
+    (void)write_frame(FrameType::kPong, 0, f.payload, std::chrono::steady_clock::now() + std::chrono::seconds(1));
     return;
   }
   std::lock_guard lk(mu_);

@@ -100,8 +100,12 @@ class AgentChannel : public std::enable_shared_from_this<AgentChannel> {
 
 
   /// Holds every writer back (no frame half-written) for as long as the lock lives; used
-  /// around a checkpoint so the image never holds a torn frame from the daemon.
-  std::unique_lock<std::mutex> quiesce() { return std::unique_lock<std::mutex>(write_mu_); }
+  /// around a checkpoint so the image never holds a torn frame from the daemon. Fails when a
+  /// writer holds the channel longer than `timeout` (an agent that stopped reading).
+  Result<std::unique_lock<std::timed_mutex>> quiesce(std::chrono::milliseconds timeout = kWriteTimeout);
+
+  /// The longest a frame write waits (for the write lock, then for the socket) by default.
+  static constexpr std::chrono::milliseconds kWriteTimeout{30000};
 
   /// Stops the reader and closes the fd (without calling on_close).
   void shutdown();
@@ -111,7 +115,17 @@ class AgentChannel : public std::enable_shared_from_this<AgentChannel> {
  private:
   friend class Stream;
   AgentChannel(UniqueFd fd, std::string name, std::function<void(const std::string&)> on_close);
-  Result<void> write_frame(protocol::FrameType type, uint32_t stream, std::string_view payload);
+  /// Writes one whole frame by `deadline`. Never blocks past it: the socket is written without
+  /// blocking and waited on with poll. A frame that could not start is an error and the channel
+  /// stays usable; one cut off half-written has torn the byte stream, so the channel breaks
+  /// (on_close runs, as for a dead agent).
+  Result<void> write_frame(protocol::FrameType type, uint32_t stream, std::string_view payload,
+                           std::chrono::steady_clock::time_point deadline);
+  Result<void> write_frame(protocol::FrameType type, uint32_t stream, std::string_view payload) {
+    return write_frame(type, stream, payload, std::chrono::steady_clock::now() + kWriteTimeout);
+  }
+  /// Breaks the channel from a writer: the reader stops and reports `why`.
+  void break_channel(const std::string& why);
   void reader_loop();
   void handle_control(protocol::Frame f);
   void forget(uint32_t id);
@@ -124,7 +138,9 @@ class AgentChannel : public std::enable_shared_from_this<AgentChannel> {
   std::thread reader_;
   std::atomic<bool> closed_{false};
   std::atomic<bool> stopping_{false};
-  std::mutex write_mu_;
+  std::timed_mutex write_mu_;
+  std::mutex break_mu_;
+  std::string break_reason_;  // why a writer broke the channel (guarded by break_mu_)
 
   std::mutex mu_;  // streams_, control_, next_id_, resync state
   std::condition_variable control_cv_;

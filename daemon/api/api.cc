@@ -71,7 +71,7 @@ std::string server_timing(const sandbox::Timing& t, double total_ms) {
   return out + buf;
 }
 
-Api::Api(const config::Config& cfg, store::Store& store, sandbox::SandboxService& sandboxes, gateway::Gateway& gw)
+Api::Api(const Config& cfg, store::Store& store, sandbox::SandboxService& sandboxes, gateway::Gateway& gw)
     : cfg_(cfg), store_(store), sandboxes_(sandboxes), gw_(gw), limiter_(cfg.rate_per_second, cfg.rate_burst) {}
 
 namespace {

@@ -6,7 +6,7 @@
 
 #include "daemon/api/rate_limit.h"
 #include "daemon/api/target.h"
-#include "daemon/config/config.h"
+#include "daemon/api/config.h"
 #include "daemon/gateway/gateway.h"
 #include "daemon/http/server.h"
 #include "daemon/sandbox/service.h"
@@ -30,7 +30,7 @@ std::string server_timing(const sandbox::Timing& t, double total_ms);
 
 class Api {
  public:
-  Api(const config::Config& cfg, store::Store& store, sandbox::SandboxService& sandboxes, gateway::Gateway& gw);
+  Api(const Config& cfg, store::Store& store, sandbox::SandboxService& sandboxes, gateway::Gateway& gw);
   /// Handles one request (the http::Server handler).
   void handle(http::Exchange& ex);
 
@@ -51,7 +51,7 @@ class Api {
   void upload(Call& c);
   void download(Call& c);
 
-  const config::Config& cfg_;
+  Config cfg_;
   store::Store& store_;
   sandbox::SandboxService& sandboxes_;
   gateway::Gateway& gw_;

@@ -1,6 +1,6 @@
 #include "daemon/gateway/upstream.h"
 
-#include "daemon/http/deadline_stream.h"
+#include "daemon/sys/deadline_stream.h"
 
 #include <poll.h>
 #include <sys/socket.h>
@@ -29,7 +29,7 @@ Error upstream_error(const char* kind, const std::string& what) {
 
 }  // namespace
 
-using http::DeadlineStream;
+using sys::DeadlineStream;
 
 UpstreamFailure classify(const Error& e) {
   if (e.message.rfind(kTimedOut, 0) == 0) return UpstreamFailure::kTimeout;

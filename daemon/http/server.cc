@@ -1,6 +1,6 @@
 #include "daemon/http/server.h"
 
-#include "daemon/http/deadline_stream.h"
+#include "daemon/sys/deadline_stream.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -161,8 +161,8 @@ class BeastExchange final : public Exchange {
   const bh::request<bh::buffer_body>& req() const { return parser_.get(); }
   /// Every response write gives up when the client has taken nothing for kWriteStall: a
   /// client that stops reading must not hold a thread (and a model call) for ever.
-  DeadlineStream writer() {
-    DeadlineStream out(sock_.native_handle(), sock_.get_executor());
+  sys::DeadlineStream writer() {
+    sys::DeadlineStream out(sock_.native_handle(), sock_.get_executor());
     out.arm(std::chrono::steady_clock::now() + kWriteStall, nullptr);
     return out;
   }

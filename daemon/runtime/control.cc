@@ -10,7 +10,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "shim/fd_passing.h"
+#include "common/fd_passing.h"
 
 namespace b3os::runtime {
 

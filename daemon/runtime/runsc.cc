@@ -148,10 +148,6 @@ int64_t memory_limit_bytes(const RuntimeConfig& cfg, int memory_mib) {
 
 int64_t Runsc::memory_limit_bytes(int memory_mib) const { return runtime::memory_limit_bytes(cfg_, memory_mib); }
 
-Result<void> Runsc::limit_memory(const std::string& id, int memory_mib) {
-  return set_memory_limit(id, memory_limit_bytes(memory_mib));
-}
-
 Result<void> Runsc::set_memory_limit(const std::string& id, int64_t bytes) {
   const std::string v1 = "/sys/fs/cgroup/memory/b3os/" + id + "/memory.limit_in_bytes";
   const std::string v2 = "/sys/fs/cgroup/b3os/" + id + "/memory.max";
@@ -162,6 +158,18 @@ Result<void> Runsc::set_memory_limit(const std::string& id, int64_t bytes) {
 void Runsc::reset_memory_peak(const std::string& id) {
   const std::string v1 = "/sys/fs/cgroup/memory/b3os/" + id + "/memory.max_usage_in_bytes";
   if (::access(v1.c_str(), W_OK) == 0) (void)write_cgroup(v1, "0", "resetting the memory peak");
+}
+
+MemoryUse Runsc::memory_use(const std::string& id) {
+  auto number = [](const std::string& path) -> int64_t {
+    auto text = read_small_file(path, 64);
+    return text ? std::strtoll(text->c_str(), nullptr, 10) : 0;
+  };
+  const std::string v1 = "/sys/fs/cgroup/memory/b3os/" + id;
+  if (::access(v1.c_str(), F_OK) == 0)
+    return {number(v1 + "/memory.limit_in_bytes"), number(v1 + "/memory.max_usage_in_bytes")};
+  const std::string v2 = "/sys/fs/cgroup/b3os/" + id;
+  return {number(v2 + "/memory.max"), number(v2 + "/memory.peak")};
 }
 
 Result<void> Runsc::checkpoint(const std::string& id, const std::string& image_dir) {
@@ -368,6 +376,11 @@ void Runsc::sweep_state_temporaries() {
     std::error_code rm;
     if (name.size() > kTempSuffix.size() && name.ends_with(kTempSuffix)) std::filesystem::remove(it->path(), rm);
   }
+}
+
+void Runsc::prepare() {
+  sweep_state_temporaries();
+  (void)direct_control();
 }
 
 std::string Runsc::state_path(const std::string& id) const {

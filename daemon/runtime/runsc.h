@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/result.h"
+#include "daemon/runtime/runtime.h"
 
 namespace b3os::runtime {
 
@@ -30,59 +31,45 @@ struct RuntimeConfig {
   std::string control = "auto";
 };
 
-/// One container to create.
-struct ContainerSpec {
-  std::string id;          // the sandbox id; also the runsc container id
-  std::string bundle_dir;  // config.json is written here
-  std::string rootfs;      // the template's read-only root filesystem
-  std::string agent_path;  // host path of b3os-agent, bind-mounted read-only at /.b3os/agent
-  std::string hostname;
-  int vcpu = 1;
-  int memory_mib = 512;
-  std::string log_path;    // runsc's and the agent's stderr
-};
-
-/// What `runsc state` says of a container.
-enum class ContainerState { kMissing, kCreated, kRunning, kPaused, kStopped };
-
-class Runsc {
+class Runsc : public Runtime {
  public:
   explicit Runsc(RuntimeConfig cfg) : cfg_(std::move(cfg)) {}
 
   /// Writes the OCI config and runs `runsc create` with `stdio_fd` as the agent's stdin and
   /// stdout. On failure nothing is left: no container, no cgroup.
-  Result<void> create(const ContainerSpec& spec, int stdio_fd);
+  Result<void> create(const ContainerSpec& spec, int stdio_fd) override;
   /// Applies the CPU limit (vcpu x 100 ms per 100 ms) to a running container's cgroup. Done
   /// after boot rather than in the OCI config: a 1-vCPU quota during boot throttles gVisor's
   /// own start-up by about 100 ms.
-  Result<void> limit_cpu(const std::string& id, int vcpu);
-  /// Sets the memory limit (memory_mib plus the runtime's overhead) of a running container.
-  Result<void> limit_memory(const std::string& id, int memory_mib);
+  Result<void> limit_cpu(const std::string& id, int vcpu) override;
   /// The cgroup limit for memory_mib: memory_mib plus the runtime's overhead.
-  int64_t memory_limit_bytes(int memory_mib) const;
+  int64_t memory_limit_bytes(int memory_mib) const override;
   /// Sets a container's memory cgroup limit to `bytes`.
-  Result<void> set_memory_limit(const std::string& id, int64_t bytes);
+  Result<void> set_memory_limit(const std::string& id, int64_t bytes) override;
   /// Forgets the memory cgroup's recorded peak (cgroup v1 max_usage_in_bytes).
-  void reset_memory_peak(const std::string& id);
+  void reset_memory_peak(const std::string& id) override;
+  MemoryUse memory_use(const std::string& id) override;
   /// Saves a running container's memory, root overlay and processes to `image_dir`; the
   /// container runs on (`--leave-running`).
-  Result<void> checkpoint(const std::string& id, const std::string& image_dir);
+  Result<void> checkpoint(const std::string& id, const std::string& image_dir) override;
   /// Restores `image_dir` into a created (not started) container.
-  Result<void> restore(const std::string& id, const std::string& bundle_dir, const std::string& image_dir);
+  Result<void> restore(const std::string& id, const std::string& bundle_dir, const std::string& image_dir) override;
   /// Freezes or thaws a container's processes with the cgroup freezer alone (a file write):
   /// pooled containers wait frozen so they cost no CPU, and thaw in microseconds.
-  void set_frozen(const std::string& id, bool frozen);
+  void set_frozen(const std::string& id, bool frozen) override;
   /// Freezes every process of a container (cgroup freezer), and thaws it.
-  Result<void> pause(const std::string& id);
-  Result<void> resume(const std::string& id);
+  Result<void> pause(const std::string& id) override;
+  Result<void> resume(const std::string& id) override;
   /// Starts a created container (the agent begins to run).
-  Result<void> start(const std::string& id);
+  Result<void> start(const std::string& id) override;
   /// Kills and deletes a container and its cgroup; a missing container is not an error.
-  Result<void> destroy(const std::string& id);
+  Result<void> destroy(const std::string& id) override;
   /// The container's state.
-  Result<ContainerState> state(const std::string& id);
+  Result<ContainerState> state(const std::string& id) override;
   /// Ids of every container under our root.
-  Result<std::vector<std::string>> list();
+  Result<std::vector<std::string>> list() override;
+  /// Sweeps state temporaries and decides how runsc is driven (runsc --version, once).
+  void prepare() override;
 
   const RuntimeConfig& config() const { return cfg_; }
   /// Whether start, checkpoint and restore go to the control socket (decided once, from

@@ -132,22 +132,20 @@ Error db_error(sqlite3* db, std::string_view what) {
   return Error{ErrorCode::kInternal, std::string("store: ") + std::string(what) + ": " + sqlite3_errmsg(db), 0};
 }
 
-Result<SandboxRow> row_from(Stmt& st) {
-  SandboxRow r;
-  r.id = st.text(0);
-  r.project_id = st.text(1);
-  r.status = st.text(2);
-  try {
-    r.doc = nlohmann::json::parse(st.text(3));
-    r.secrets = nlohmann::json::parse(st.text(4));
-  } catch (const std::exception& e) {
-    return fail(ErrorCode::kInternal, "store: sandbox " + r.id + " has a corrupt record: " + e.what());
-  }
+Result<SandboxRecord> row_from(Stmt& st) {
+  const std::string id = st.text(0);
+  auto doc = nlohmann::json::parse(st.text(3), nullptr, false);
+  auto secrets = nlohmann::json::parse(st.text(4), nullptr, false);
+  if (doc.is_discarded() || secrets.is_discarded())
+    return fail(ErrorCode::kInternal, "store: sandbox " + id + " has a corrupt record");
+  auto r = sandbox_from_legacy(doc, secrets);
+  if (!r) return fail(r.error());
+  r->project_id = st.text(1);
   return r;
 }
 
-Result<std::vector<SandboxRow>> all_rows(sqlite3* db, Stmt& st, std::string_view what) {
-  std::vector<SandboxRow> out;
+Result<std::vector<SandboxRecord>> all_rows(sqlite3* db, Stmt& st, std::string_view what) {
+  std::vector<SandboxRecord> out;
   int rc;
   while ((rc = st.step()) == SQLITE_ROW) {
     auto r = row_from(st);
@@ -248,29 +246,31 @@ Result<std::vector<ApiKeyRecord>> Store::list_api_keys() {
   return out;
 }
 
-Result<void> Store::put_sandbox(const SandboxRow& row) {
+Result<void> Store::put_sandbox(const SandboxRecord& rec) {
+  const std::string status(legacy_status(rec.state));
+  const std::string doc = legacy_doc(rec).dump(), secrets = nlohmann::json(rec.secrets).dump();
   std::lock_guard lk(mu_);
   Stmt st(db_,
           "INSERT INTO sandboxes(id, project_id, status, doc, secrets) VALUES (?, ?, ?, ?, ?) "
           "ON CONFLICT(id) DO UPDATE SET status = excluded.status, doc = excluded.doc, secrets = excluded.secrets");
-  st.bind(1, row.id).bind(2, row.project_id).bind(3, row.status).bind(4, row.doc.dump()).bind(5, row.secrets.dump());
-  if (st.step() != SQLITE_DONE) return fail(db_error(db_, "saving sandbox " + row.id));
+  st.bind(1, rec.id).bind(2, rec.project_id).bind(3, status).bind(4, doc).bind(5, secrets);
+  if (st.step() != SQLITE_DONE) return fail(db_error(db_, "saving sandbox " + rec.id));
   return {};
 }
 
-Result<std::optional<SandboxRow>> Store::get_sandbox(const std::string& project_id, const std::string& id) {
+Result<std::optional<SandboxRecord>> Store::get_sandbox(const std::string& project_id, const std::string& id) {
   std::lock_guard lk(mu_);
   Stmt st(db_, "SELECT id, project_id, status, doc, secrets FROM sandboxes WHERE id = ? AND project_id = ?");
   st.bind(1, id).bind(2, project_id);
   int rc = st.step();
-  if (rc == SQLITE_DONE) return std::optional<SandboxRow>();
+  if (rc == SQLITE_DONE) return std::optional<SandboxRecord>();
   if (rc != SQLITE_ROW) return fail(db_error(db_, "reading sandbox"));
   auto r = row_from(st);
   if (!r) return fail(r.error());
-  return std::optional<SandboxRow>(std::move(*r));
+  return std::optional<SandboxRecord>(std::move(*r));
 }
 
-Result<std::vector<SandboxRow>> Store::list_sandboxes(const SandboxQuery& q) {
+Result<std::vector<SandboxRecord>> Store::list_sandboxes(const SandboxQuery& q) {
   std::string sql =
       "SELECT id, project_id, status, doc, secrets FROM sandboxes WHERE project_id = ?1 "
       "AND (?2 IS NULL OR status = ?2) AND (?3 IS NULL OR id < ?3)";
@@ -293,48 +293,48 @@ Result<std::vector<SandboxRow>> Store::list_sandboxes(const SandboxQuery& q) {
   return all_rows(db_, st, "listing sandboxes");
 }
 
-Result<std::vector<SandboxRow>> Store::active_sandboxes() {
+Result<std::vector<SandboxRecord>> Store::active_sandboxes() {
   std::lock_guard lk(mu_);
   Stmt st(db_, "SELECT id, project_id, status, doc, secrets FROM sandboxes WHERE status IN ('running', 'paused')");
   return all_rows(db_, st, "listing active sandboxes");
 }
 
 namespace {
-Result<SnapshotRow> snapshot_from(Stmt& st) {
-  SnapshotRow r;
-  r.id = st.text(0);
-  r.project_id = st.text(1);
-  try {
-    r.doc = nlohmann::json::parse(st.text(2));
-    r.secrets = nlohmann::json::parse(st.text(3));
-  } catch (const std::exception& e) {
-    return fail(ErrorCode::kInternal, "store: snapshot " + r.id + " has a corrupt record: " + e.what());
-  }
+Result<SnapshotRecord> snapshot_from(Stmt& st) {
+  const std::string id = st.text(0);
+  auto doc = nlohmann::json::parse(st.text(2), nullptr, false);
+  auto secrets = nlohmann::json::parse(st.text(3), nullptr, false);
+  if (doc.is_discarded() || secrets.is_discarded())
+    return fail(ErrorCode::kInternal, "store: snapshot " + id + " has a corrupt record");
+  auto r = snapshot_from_legacy(doc, secrets);
+  if (!r) return fail(r.error());
+  r->project_id = st.text(1);
   return r;
 }
 }  // namespace
 
-Result<void> Store::put_snapshot(const SnapshotRow& row) {
+Result<void> Store::put_snapshot(const SnapshotRecord& rec) {
+  const std::string doc = legacy_doc(rec).dump(), secrets = nlohmann::json(rec.secrets).dump();
   std::lock_guard lk(mu_);
   Stmt st(db_, "INSERT OR REPLACE INTO snapshots(id, project_id, doc, secrets) VALUES (?, ?, ?, ?)");
-  st.bind(1, row.id).bind(2, row.project_id).bind(3, row.doc.dump()).bind(4, row.secrets.dump());
-  if (st.step() != SQLITE_DONE) return fail(db_error(db_, "saving snapshot " + row.id));
+  st.bind(1, rec.id).bind(2, rec.project_id).bind(3, doc).bind(4, secrets);
+  if (st.step() != SQLITE_DONE) return fail(db_error(db_, "saving snapshot " + rec.id));
   return {};
 }
 
-Result<std::optional<SnapshotRow>> Store::get_snapshot(const std::string& project_id, const std::string& id) {
+Result<std::optional<SnapshotRecord>> Store::get_snapshot(const std::string& project_id, const std::string& id) {
   std::lock_guard lk(mu_);
   Stmt st(db_, "SELECT id, project_id, doc, secrets FROM snapshots WHERE id = ? AND project_id = ?");
   st.bind(1, id).bind(2, project_id);
   int rc = st.step();
-  if (rc == SQLITE_DONE) return std::optional<SnapshotRow>();
+  if (rc == SQLITE_DONE) return std::optional<SnapshotRecord>();
   if (rc != SQLITE_ROW) return fail(db_error(db_, "reading snapshot"));
   auto r = snapshot_from(st);
   if (!r) return fail(r.error());
-  return std::optional<SnapshotRow>(std::move(*r));
+  return std::optional<SnapshotRecord>(std::move(*r));
 }
 
-Result<std::vector<SnapshotRow>> Store::list_snapshots(const std::string& project_id,
+Result<std::vector<SnapshotRecord>> Store::list_snapshots(const std::string& project_id,
                                                        const std::optional<std::string>& after_id, int limit) {
   std::lock_guard lk(mu_);
   std::string sql = "SELECT id, project_id, doc, secrets FROM snapshots WHERE project_id = ?1 AND (?2 IS NULL OR id < ?2) "
@@ -342,7 +342,7 @@ Result<std::vector<SnapshotRow>> Store::list_snapshots(const std::string& projec
   Stmt st(db_, sql.c_str());
   st.bind(1, project_id);
   if (after_id) st.bind(2, *after_id); else st.bind_null(2);
-  std::vector<SnapshotRow> out;
+  std::vector<SnapshotRecord> out;
   int rc;
   while ((rc = st.step()) == SQLITE_ROW) {
     auto r = snapshot_from(st);

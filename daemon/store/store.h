@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/result.h"
+#include "daemon/store/records.h"
 
 namespace b3os::store {
 
@@ -33,31 +34,13 @@ struct NewApiKey {
   ApiKeyRecord record;
 };
 
-/// One sandbox row. `doc` is the persisted part of the sandbox object; secret values live
-/// in `secrets` and never leave the daemon.
-struct SandboxRow {
-  std::string id;
-  std::string project_id;
-  std::string status;
-  nlohmann::json doc;
-  nlohmann::json secrets = nlohmann::json::object();
-};
-
 /// Filter for listing sandboxes of one project, newest first.
 struct SandboxQuery {
   std::string project_id;
-  std::optional<std::string> status;
+  std::optional<std::string> status;  // the API status: running, paused, stopped, failed
   std::vector<std::pair<std::string, std::string>> metadata;  // all must match
   std::optional<std::string> after_id;                        // cursor: ids older than this
   int limit = 20;
-};
-
-/// One snapshot row: its object (`doc`) and the secrets of the sandbox it came from.
-struct SnapshotRow {
-  std::string id;
-  std::string project_id;
-  nlohmann::json doc;
-  nlohmann::json secrets = nlohmann::json::object();
 };
 
 /// What an Idempotency-Key lookup found.
@@ -87,7 +70,33 @@ struct LedgerRow {
   std::string outcome;  // completed, upstream_error, broken_stream, client_gone, ...
 };
 
-class Store {
+/// What the sandbox module needs of the store: its records, the project's model switch and
+/// budgets. An interface, so the lifecycle can be unit-tested with tests/fakes/fake_store.h.
+class SandboxStore {
+ public:
+  virtual ~SandboxStore() = default;
+  virtual Result<void> put_sandbox(const SandboxRecord& rec) = 0;
+  virtual Result<std::optional<SandboxRecord>> get_sandbox(const std::string& project_id, const std::string& id) = 0;
+  /// One page of sandboxes; returns up to limit+1 records so the caller knows if there is more.
+  virtual Result<std::vector<SandboxRecord>> list_sandboxes(const SandboxQuery& q) = 0;
+  /// Every sandbox that is running or paused, all projects (used at start-up).
+  virtual Result<std::vector<SandboxRecord>> active_sandboxes() = 0;
+
+  virtual Result<void> put_snapshot(const SnapshotRecord& rec) = 0;
+  virtual Result<std::optional<SnapshotRecord>> get_snapshot(const std::string& project_id, const std::string& id) = 0;
+  /// One page of a project's snapshots, newest first (limit+1 records, as list_sandboxes).
+  virtual Result<std::vector<SnapshotRecord>> list_snapshots(const std::string& project_id,
+                                                             const std::optional<std::string>& after_id, int limit) = 0;
+  virtual Result<void> delete_snapshot(const std::string& project_id, const std::string& id) = 0;
+
+  /// Whether a project's keys and sandboxes may use the model gateway (default yes).
+  virtual Result<bool> project_allows_infer(const std::string& project_id) = 0;
+  /// Creates a budget unless it exists (its cap is then left as it is).
+  virtual Result<void> ensure_budget(const std::string& id, const std::string& project_id,
+                                     std::optional<double> cap_usd) = 0;
+};
+
+class Store : public SandboxStore {
  public:
   /// Opens (creating if needed) the database at `path`, in WAL mode, with its schema.
   static Result<std::unique_ptr<Store>> open(const std::string& path);
@@ -100,19 +109,16 @@ class Store {
   /// Lists keys (no secrets), for `b3os keys list`.
   Result<std::vector<ApiKeyRecord>> list_api_keys();
 
-  Result<void> put_sandbox(const SandboxRow& row);
-  Result<std::optional<SandboxRow>> get_sandbox(const std::string& project_id, const std::string& id);
-  /// One page of sandboxes; returns up to limit+1 rows so the caller knows if there is more.
-  Result<std::vector<SandboxRow>> list_sandboxes(const SandboxQuery& q);
-  /// Every sandbox whose status is running or paused, all projects (used at start-up).
-  Result<std::vector<SandboxRow>> active_sandboxes();
+  Result<void> put_sandbox(const SandboxRecord& rec) override;
+  Result<std::optional<SandboxRecord>> get_sandbox(const std::string& project_id, const std::string& id) override;
+  Result<std::vector<SandboxRecord>> list_sandboxes(const SandboxQuery& q) override;
+  Result<std::vector<SandboxRecord>> active_sandboxes() override;
 
-  Result<void> put_snapshot(const SnapshotRow& row);
-  Result<std::optional<SnapshotRow>> get_snapshot(const std::string& project_id, const std::string& id);
-  /// One page of a project's snapshots, newest first (limit+1 rows, as list_sandboxes).
-  Result<std::vector<SnapshotRow>> list_snapshots(const std::string& project_id,
-                                                  const std::optional<std::string>& after_id, int limit);
-  Result<void> delete_snapshot(const std::string& project_id, const std::string& id);
+  Result<void> put_snapshot(const SnapshotRecord& rec) override;
+  Result<std::optional<SnapshotRecord>> get_snapshot(const std::string& project_id, const std::string& id) override;
+  Result<std::vector<SnapshotRecord>> list_snapshots(const std::string& project_id,
+                                                     const std::optional<std::string>& after_id, int limit) override;
+  Result<void> delete_snapshot(const std::string& project_id, const std::string& id) override;
 
   /// Claims `key` for a request, or finds its earlier response. Records expire after 24 h.
   Result<IdempotencyHit> idempotency_begin(const std::string& project_id, const std::string& key,
@@ -124,8 +130,7 @@ class Store {
   /// Releases every claim that has no response: called at start, when the requests that
   /// claimed them died with the previous process.
   Result<void> idempotency_clear_pending();
-  /// Creates a budget unless it exists (its cap is then left as it is).
-  Result<void> ensure_budget(const std::string& id, const std::string& project_id, std::optional<double> cap_usd);
+  Result<void> ensure_budget(const std::string& id, const std::string& project_id, std::optional<double> cap_usd) override;
   /// Creates a budget or changes its cap.
   Result<void> set_budget_cap(const std::string& id, const std::string& project_id, std::optional<double> cap_usd);
   Result<std::optional<BudgetRow>> get_budget(const std::string& id);
@@ -133,8 +138,7 @@ class Store {
   Result<void> record_call(const LedgerRow& row);
   /// The newest `limit` ledger rows of a budget.
   Result<std::vector<LedgerRow>> ledger(const std::string& budget_id, int limit);
-  /// Whether a project's keys and sandboxes may use the model gateway (default yes).
-  Result<bool> project_allows_infer(const std::string& project_id);
+  Result<bool> project_allows_infer(const std::string& project_id) override;
   Result<void> set_project_infer(const std::string& project_name, bool allowed);
   /// Releases a claimed key without a stored response (the request failed with a 5xx).
   Result<void> idempotency_abort(const std::string& project_id, const std::string& key);

@@ -8,6 +8,8 @@
 #include <fstream>
 
 #include "common/ids.h"
+#include "daemon/runtime/runsc.h"
+#include "daemon/runtime/shims.h"
 #include "daemon/sandbox/service.h"
 #include "daemon/store/store.h"
 #include "daemon/sys/process.h"
@@ -35,12 +37,14 @@ class ServiceTest : public ::testing::Test {
     cfg_.runtime.root_dir = (tmp_ / "run/runsc").string();
     cfg_.templates_dir_override = templates_dir();
     cfg_.agent_path = std::string(B3OS_BUILD_DIR) + "/bin/b3os-agent";
-    cfg_.shim_path = std::string(B3OS_BUILD_DIR) + "/bin/b3os-shim";
+    shim_path_ = std::string(B3OS_BUILD_DIR) + "/bin/b3os-shim";
     cfg_.warm_pool_size = 0;  // tests below count containers; the pools have their own e2e section
     cfg_.fork_pool_size = 0;
     cfg_.template_checkpoints = "off";
     fs::create_directories(cfg_.data_dir);
-    auto s = store::Store::open(cfg_.db_path());
+    auto s = store::Store::open(cfg_.data_dir + "/b3os.db");
+    runsc_ = std::make_unique<runtime::Runsc>(cfg_.runtime);
+    shims_ = std::make_unique<runtime::ShimProcesses>(shim_path_);
     ASSERT_TRUE(s) << s.error().message;
     store_ = std::move(*s);
     principal_ = {"prj_test", "key_test"};
@@ -73,13 +77,16 @@ class ServiceTest : public ::testing::Test {
   }
 
   fs::path tmp_;
-  config::Config cfg_;
+  Config cfg_;
+  std::string shim_path_;
+  std::unique_ptr<runtime::Runsc> runsc_;
+  std::unique_ptr<runtime::ShimProcesses> shims_;
   std::unique_ptr<store::Store> store_;
   Principal principal_;
 };
 
 TEST_F(ServiceTest, CreateExecFilesDelete) {
-  SandboxService svc(cfg_, *store_);
+  SandboxService svc(cfg_, *runsc_, *shims_, *store_);
   ASSERT_TRUE(svc.recover());
   Timing t;
   auto sbx = svc.create(principal_, SandboxSpec{}, t);
@@ -130,7 +137,7 @@ TEST_F(ServiceTest, CreateExecFilesDelete) {
 
 TEST_F(ServiceTest, FailedCreateLeavesNothing) {
   cfg_.agent_path = "/bin/false";  // the "agent" exits at once: no HELLO
-  SandboxService svc(cfg_, *store_);
+  SandboxService svc(cfg_, *runsc_, *shims_, *store_);
   ASSERT_TRUE(svc.recover());
   Timing t;
   auto sbx = svc.create(principal_, SandboxSpec{}, t);
@@ -147,8 +154,8 @@ TEST_F(ServiceTest, FailedCreateLeavesNothing) {
 }
 
 TEST_F(ServiceTest, MissingShimFailsCleanly) {
-  cfg_.shim_path = "/nonexistent/b3os-shim";
-  SandboxService svc(cfg_, *store_);
+  runtime::ShimProcesses missing("/nonexistent/b3os-shim");
+  SandboxService svc(cfg_, *runsc_, missing, *store_);
   ASSERT_TRUE(svc.recover());
   Timing t;
   auto sbx = svc.create(principal_, SandboxSpec{}, t);
@@ -159,7 +166,7 @@ TEST_F(ServiceTest, MissingShimFailsCleanly) {
 TEST_F(ServiceTest, RestartReattachesRunningSandboxes) {
   std::string id;
   {
-    SandboxService first(cfg_, *store_);
+    SandboxService first(cfg_, *runsc_, *shims_, *store_);
     ASSERT_TRUE(first.recover());
     Timing t;
     auto sbx = first.create(principal_, SandboxSpec{}, t);
@@ -171,7 +178,7 @@ TEST_F(ServiceTest, RestartReattachesRunningSandboxes) {
     first.stop();
     // `first` goes away like a killed daemon: its channel closes, the shim keeps the fd.
   }
-  SandboxService second(cfg_, *store_);
+  SandboxService second(cfg_, *runsc_, *shims_, *store_);
   ASSERT_TRUE(second.recover());
   auto got = second.get(principal_, id);
   ASSERT_TRUE(got);
@@ -197,7 +204,7 @@ TEST_P(ControlPathTest, ForksRunAndAreFullCitizens) {
     GTEST_SKIP() << "this runsc version's control messages are not known to b3osd (it uses the CLI)";
   cfg_.runtime.control = GetParam();
   runtime::Runsc runsc(cfg_.runtime);
-  SandboxService svc(cfg_, *store_);
+  SandboxService svc(cfg_, *runsc_, *shims_, *store_);
   ASSERT_TRUE(svc.recover());
   Timing t;
   SandboxSpec spec;
@@ -238,7 +245,7 @@ INSTANTIATE_TEST_SUITE_P(Paths, ControlPathTest, ::testing::Values("direct", "cl
 TEST_F(ServiceTest, DirectRestoreRefusesAContainerThatIsNotCreated) {
   if (!runtime::Runsc(cfg_.runtime).direct_control())
     GTEST_SKIP() << "this runsc version's control messages are not known to b3osd (it uses the CLI)";
-  SandboxService svc(cfg_, *store_);
+  SandboxService svc(cfg_, *runsc_, *shims_, *store_);
   ASSERT_TRUE(svc.recover());
   Timing t;
   auto sbx = svc.create(principal_, SandboxSpec{}, t);

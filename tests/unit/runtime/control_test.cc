@@ -21,7 +21,7 @@
 #include "common/unique_fd.h"
 #include "daemon/runtime/control.h"
 #include "daemon/runtime/runsc.h"
-#include "shim/fd_passing.h"
+#include "common/fd_passing.h"
 
 namespace b3os::runtime {
 namespace {

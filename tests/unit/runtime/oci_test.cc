@@ -32,25 +32,5 @@ TEST(OciConfig, LimitsAgentAndWritableOverlay) {
   EXPECT_TRUE(agent_mount);
 }
 
-TEST(Usage, FromLifetimeAndLimits) {
-  nlohmann::json doc = {{"vcpu", 2}, {"memory_mib", 2048}, {"_b3os", {{"started_ms", 1000}, {"stopped_ms", 3000}}}};
-  sandbox::compute_usage(doc, 99999);
-  EXPECT_EQ(doc["usage"]["vcpu_ms"], 4000);
-  EXPECT_EQ(doc["usage"]["gib_ms"], 4000);
-  nlohmann::json live = {{"vcpu", 1}, {"memory_mib", 512}, {"_b3os", {{"started_ms", 1000}, {"stopped_ms", nullptr}}}};
-  sandbox::compute_usage(live, 2000);
-  EXPECT_EQ(live["usage"]["vcpu_ms"], 1000);
-  EXPECT_EQ(live["usage"]["gib_ms"], 500);
-}
-
-TEST(Usage, PausedTimeHoldsMemoryButNoCpu) {
-  // 10 s alive, 4 s of it paused earlier and 2 s paused now.
-  nlohmann::json doc = {{"vcpu", 2}, {"memory_mib", 1024},
-                        {"_b3os", {{"started_ms", 0}, {"stopped_ms", nullptr}, {"paused_total_ms", 4000}, {"paused_since_ms", 8000}}}};
-  sandbox::compute_usage(doc, 10000);
-  EXPECT_EQ(doc["usage"]["vcpu_ms"], 2 * 4000);
-  EXPECT_EQ(doc["usage"]["gib_ms"], 10000);
-}
-
 }  // namespace
 }  // namespace b3os

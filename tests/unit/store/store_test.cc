@@ -53,14 +53,17 @@ TEST_F(StoreTest, KeysAreHashedAndScopedToProjects) {
 
 TEST_F(StoreTest, SandboxPagesNewestFirstWithFilters) {
   for (int i = 0; i < 5; ++i) {
-    SandboxRow r;
+    SandboxRecord r;
     r.id = new_id_at("sbx", 1000 + i);
     r.project_id = "prj_a";
-    r.status = i % 2 ? "stopped" : "running";
-    r.doc = {{"id", r.id}, {"metadata", {{"n", std::to_string(i)}, {"batch", "x"}}}};
+    r.state = i % 2 ? State::kStopped : State::kRunning;
+    r.metadata = {{"n", std::to_string(i)}, {"batch", "x"}};
     ASSERT_TRUE(store_->put_sandbox(r));
   }
-  SandboxRow other{new_id_at("sbx", 5000), "prj_b", "running", {{"metadata", nlohmann::json::object()}}, {}};
+  SandboxRecord other;
+  other.id = new_id_at("sbx", 5000);
+  other.project_id = "prj_b";
+  other.state = State::kRunning;
   ASSERT_TRUE(store_->put_sandbox(other));
 
   SandboxQuery q{"prj_a", std::nullopt, {}, std::nullopt, 2};
@@ -79,18 +82,26 @@ TEST_F(StoreTest, SandboxPagesNewestFirstWithFilters) {
   SandboxQuery md{"prj_a", std::nullopt, {{"n", "3"}, {"batch", "x"}}, std::nullopt, 10};
   auto m = store_->list_sandboxes(md);
   ASSERT_EQ(m->size(), 1u);
-  EXPECT_EQ(m->front().doc["metadata"]["n"], "3");
+  EXPECT_EQ(m->front().metadata.at("n"), "3");
   EXPECT_FALSE(store_->get_sandbox("prj_a", other.id).value());  // other project: invisible
   EXPECT_EQ(store_->active_sandboxes()->size(), 4u);
 }
 
 TEST_F(StoreTest, SecretsRoundTripSeparately) {
-  SandboxRow r{new_id("sbx"), "prj_a", "running", {{"secret_names", {"T"}}}, {{"T", "v"}}};
+  SandboxRecord r;
+  r.id = new_id("sbx");
+  r.project_id = "prj_a";
+  r.state = State::kPaused;
+  r.secrets = {{"T", "v"}};
+  r.paused_since_ms = 1234;
+  r.spend_cap_micros = 100000;
   ASSERT_TRUE(store_->put_sandbox(r));
   auto g = store_->get_sandbox("prj_a", r.id);
   ASSERT_TRUE(g && *g);
-  EXPECT_EQ((*g)->secrets["T"], "v");
-  EXPECT_FALSE((*g)->doc.contains("T"));
+  EXPECT_EQ((*g)->secrets.at("T"), "v");
+  EXPECT_EQ((*g)->state, State::kPaused);
+  EXPECT_EQ((*g)->paused_since_ms, 1234);
+  EXPECT_EQ((*g)->spend_cap_micros, 100000);
 }
 
 TEST_F(StoreTest, IdempotencyReplayConflictAndAbort) {

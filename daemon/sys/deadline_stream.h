@@ -13,7 +13,7 @@
 #include <boost/asio/error.hpp>
 #include <boost/beast/core/error.hpp>
 
-namespace b3os::http {
+namespace b3os::sys {
 
 /// A socket as Beast's SyncReadStream/SyncWriteStream whose every read and write waits at
 /// most until a deadline, and gives up as soon as `cancelled` says so. Each recv/send is
@@ -96,4 +96,4 @@ class DeadlineStream {
   bool timed_out_ = false, was_cancelled_ = false;
 };
 
-}  // namespace b3os::http
+}  // namespace b3os::sys

@@ -1,4 +1,4 @@
-#include "shim/fd_passing.h"
+#include "common/fd_passing.h"
 
 #include <sys/socket.h>
 #include <sys/un.h>

@@ -1,87 +1,80 @@
-// SandboxService: exec and file transfers over the agent channel.
-#include "daemon/sandbox/service_internal.h"
+#include "daemon/sandbox/exec.h"
 
-#include <fcntl.h>
-#include <poll.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
+#include <algorithm>
+#include <chrono>
 
-#include <set>
-
-#include <spdlog/spdlog.h>
-
-#include "common/ids.h"
-#include "common/scope_exit.h"
-#include "common/unique_fd.h"
-#include "shim/fd_passing.h"
+#include "common/clock.h"
 
 namespace b3os::sandbox {
 
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
-using namespace detail;
-namespace fs = std::filesystem;
 
-// ---- exec and files ----
+namespace {
+constexpr auto kControlTimeout = 5s;
+constexpr auto kFileIdleTimeout = 60s;
+constexpr auto kExecGrace = 10s;
+constexpr const char* kInferBaseUrl = "http://127.0.0.1:7700/v1/infer";
+constexpr const char* kInferPlaceholderKey = "b3os-sandbox-no-key-needed";
+constexpr const char* kUnconfiguredModel = "b3os/unconfigured";
 
-Error SandboxService::explain(Sandbox& s, Error e) {
-  if (!s.channel || !s.channel->closed()) return e;
-  // The reader thread is recording why the sandbox died; give it a moment.
-  for (int i = 0; i < 200; ++i) {
-    {
-      std::lock_guard lk(s.mu);
-      if (s.finished) {
-        std::string why = s.doc["stop_message"].is_string() ? s.doc["stop_message"].get<std::string>()
-                          : s.doc["stop_reason"] == "deleted" ? std::string("it was deleted")
-                                                              : "its timeout passed with no API activity";
-        return Error{ErrorCode::kSandboxNotRunning, "sandbox " + s.id + " stopped: " + why, 0};
-      }
-    }
-    std::this_thread::sleep_for(10ms);
-  }
-  return Error{ErrorCode::kSandboxNotRunning, "sandbox " + s.id + " stopped: " + e.message, 0};
+Error agent_error(const json& end) {
+  const json& e = end.contains("error") ? end["error"] : json::object();
+  Error err;
+  err.code = error_code_from_name(e.value("code", "internal"));
+  err.message = e.value("message", "the agent reported an error");
+  err.err_no = e.value("errno", 0);
+  return err;
 }
 
-Result<std::shared_ptr<agentlink::Stream>> SandboxService::open_stream(Sandbox& s, const json& request) {
-  std::shared_ptr<agentlink::AgentChannel> ch;
+Result<json> parse_end(const protocol::Frame& f) {
+  json j = json::parse(f.payload, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return fail(ErrorCode::kInternal, "unreadable answer from the agent");
+  if (!j.value("ok", false)) return fail(agent_error(j));
+  return j;
+}
+}  // namespace
+
+Result<std::shared_ptr<agentlink::Stream>> Exec::open_stream(LiveSandbox& s, const json& request) {
   {
     std::lock_guard lk(s.mu);
-    if (s.finished) return fail(ErrorCode::kSandboxNotRunning, "sandbox " + s.id + " is " + s.doc["status"].get<std::string>());
-    if (s.doc["status"] == "paused")
-      return fail(ErrorCode::kSandboxNotRunning, "sandbox " + s.id + " is paused; resume it first (POST /v1/sandboxes/" + s.id + "/resume)");
-    ch = s.channel;
+    const std::string_view status = api_status(s.rec.state);
+    if (s.rec.ended()) return fail(ErrorCode::kSandboxNotRunning, "sandbox " + s.id + " is " + std::string(status));
+    if (status == "paused")
+      return fail(ErrorCode::kSandboxNotRunning,
+                  "sandbox " + s.id + " is paused; resume it first (POST /v1/sandboxes/" + s.id + "/resume)");
   }
-  touch(s);
-  return ch->open(request);
+  lifecycle_.touch(s);
+  return s.channel->open(request);
 }
 
-Result<ExecResult> SandboxService::exec(const Principal& p, const std::string& id, const ExecSpec& spec, Timing& t,
+Result<ExecResult> Exec::exec(const Principal& p, const std::string& id, const ExecSpec& spec, Timing& t,
                                         const CancelCheck& cancelled) {
   Stopwatch sw;
-  auto sr = running(p, id);
+  auto sr = lifecycle_.running(p, id);
   if (!sr) return fail(sr.error());
   auto& s = **sr;
-  ActiveOp busy(s.active_ops);
+  ActiveOp busy(s);
   json env = {{"PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
               {"HOME", "/root"},
               {"LANG", "C.UTF-8"},
               {"B3OS_SANDBOX_ID", s.id}};
   {
     std::lock_guard lk(s.mu);
+    const store::SandboxRecord& rec = s.rec;
     // A grant of infer:run: a stock OpenAI client finds the node's model through the agent's
     // relay (the key is a placeholder: the gateway knows the sandbox). The sandbox's own env
     // may override these.
-    if (grants_infer(s.doc)) {
+    if (std::find(rec.api_scopes.begin(), rec.api_scopes.end(), "infer:run") != rec.api_scopes.end()) {
       env["OPENAI_BASE_URL"] = kInferBaseUrl;
       env["OPENAI_API_KEY"] = kInferPlaceholderKey;
       // With no model configured the name is a placeholder; calls then get 503 saying how
       // to configure one.
-      env["B3OS_MODEL"] = gw_ && !gw_->default_model().empty() ? gw_->default_model() : kUnconfiguredModel;
+      env["B3OS_MODEL"] = cfg_.default_model.empty() ? kUnconfiguredModel : cfg_.default_model;
     }
-    for (auto& [k, v] : s.doc["env"].items()) env[k] = v;
-    for (auto& [k, v] : s.secrets.items()) env[k] = v;
+    for (auto& [k, v] : rec.env) env[k] = v;
+    for (auto& [k, v] : rec.secrets) env[k] = v;
   }
   for (auto& [k, v] : spec.env) env[k] = v;
   json req = {{"op", "exec"},
@@ -97,19 +90,19 @@ Result<ExecResult> SandboxService::exec(const Principal& p, const std::string& i
   const auto deadline = Clock::now() + std::chrono::milliseconds(spec.timeout_ms) + kExecGrace;
   if (spec.stdin_data) {
     if (auto r = st.send_data(*spec.stdin_data, deadline); !r && r.error().code != ErrorCode::kConflict)
-      return fail(explain(s, r.error()));
+      return fail(lifecycle_.explain(s, r.error()));
     (void)st.send_eof();
   }
   ExecResult res;
   for (;;) {
     auto f = st.next(std::min(deadline, Clock::now() + 250ms));
     if (!f) {
-      if (Clock::now() >= deadline) return fail(explain(s, f.error()));
+      if (Clock::now() >= deadline) return fail(lifecycle_.explain(s, f.error()));
       if (cancelled && cancelled()) {
         st.cancel();
         return fail(ErrorCode::kInternal, "the client went away; the command was cancelled");
       }
-      if (s.channel->closed()) return fail(explain(s, f.error()));
+      if (s.channel->closed()) return fail(lifecycle_.explain(s, f.error()));
       continue;
     }
     if (f->type == protocol::FrameType::kStdout || f->type == protocol::FrameType::kStderr) {
@@ -128,17 +121,17 @@ Result<ExecResult> SandboxService::exec(const Principal& p, const std::string& i
       break;
     }
   }
-  touch(s);
+  lifecycle_.touch(s);
   t.lap("exec", sw);
   return res;
 }
 
-Result<json> SandboxService::write_file(const Principal& p, const std::string& id, const std::string& path,
+Result<json> Exec::write_file(const Principal& p, const std::string& id, const std::string& path,
                                         const ChunkSource& source, Timing& t) {
   Stopwatch sw;
-  auto sr = running(p, id);
+  auto sr = lifecycle_.running(p, id);
   if (!sr) return fail(sr.error());
-  ActiveOp busy((*sr)->active_ops);
+  ActiveOp busy(**sr);
   auto stream = open_stream(**sr, {{"op", "file_write"}, {"path", path}, {"mode", 0644}});
   if (!stream) return fail(stream.error());
   auto& st = **stream;
@@ -150,38 +143,38 @@ Result<json> SandboxService::write_file(const Principal& p, const std::string& i
     if (*n == 0) break;
     auto r = st.send_data(std::string_view(buf.data(), *n), Clock::now() + kFileIdleTimeout);
     if (!r) {
-      if (r.error().code != ErrorCode::kConflict) return fail(explain(**sr, r.error()));
+      if (r.error().code != ErrorCode::kConflict) return fail(lifecycle_.explain(**sr, r.error()));
       agent_ended = true;  // the agent refused the file; its END says why
       break;
     }
   }
   if (!agent_ended) {
-    if (auto r = st.send_eof(); !r) return fail(explain(**sr, r.error()));
+    if (auto r = st.send_eof(); !r) return fail(lifecycle_.explain(**sr, r.error()));
   }
   for (;;) {
     auto f = st.next(Clock::now() + kFileIdleTimeout);
-    if (!f) return fail(explain(**sr, f.error()));
+    if (!f) return fail(lifecycle_.explain(**sr, f.error()));
     if (f->type != protocol::FrameType::kEnd) continue;
     auto end = parse_end(*f);
     if (!end) return fail(end.error());
-    touch(**sr);
+    lifecycle_.touch(**sr);
     t.lap("write", sw);
     return json{{"path", path}, {"size", end->value("bytes", uint64_t{0})}};
   }
 }
 
-Result<void> SandboxService::read_file(const Principal& p, const std::string& id, const std::string& path,
+Result<void> Exec::read_file(const Principal& p, const std::string& id, const std::string& path,
                                        FileSink& sink, Timing& t) {
   Stopwatch sw;
-  auto sr = running(p, id);
+  auto sr = lifecycle_.running(p, id);
   if (!sr) return fail(sr.error());
-  ActiveOp busy((*sr)->active_ops);
+  ActiveOp busy(**sr);
   auto stream = open_stream(**sr, {{"op", "file_read"}, {"path", path}});
   if (!stream) return fail(stream.error());
   auto& st = **stream;
   for (;;) {
     auto f = st.next(Clock::now() + kFileIdleTimeout);
-    if (!f) return fail(explain(**sr, f.error()));
+    if (!f) return fail(lifecycle_.explain(**sr, f.error()));
     switch (f->type) {
       case protocol::FrameType::kHeader: {
         json h = json::parse(f->payload, nullptr, false);
@@ -197,7 +190,7 @@ Result<void> SandboxService::read_file(const Principal& p, const std::string& id
       case protocol::FrameType::kEnd: {
         auto end = parse_end(*f);
         if (!end) return fail(end.error());
-        touch(**sr);
+        lifecycle_.touch(**sr);
         t.lap("read", sw);
         return {};
       }
@@ -207,20 +200,20 @@ Result<void> SandboxService::read_file(const Principal& p, const std::string& id
   }
 }
 
-Result<json> SandboxService::call_agent(const Principal& p, const std::string& id, const json& request) {
-  auto sr = running(p, id);
+Result<json> Exec::call_agent(const Principal& p, const std::string& id, const json& request) {
+  auto sr = lifecycle_.running(p, id);
   if (!sr) return fail(sr.error());
-  ActiveOp busy((*sr)->active_ops);
+  ActiveOp busy(**sr);
   auto stream = open_stream(**sr, request);
   if (!stream) return fail(stream.error());
   for (;;) {
     auto f = (*stream)->next(Clock::now() + kFileIdleTimeout);
-    if (!f) return fail(explain(**sr, f.error()));
+    if (!f) return fail(lifecycle_.explain(**sr, f.error()));
     if (f->type == protocol::FrameType::kEnd) return parse_end(*f);
   }
 }
 
-Result<json> SandboxService::list_dir(const Principal& p, const std::string& id, const std::string& path, Timing& t) {
+Result<json> Exec::list_dir(const Principal& p, const std::string& id, const std::string& path, Timing& t) {
   Stopwatch sw;
   auto end = call_agent(p, id, {{"op", "list"}, {"path", path}});
   if (!end) return fail(end.error());
@@ -238,7 +231,7 @@ Result<json> SandboxService::list_dir(const Principal& p, const std::string& id,
   return json{{"object", "list"}, {"path", path}, {"data", data}, {"next_cursor", nullptr}};
 }
 
-Result<json> SandboxService::remove_path(const Principal& p, const std::string& id, const std::string& path,
+Result<json> Exec::remove_path(const Principal& p, const std::string& id, const std::string& path,
                                          bool recursive, Timing& t) {
   Stopwatch sw;
   auto end = call_agent(p, id, {{"op", "remove"}, {"path", path}, {"recursive", recursive}});
@@ -247,8 +240,8 @@ Result<json> SandboxService::remove_path(const Principal& p, const std::string& 
   return json{{"path", path}, {"deleted", true}};
 }
 
-Result<double> SandboxService::ping(const Principal& p, const std::string& id) {
-  auto sr = running(p, id);
+Result<double> Exec::ping(const Principal& p, const std::string& id) {
+  auto sr = lifecycle_.running(p, id);
   if (!sr) return fail(sr.error());
   return (*sr)->channel->ping(kControlTimeout);
 }

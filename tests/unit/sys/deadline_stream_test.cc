@@ -1,4 +1,4 @@
-#include "daemon/http/deadline_stream.h"
+#include "daemon/sys/deadline_stream.h"
 
 #include <sys/socket.h>
 #include <unistd.h>
@@ -8,7 +8,7 @@
 #include <boost/asio/io_context.hpp>
 #include <string>
 
-namespace b3os::http {
+namespace b3os::sys {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -63,4 +63,4 @@ TEST(DeadlineStream, ReadReturnsDataEofOrCancellation) {
 }
 
 }  // namespace
-}  // namespace b3os::http
+}  // namespace b3os::sys

@@ -1,0 +1,19 @@
+#pragma once
+// The REST API's configuration: body limits, rate limits, and the limits on create fields.
+
+#include <cstddef>
+#include <cstdint>
+
+#include "daemon/sandbox/spec.h"
+
+namespace b3os::api {
+
+struct Config {
+  sandbox::SpecLimits limits;
+  size_t max_json_body = 1 << 20;                          // 413 above this
+  uint64_t max_upload_bytes = 16ULL * 1024 * 1024 * 1024;  // 413 above this
+  double rate_per_second = 50;                             // per API key
+  double rate_burst = 100;
+};
+
+}  // namespace b3os::api

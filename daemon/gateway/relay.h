@@ -1,0 +1,44 @@
+#pragma once
+// Relay: serves the HTTP calls that code inside a sandbox makes to its model endpoint
+// (http://127.0.0.1:7700/v1/infer), which the agent relays over its channel as streams. Each
+// call is checked against the sandbox's grant and paid from its budget by the gateway.
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "daemon/agentlink/channel.h"
+#include "daemon/gateway/gateway.h"
+#include "daemon/store/store.h"
+
+namespace b3os::gateway {
+
+/// The model grant of the sandbox a call comes from.
+struct SandboxGrant {
+  std::string project_id, budget_id;
+  bool infer = false;  // the grant has the infer:run scope
+};
+
+class Relay {
+ public:
+  /// Finds the grant of a live sandbox (nullopt: the sandbox is not in service).
+  using Lookup = std::function<std::optional<SandboxGrant>(const std::string& sandbox_id)>;
+  /// `gw` nullptr: calls get 503.
+  Relay(Gateway* gw, store::Store& store, Lookup lookup);
+
+  /// Takes one stream the agent of sandbox `id` opened. Called on the channel's reader
+  /// thread: hands the call to a thread of its own at once (at most kMaxCalls at a time).
+  void serve(const std::string& id, std::shared_ptr<agentlink::Stream> st);
+
+  static constexpr int kMaxCalls = 512;  // model calls from all sandboxes at once
+
+ private:
+  void relay_one(const std::string& id, const std::shared_ptr<agentlink::Stream>& st);
+
+  Gateway* gw_;
+  store::Store& store_;
+  Lookup lookup_;
+};
+
+}  // namespace b3os::gateway

@@ -1,0 +1,98 @@
+#pragma once
+// Runtime: the verbs the sandbox module needs from a container runtime, as an interface, so
+// the lifecycle can be unit-tested with a fake (tests/fakes/fake_runtime.h). Runsc (gVisor)
+// is the real one; Shims holds the daemon's end of each agent channel across restarts.
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+#include "common/unique_fd.h"
+
+namespace b3os::runtime {
+
+/// One container to create.
+struct ContainerSpec {
+  std::string id;          // the sandbox id; also the runsc container id
+  std::string bundle_dir;  // config.json is written here
+  std::string rootfs;      // the template's read-only root filesystem
+  std::string agent_path;  // host path of b3os-agent, bind-mounted read-only at /.b3os/agent
+  std::string hostname;
+  int vcpu = 1;
+  int memory_mib = 512;
+  std::string log_path;    // runsc's and the agent's stderr
+};
+
+/// What the runtime says of a container.
+enum class ContainerState { kMissing, kCreated, kRunning, kPaused, kStopped };
+
+/// A container's memory cgroup: its limit and the highest use it recorded.
+struct MemoryUse {
+  int64_t limit_bytes = 0;
+  int64_t peak_bytes = 0;
+};
+
+class Runtime {
+ public:
+  virtual ~Runtime() = default;
+
+  /// Creates a container with `stdio_fd` as the agent's stdin and stdout (not started). On
+  /// failure nothing is left: no container, no cgroup.
+  virtual Result<void> create(const ContainerSpec& spec, int stdio_fd) = 0;
+  /// Starts a created container (the agent begins to run).
+  virtual Result<void> start(const std::string& id) = 0;
+  /// Restores `image_dir` into a created (not started) container.
+  virtual Result<void> restore(const std::string& id, const std::string& bundle_dir, const std::string& image_dir) = 0;
+  /// Saves a running container's memory, root overlay and processes to `image_dir`; the
+  /// container runs on.
+  virtual Result<void> checkpoint(const std::string& id, const std::string& image_dir) = 0;
+  /// Freezes every process of a container, and thaws it.
+  virtual Result<void> pause(const std::string& id) = 0;
+  virtual Result<void> resume(const std::string& id) = 0;
+  /// Kills and deletes a container and its cgroup; a missing container is not an error.
+  virtual Result<void> destroy(const std::string& id) = 0;
+  virtual Result<ContainerState> state(const std::string& id) = 0;
+  /// Ids of every container this runtime holds.
+  virtual Result<std::vector<std::string>> list() = 0;
+
+  /// Freezes or thaws with the cgroup freezer alone (pool members wait frozen).
+  virtual void set_frozen(const std::string& id, bool frozen) = 0;
+  /// CPU quota of a running container: vcpu cores.
+  virtual Result<void> limit_cpu(const std::string& id, int vcpu) = 0;
+  /// The memory cgroup limit that `memory_mib` gets (memory_mib plus the runtime's overhead).
+  virtual int64_t memory_limit_bytes(int memory_mib) const = 0;
+  /// Sets a container's memory cgroup limit to `bytes`.
+  virtual Result<void> set_memory_limit(const std::string& id, int64_t bytes) = 0;
+  /// Sets the limit for `memory_mib`.
+  Result<void> limit_memory(const std::string& id, int memory_mib) {
+    return set_memory_limit(id, memory_limit_bytes(memory_mib));
+  }
+  /// Forgets the memory cgroup's recorded peak.
+  virtual void reset_memory_peak(const std::string& id) = 0;
+  /// The memory cgroup's limit and peak (zeros when unknown), to tell an OOM from a crash.
+  virtual MemoryUse memory_use(const std::string& id) = 0;
+
+  /// Start-up housekeeping before any request: temporaries a crash left, and deciding once
+  /// how the runtime is driven.
+  virtual void prepare() {}
+};
+
+/// Holders of the daemon's end of each agent channel (b3os-shim processes), so the channel
+/// outlives a restart of b3osd.
+class Shims {
+ public:
+  virtual ~Shims() = default;
+  /// Starts a holder of `fd` in `dir`; returns its pid.
+  virtual Result<pid_t> start(const std::string& dir, int fd) = 0;
+  /// Stops the holder (`pid`, or the one recorded in `dir` when pid <= 0).
+  virtual void stop(const std::string& dir, pid_t pid) = 0;
+  /// The pid recorded in `dir` (-1 when none).
+  virtual pid_t recorded_pid(const std::string& dir) = 0;
+  /// Takes a copy of the channel's fd back from the holder in `dir` (after a restart).
+  virtual Result<UniqueFd> reclaim(const std::string& dir) = 0;
+};
+
+}  // namespace b3os::runtime

@@ -1,0 +1,71 @@
+#include "daemon/runtime/shims.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <thread>
+
+#include "common/fd_passing.h"
+#include "common/file.h"
+#include "daemon/sys/process.h"
+
+namespace b3os::runtime {
+
+using namespace std::chrono_literals;
+
+namespace {
+
+// A pid file can outlive its process and the pid be reused: only a b3os-shim is signalled.
+bool is_shim_process(pid_t pid) {
+  auto cmd = read_small_file("/proc/" + std::to_string(pid) + "/cmdline", 4096);
+  return cmd && cmd->find("b3os-shim") != std::string::npos;
+}
+
+}  // namespace
+
+Result<pid_t> ShimProcesses::start(const std::string& dir, int fd) {
+  int p[2];
+  if (::pipe2(p, O_CLOEXEC) != 0) return fail(errno_error(ErrorCode::kInternal, "pipe", errno));
+  UniqueFd rd(p[0]), wr(p[1]);
+  auto pid = sys::spawn({{shim_path_, dir + "/shim.sock"}, {-1, wr.get(), -1, fd}, true});
+  if (!pid) return fail(pid.error().wrap("starting b3os-shim"));
+  wr.reset();
+  pollfd pfd{rd.get(), POLLIN, 0};
+  char buf[16] = {};
+  if (::poll(&pfd, 1, 5000) != 1 || ::read(rd.get(), buf, sizeof buf - 1) <= 0 || std::string(buf) != "ready\n") {
+    ::kill(*pid, SIGKILL);
+    (void)sys::wait_exit(*pid);
+    return fail(ErrorCode::kInternal, "b3os-shim did not start (" + shim_path_ + ")");
+  }
+  std::ofstream(dir + "/shim.pid") << *pid << "\n";
+  return *pid;
+}
+
+void ShimProcesses::stop(const std::string& dir, pid_t pid) {
+  if (pid <= 0) pid = recorded_pid(dir);
+  if (pid <= 0 || !is_shim_process(pid)) return;
+  ::kill(pid, SIGTERM);
+  for (int i = 0; i < 200; ++i) {
+    if (sys::try_reap(pid) && ::kill(pid, 0) != 0) return;  // reaped, or not our child and gone
+    std::this_thread::sleep_for(5ms);
+  }
+  ::kill(pid, SIGKILL);
+  sys::try_reap(pid);
+}
+
+pid_t ShimProcesses::recorded_pid(const std::string& dir) {
+  auto text = read_small_file(dir + "/shim.pid", 64);
+  if (!text || text->empty()) return -1;
+  char* end = nullptr;
+  long pid = std::strtol(text->c_str(), &end, 10);
+  return end != text->c_str() && pid > 0 ? static_cast<pid_t>(pid) : -1;
+}
+
+Result<UniqueFd> ShimProcesses::reclaim(const std::string& dir) { return receive_fd(dir + "/shim.sock"); }
+
+}  // namespace b3os::runtime

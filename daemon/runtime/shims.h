@@ -1,0 +1,23 @@
+#pragma once
+// ShimProcesses: the real Shims, one b3os-shim process per sandbox holding a copy of the
+// daemon's end of its agent channel, handing it back over DIR/shim.sock after a restart.
+
+#include <string>
+
+#include "daemon/runtime/runtime.h"
+
+namespace b3os::runtime {
+
+class ShimProcesses : public Shims {
+ public:
+  explicit ShimProcesses(std::string shim_path) : shim_path_(std::move(shim_path)) {}
+  Result<pid_t> start(const std::string& dir, int fd) override;
+  void stop(const std::string& dir, pid_t pid) override;
+  pid_t recorded_pid(const std::string& dir) override;
+  Result<UniqueFd> reclaim(const std::string& dir) override;
+
+ private:
+  std::string shim_path_;
+};
+
+}  // namespace b3os::runtime

@@ -1,0 +1,302 @@
+#include "daemon/sandbox/checkpoints.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <thread>
+
+#include <spdlog/spdlog.h>
+
+#include "common/ids.h"
+#include "common/scope_exit.h"
+#include "common/unique_fd.h"
+#include "daemon/sandbox/view.h"
+
+namespace b3os::sandbox {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+// A checkpoint's image is written by the source's own sentry, so its pages (page cache on disk,
+// or tmpfs) are charged to the source's memory cgroup on top of the memory they copy, for as
+// long as they stay cached. A sandbox near its limit would be killed mid-checkpoint. While
+// images are charged to it, its limit gets one more limit's worth per image in flight (an
+// image is never larger than the memory it copies), and is set back when the last one is gone.
+// The host must have that memory either way: the image has to exist somewhere.
+class ImageRoom {
+ public:
+  /// Concurrent forks and snapshots of one sandbox share the raise, and the last one out sets
+  /// the limit back.
+  ImageRoom(runtime::Runtime& rt, LiveSandbox& s, int memory_mib)
+      : rt_(rt), s_(s), normal_(rt.memory_limit_bytes(memory_mib)) {
+    std::lock_guard lk(s_.room_mu);
+    ++s_.image_rooms;
+    held_ = true;
+    if (auto r = rt_.set_memory_limit(s_.id, normal_ * (1 + s_.image_rooms)); !r)
+      spdlog::warn("sandbox {}: {}; checkpointing within its own limit", s_.id, r.error().message);
+  }
+  ImageRoom(const ImageRoom&) = delete;
+  ImageRoom& operator=(const ImageRoom&) = delete;
+  ~ImageRoom() { release(); }
+  /// This image no longer needs room (removed, or written back and dropped from the cache).
+  /// The limit is never lowered while another image is charged; the last one out sets it back
+  /// and forgets the peak the images made (diagnose_exit reads it to tell an OOM).
+  void release() {
+    std::lock_guard lk(s_.room_mu);
+    if (!held_) return;
+    held_ = false;
+    if (--s_.image_rooms > 0) return;
+    if (auto r = rt_.set_memory_limit(s_.id, normal_); !r) {
+      spdlog::warn("sandbox {}: {} (the limit stays raised until b3osd restarts)", s_.id, r.error().message);
+      return;
+    }
+    rt_.reset_memory_peak(s_.id);
+  }
+
+ private:
+  runtime::Runtime& rt_;
+  LiveSandbox& s_;
+  int64_t normal_;
+  bool held_ = false;
+};
+
+// Writes a finished image to disk (data, then the directory entry) and drops its pages from the
+// cache, so they are no longer charged to the source and a snapshot survives a host crash.
+Result<void> sync_image(const std::string& dir) {
+  std::error_code ec;
+  for (auto it = fs::directory_iterator(dir, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
+    if (!it->is_regular_file(ec) || ec) continue;
+    UniqueFd f(::open(it->path().c_str(), O_RDONLY | O_CLOEXEC));
+    if (!f || ::fdatasync(f.get()) != 0)
+      return fail(errno_error(ErrorCode::kInternal, "syncing " + it->path().string(), errno));
+    (void)::posix_fadvise(f.get(), 0, 0, POSIX_FADV_DONTNEED);
+  }
+  if (ec) return fail(ErrorCode::kInternal, "listing " + dir + ": " + ec.message());
+  UniqueFd d(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!d || ::fsync(d.get()) != 0) return fail(errno_error(ErrorCode::kInternal, "syncing " + dir, errno));
+  return {};
+}
+
+}  // namespace
+
+Result<void> Checkpoints::write_image(LiveSandbox& s, const std::string& dir, Timing& t, Stopwatch& sw) {
+  auto quiet = s.channel->quiesce();
+  if (!quiet) return fail(quiet.error());
+  t.lap("pause", sw);
+  // The spec names four phases while the source is held: pause, base, snapshot, export. One
+  // checkpoint writes everything here (memory, and the root overlay inside it), so there is no
+  // base image to write first and no disk to export after; both are reported as taking no
+  // time, so that the four phases still add up to the time the source was held.
+  t.add("base", 0);
+  if (auto r = rt_.checkpoint(s.id, dir); !r) return r;
+  t.lap("snapshot", sw);
+  t.add("export", 0);
+  return {};
+}
+
+Result<void> Checkpoints::checkpoint_into(LiveSandbox& s, const std::string& dir, Timing& t, Stopwatch& sw) {
+  {
+    std::lock_guard lk(s.mu);
+    auto next = next_state(s.rec.state, Transition::kBeginCheckpoint, s.id);
+    if (!next) return fail(next.error());
+    s.rec.state = *next;
+    ++s.checkpoints;
+  }
+  ScopeExit end([&] {
+    std::lock_guard lk(s.mu);
+    if (--s.checkpoints == 0)
+      if (auto next = next_state(s.rec.state, Transition::kEndCheckpoint, s.id)) s.rec.state = *next;
+  });
+  return write_image(s, dir, t, sw);
+}
+
+Result<json> Checkpoints::fork(const Principal& p, const std::string& id, int count,
+                               const std::optional<std::map<std::string, std::string>>& metadata, Timing& t) {
+  Pools::Hold hold_refills(pools_);
+  Stopwatch sw;
+  auto sr = lifecycle_.running(p, id);
+  if (!sr) return fail(sr.error());
+  auto src = *sr;
+  store::SandboxRecord base;
+  {
+    std::lock_guard lk(src->mu);
+    base = src->rec;
+  }
+  if (base.state == State::kPaused || base.state == State::kResuming)
+    return fail(ErrorCode::kSandboxNotRunning, "sandbox " + id + " is paused; resume it before forking");
+  if (!base.forkable) return fail(ErrorCode::kForkUnavailable, "sandbox " + id + " was not created with forkable: true");
+  if (auto r = registry_.reserve(p.project_id, count); !r) return fail(r.error());
+  Reservation reserved(registry_, p.project_id, count);
+  ActiveOp busy(*src);
+  t.lap("validate", sw);
+
+  // One checkpoint of the source, restored into each fork; the image is removed at the end,
+  // and then the source's memory limit is set back (the room outlives the image).
+  const std::string image = cfg_.fork_images_dir() + "/" + new_id("img");
+  std::error_code ec;
+  fs::create_directories(image, ec);
+  if (ec) return fail(ErrorCode::kInternal, "creating " + image + ": " + ec.message());
+  ImageRoom room(rt_, *src, base.memory_mib);
+  ScopeExit remove_image([&] {
+    std::error_code e;
+    fs::remove_all(image, e);
+  });
+  if (auto r = checkpoint_into(*src, image, t, sw); !r) return fail(r.error().wrap("forking " + id));
+
+  struct Outcome {
+    Result<std::shared_ptr<LiveSandbox>> sandbox = fail(ErrorCode::kInternal, "not started");
+    Timing timing;
+  };
+  std::vector<Outcome> outcomes(count);
+  {
+    std::vector<std::thread> workers;
+    for (int i = 0; i < count; ++i) {
+      workers.emplace_back([&, i] {
+        LaunchRequest l;
+        l.id = new_id("sbx");
+        l.project_id = p.project_id;
+        l.rootfs = base.rootfs.empty() ? lifecycle_.template_rootfs(base.template_name) + "/rootfs" : base.rootfs;
+        l.vcpu = base.vcpu;
+        l.memory_mib = base.memory_mib;
+        l.image = image;
+        Stopwatch w;
+        outcomes[i].sandbox = pools_.launch(l, outcomes[i].timing, w);
+      });
+    }
+    for (auto& w : workers) w.join();
+  }
+  // All or nothing: one failed fork undoes the others.
+  for (auto& o : outcomes) {
+    if (o.sandbox) continue;
+    Error e = o.sandbox.error();
+    for (auto& other : outcomes)
+      if (other.sandbox) lifecycle_.discard(**other.sandbox);
+    return fail(e.wrap("forking " + id));
+  }
+  // The slowest fork's launch phases, under their own names ("restore" among them).
+  const Timing* slowest = &outcomes[0].timing;
+  for (auto& o : outcomes)
+    if (o.timing.total() > slowest->total()) slowest = &o.timing;
+  for (auto& ph : slowest->phases) t.add(ph.first == "create" ? "precreate" : ph.first, ph.second);
+  sw.reset();
+
+  const int64_t now = now_unix_ms();
+  std::vector<std::shared_ptr<LiveSandbox>> made;
+  for (auto& o : outcomes) {
+    auto s = *o.sandbox;
+    s->last_activity_ms = now;
+    std::lock_guard lk(s->mu);
+    store::SandboxRecord r = base;
+    r.id = s->id;
+    r.state = State::kCreating;
+    r.created_ms = r.started_ms = r.last_activity_ms = now;
+    r.paused_since_ms.reset();
+    r.paused_total_ms = 0;
+    r.stopped_ms.reset();
+    r.stop_reason.reset();
+    r.stop_message.clear();
+    r.hostname = s->hostname;
+    r.forked_from = id;
+    if (metadata) r.metadata = *metadata;
+    s->rec = std::move(r);
+    made.push_back(s);
+  }
+  if (auto r = lifecycle_.publish(made); !r) return fail(r.error());
+  json data = json::array();
+  for (auto& s : made) data.push_back(lifecycle_.view(*s));
+  t.lap("store", sw);
+  lifecycle_.touch(*src);
+  spdlog::info("sandbox {}: forked into {}", id, count);
+  return json{{"object", "list"}, {"data", data}, {"next_cursor", nullptr}};
+}
+
+Result<json> Checkpoints::snapshot(const Principal& p, const std::string& id, Timing& t) {
+  Stopwatch sw;
+  auto sr = lifecycle_.running(p, id);
+  if (!sr) return fail(sr.error());
+  auto src = *sr;
+  store::SandboxRecord base;
+  {
+    std::lock_guard lk(src->mu);
+    base = src->rec;
+  }
+  if (api_status(base.state) != "running")
+    return fail(ErrorCode::kSandboxNotRunning, "sandbox " + id + " is " + std::string(api_status(base.state)) +
+                                                   "; snapshots are taken of running sandboxes");
+  ActiveOp busy(*src);
+  const std::string snap_id = new_id("snp");
+  const std::string dir = cfg_.snapshots_dir() + "/" + snap_id;
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return fail(ErrorCode::kInternal, "creating " + dir + ": " + ec.message());
+  // Declared before the directory's removal, so that on failure the image goes first.
+  ImageRoom room(rt_, *src, base.memory_mib);
+  ScopeExit remove_dir([&] {
+    std::error_code e;
+    fs::remove_all(dir, e);
+  });
+  if (auto r = checkpoint_into(*src, dir, t, sw); !r) return fail(r.error().wrap("snapshotting " + id));
+  if (auto r = sync_image(dir); !r) return fail(r.error().wrap("snapshotting " + id));
+  room.release();
+  t.lap("sync", sw);
+  uint64_t size = 0;
+  for (auto& e : fs::directory_iterator(dir, ec))
+    if (e.is_regular_file()) size += e.file_size();
+  store::SnapshotRecord snap;
+  snap.id = snap_id;
+  snap.project_id = p.project_id;
+  snap.sandbox_id = id;
+  snap.template_name = base.template_name;
+  snap.vcpu = base.vcpu;
+  snap.memory_mib = base.memory_mib;
+  snap.disk_gib = base.disk_gib;
+  snap.env = base.env;
+  snap.secrets = base.secrets;
+  snap.api_scopes = base.api_scopes;
+  snap.spend_cap_micros = base.spend_cap_micros;
+  snap.egress_mode = base.egress_mode;
+  snap.egress_allow = base.egress_allow;
+  snap.forkable = base.forkable;
+  snap.size_bytes = size;
+  snap.created_ms = now_unix_ms();
+  snap.rootfs = base.rootfs;
+  snap.budget_id = base.budget_id;
+  if (auto r = store_.put_snapshot(snap); !r) return fail(r.error());
+  remove_dir.dismiss();
+  t.lap("store", sw);
+  lifecycle_.touch(*src);
+  spdlog::info("sandbox {}: snapshot {} ({} MB)", id, snap_id, size >> 20);
+  return snapshot_object(snap);
+}
+
+Result<json> Checkpoints::get_snapshot(const Principal& p, const std::string& id) {
+  auto row = store_.get_snapshot(p.project_id, id);
+  if (!row) return fail(row.error());
+  if (!*row) return fail(ErrorCode::kSnapshotNotFound, "no snapshot " + id + " in this project");
+  return snapshot_object(**row);
+}
+
+Result<json> Checkpoints::list_snapshots(const Principal& p, const std::optional<std::string>& after_id, int limit) {
+  auto rows = store_.list_snapshots(p.project_id, after_id, limit);
+  if (!rows) return fail(rows.error());
+  const bool more = static_cast<int>(rows->size()) > limit;
+  if (more) rows->pop_back();
+  json data = json::array();
+  for (auto& r : *rows) data.push_back(snapshot_object(r));
+  return json{{"object", "list"}, {"data", data}, {"next_cursor", more ? json(rows->back().id) : json(nullptr)}};
+}
+
+Result<json> Checkpoints::delete_snapshot(const Principal& p, const std::string& id) {
+  auto d = get_snapshot(p, id);
+  if (!d) return fail(d.error());
+  if (auto r = store_.delete_snapshot(p.project_id, id); !r) return fail(r.error());
+  std::error_code ec;
+  fs::remove_all(cfg_.snapshots_dir() + "/" + id, ec);
+  (*d)["deleted"] = true;
+  return *d;
+}
+
+}  // namespace b3os::sandbox

@@ -1,0 +1,47 @@
+#pragma once
+// Checkpoints: everything built on saving a running sandbox (its memory, disk and processes):
+// fork into N copies, snapshots kept on disk, and the images the pools build of templates.
+
+#include <map>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "daemon/sandbox/lifecycle.h"
+
+namespace b3os::sandbox {
+
+class Checkpoints {
+ public:
+  Checkpoints(const Config& cfg, runtime::Runtime& rt, store::SandboxStore& store, Registry& registry, Pools& pools,
+              Lifecycle& lifecycle)
+      : cfg_(cfg), rt_(rt), store_(store), registry_(registry), pools_(pools), lifecycle_(lifecycle) {}
+
+  /// Forks a running forkable sandbox into `count` new running sandboxes: all or nothing.
+  Result<nlohmann::json> fork(const Principal& p, const std::string& id, int count,
+                              const std::optional<std::map<std::string, std::string>>& metadata, Timing& t);
+  /// Saves a running sandbox under a new snapshot id (on disk under DATA_DIR/snapshots).
+  Result<nlohmann::json> snapshot(const Principal& p, const std::string& id, Timing& t);
+  Result<nlohmann::json> get_snapshot(const Principal& p, const std::string& id);
+  Result<nlohmann::json> list_snapshots(const Principal& p, const std::optional<std::string>& after_id, int limit);
+  Result<nlohmann::json> delete_snapshot(const Principal& p, const std::string& id);
+
+  /// Writes an image of `s` into `dir` with its channel quiesced; no state change (the pools
+  /// use it on a sandbox no one else can see yet).
+  Result<void> write_image(LiveSandbox& s, const std::string& dir, Timing& t, Stopwatch& sw);
+
+ private:
+  /// write_image inside the checkpointing state (pause, resume and a second checkpoint's
+  /// end wait their turn; several checkpoints of one sandbox may run at once).
+  Result<void> checkpoint_into(LiveSandbox& s, const std::string& dir, Timing& t, Stopwatch& sw);
+
+  const Config& cfg_;
+  runtime::Runtime& rt_;
+  store::SandboxStore& store_;
+  Registry& registry_;
+  Pools& pools_;
+  Lifecycle& lifecycle_;
+};
+
+}  // namespace b3os::sandbox

@@ -1,0 +1,39 @@
+#pragma once
+// The sandbox module's configuration: where sandboxes live, limits, pools. main() fills it
+// from flags (docs/configuration.md).
+
+#include <cstddef>
+#include <string>
+
+#include "daemon/runtime/runsc.h"
+
+namespace b3os::sandbox {
+
+struct Config {
+  std::string data_dir = "/var/lib/b3os";  // b3os.db, templates/, snapshots/, fork-images/
+  std::string run_dir = "/run/b3os";       // per-sandbox bundles, shim sockets, logs
+  std::string templates_dir_override;      // default: data_dir/templates
+  std::string agent_path;                  // b3os-agent, bind-mounted into every sandbox
+  runtime::RuntimeConfig runtime;
+
+  size_t max_exec_output = 1 << 20;    // per stream, then truncated
+  int max_sandboxes_per_project = 64;  // 429 concurrency_limited
+  int max_sandboxes_per_node = 256;    // 503 capacity_unavailable
+  int warm_pool_size = 2;  // booted `base` sandboxes kept ready for non-forkable creates
+  int fork_pool_size = 3;  // created, not started containers kept for forks, snapshot restores and boots
+  // Template checkpoints: "auto" builds one per template at start and restores it for creates
+  // when a restore measured faster than a boot; "on" always restores it; "off" never builds one.
+  std::string template_checkpoints = "auto";
+  /// The gateway's default model, set in sandboxes granted infer:run as B3OS_MODEL ("" when
+  /// no model is configured).
+  std::string default_model;
+
+  std::string templates_dir() const { return templates_dir_override.empty() ? data_dir + "/templates" : templates_dir_override; }
+  std::string snapshots_dir() const { return data_dir + "/snapshots"; }
+  /// Fork images live only while a fork runs; on the data disk rather than RUN_DIR, which is
+  /// often a small tmpfs (an image is as large as the source's memory). Swept at start.
+  std::string fork_images_dir() const { return data_dir + "/fork-images"; }
+  std::string sandboxes_dir() const { return run_dir + "/sandboxes"; }
+};
+
+}  // namespace b3os::sandbox

@@ -1,0 +1,37 @@
+#pragma once
+// Exec: what runs in a sandbox and the files it holds, over its agent channel: commands,
+// uploads and downloads, listings and removals.
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "daemon/sandbox/lifecycle.h"
+
+namespace b3os::sandbox {
+
+class Exec {
+ public:
+  Exec(const Config& cfg, Lifecycle& lifecycle) : cfg_(cfg), lifecycle_(lifecycle) {}
+
+  Result<ExecResult> exec(const Principal& p, const std::string& id, const ExecSpec& spec, Timing& t,
+                          const CancelCheck& cancelled);
+  Result<nlohmann::json> write_file(const Principal& p, const std::string& id, const std::string& path,
+                                    const ChunkSource& source, Timing& t);
+  Result<void> read_file(const Principal& p, const std::string& id, const std::string& path, FileSink& sink, Timing& t);
+  Result<nlohmann::json> list_dir(const Principal& p, const std::string& id, const std::string& path, Timing& t);
+  Result<nlohmann::json> remove_path(const Principal& p, const std::string& id, const std::string& path,
+                                     bool recursive, Timing& t);
+  /// Round trip over a sandbox's agent channel (benchmarks).
+  Result<double> ping(const Principal& p, const std::string& id);
+
+ private:
+  Result<std::shared_ptr<agentlink::Stream>> open_stream(LiveSandbox& s, const nlohmann::json& request);
+  /// One request whose whole answer is the agent's END (list, remove).
+  Result<nlohmann::json> call_agent(const Principal& p, const std::string& id, const nlohmann::json& request);
+
+  const Config& cfg_;
+  Lifecycle& lifecycle_;
+};
+
+}  // namespace b3os::sandbox

@@ -1,0 +1,153 @@
+#include "daemon/sandbox/launcher.h"
+
+#include <sys/socket.h>
+#include <sys/stat.h>
+
+#include <chrono>
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "common/ids.h"
+
+namespace b3os::sandbox {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+using nlohmann::json;
+
+namespace {
+constexpr auto kHelloTimeout = 15s;
+constexpr auto kControlTimeout = 5s;
+}  // namespace
+
+std::shared_ptr<agentlink::AgentChannel> Launcher::attach(UniqueFd fd, const std::string& id) {
+  // The handlers are in place before the reader starts, so no early stream is turned away.
+  return agentlink::AgentChannel::start(
+      std::move(fd), id,
+      [this, id](const std::string& why) {
+        if (closed_) closed_(id, why);
+      },
+      [this, id](std::shared_ptr<agentlink::Stream> st) {
+        if (incoming_) {
+          incoming_(id, std::move(st));
+        } else {
+          (void)st->send_end({{"ok", false},
+                              {"error", {{"code", "product_unavailable"}, {"message", "this b3osd has no model gateway"}}}});
+        }
+      });
+}
+
+void Launcher::release(const std::string& id, pid_t shim_pid) {
+  if (auto r = rt_.destroy(id); !r) spdlog::warn("sandbox {}: {}", id, r.error().message);
+  const std::string dir = dir_of(id);
+  shims_.stop(dir, shim_pid);
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  if (ec) spdlog::warn("sandbox {}: removing {}: {}", id, dir, ec.message());
+}
+
+void Launcher::discard(LiveSandbox& s) {
+  if (s.channel) s.channel->shutdown();
+  release(s.id, s.shim_pid);
+}
+
+Result<Precreated> Launcher::precreate(const LaunchRequest& l, Timing& t, Stopwatch& sw) {
+  Precreated pc;
+  pc.sandbox = std::make_shared<LiveSandbox>();
+  auto& s = pc.sandbox;
+  s->id = l.id;
+  s->rec.id = l.id;
+  s->rec.project_id = l.project_id;
+  const std::string dir = dir_of(s->id);
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return fail(ErrorCode::kInternal, "creating " + dir + ": " + ec.message());
+  ::chmod(dir.c_str(), 0700);
+
+  // From here every failure must undo what was done: no container, shim or file may stay.
+  auto undo = [&](Error e) -> Result<Precreated> {
+    discard(*s);
+    return fail(std::move(e));
+  };
+  int sp[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) != 0)
+    return undo(errno_error(ErrorCode::kInternal, "socketpair", errno));
+  UniqueFd agent_end(sp[1]);
+  pc.daemon_end.reset(sp[0]);
+  auto shim = shims_.start(dir, pc.daemon_end.get());
+  if (!shim) return undo(shim.error());
+  s->shim_pid = *shim;
+  t.lap("prepare", sw);
+
+  runtime::ContainerSpec cs;
+  cs.id = s->id;
+  cs.bundle_dir = dir;
+  cs.rootfs = l.rootfs;
+  cs.agent_path = cfg_.agent_path;
+  cs.hostname = "sbx-" + s->id.substr(4, 12);
+  cs.vcpu = l.vcpu;
+  cs.memory_mib = l.memory_mib;
+  cs.log_path = dir + "/sandbox.log";
+  s->hostname = cs.hostname;
+  s->rec.hostname = cs.hostname;
+  if (auto r = rt_.create(cs, agent_end.get()); !r) return undo(r.error());
+  t.lap("create", sw);
+  return pc;
+}
+
+Result<std::shared_ptr<LiveSandbox>> Launcher::launch(const LaunchRequest& l, std::optional<Precreated> pooled,
+                                                      Timing& t, Stopwatch& sw) {
+  Precreated pc;
+  if (pooled) {
+    pc = std::move(*pooled);
+    rt_.set_frozen(pc.sandbox->id, false);
+    {
+      std::lock_guard lk(pc.sandbox->mu);
+      pc.sandbox->rec.project_id = l.project_id;
+    }
+    // The pool created it with the default memory limit; a restore fills the cgroup with the
+    // image's memory at once, so the sandbox's own limit is set before, not after.
+    if (auto r = rt_.limit_memory(pc.sandbox->id, l.memory_mib); !r) {
+      discard(*pc.sandbox);
+      return fail(r.error());
+    }
+    t.lap("pooled_container", sw);
+  } else {
+    auto made = precreate(l, t, sw);
+    if (!made) return fail(made.error());
+    pc = std::move(*made);
+  }
+  auto s = pc.sandbox;
+  auto undo = [&](Error e) -> Result<std::shared_ptr<LiveSandbox>> {
+    discard(*s);
+    return fail(std::move(e));
+  };
+  if (l.image.empty()) {
+    if (auto r = rt_.start(s->id); !r) return undo(r.error());
+    t.lap("start", sw);
+  } else {
+    if (auto r = rt_.restore(s->id, dir_of(s->id), l.image); !r) return undo(r.error());
+    t.lap("restore", sw);
+  }
+  s->channel = attach(std::move(pc.daemon_end), s->id);
+  if (l.image.empty()) {
+    if (auto h = s->channel->wait_hello(kHelloTimeout); !h) return undo(h.error().wrap("starting the agent"));
+  } else {
+    // A restored agent is mid-conversation with the source's daemon; start afresh.
+    if (auto r = s->channel->resync(kControlTimeout); !r) return undo(r.error().wrap("reaching the restored agent"));
+  }
+  json identity = {{"sandbox_id", s->id},
+                   {"hostname", s->hostname},
+                   {"machine_id", to_hex(random_bytes(16))},
+                   {"seed", to_hex(random_bytes(32))},
+                   {"time_ns", now_unix_ms() * 1000000}};
+  if (auto r = s->channel->send_identity(identity, kControlTimeout); !r) return undo(r.error());
+  t.lap("agent", sw);
+  if (auto r = rt_.limit_cpu(s->id, l.vcpu); !r) return undo(r.error());
+  t.lap("limits", sw);
+  return s;
+}
+
+}  // namespace b3os::sandbox

@@ -1,0 +1,69 @@
+#pragma once
+// Launcher: puts a container on the host and brings its agent up (a boot, or a restore of a
+// checkpoint image), and takes it all down again. Nothing it leaves half-made survives a
+// failure: every path that fails undoes what it did.
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "common/clock.h"
+#include "common/result.h"
+#include "common/unique_fd.h"
+#include "daemon/agentlink/channel.h"
+#include "daemon/runtime/runtime.h"
+#include "daemon/sandbox/config.h"
+#include "daemon/sandbox/live.h"
+#include "daemon/sandbox/timing.h"
+
+namespace b3os::sandbox {
+
+/// What starting one container needs: a boot, or a restore of a checkpoint image.
+struct LaunchRequest {
+  std::string id, project_id, rootfs;
+  int vcpu = 1, memory_mib = 512;
+  std::string image;      // checkpoint directory to restore; empty: boot
+  bool from_pool = true;  // may take a pre-created container (the pool's own refills may not)
+};
+
+/// A container created (its shim holding the channel) but not started yet.
+struct Precreated {
+  std::shared_ptr<LiveSandbox> sandbox;
+  UniqueFd daemon_end;
+};
+
+class Launcher {
+ public:
+  /// `on_closed(id, why)` runs when a sandbox's channel breaks (on the channel's reader
+  /// thread); `incoming(id, stream)` takes streams the agent opens.
+  using ClosedHandler = std::function<void(const std::string& id, const std::string& why)>;
+  using IncomingHandler = std::function<void(const std::string& id, std::shared_ptr<agentlink::Stream>)>;
+  Launcher(const Config& cfg, runtime::Runtime& rt, runtime::Shims& shims) : cfg_(cfg), rt_(rt), shims_(shims) {}
+  void set_handlers(ClosedHandler closed, IncomingHandler incoming) {
+    closed_ = std::move(closed);
+    incoming_ = std::move(incoming);
+  }
+
+  /// The first half of a launch: directory, socketpair, shim, runtime create.
+  Result<Precreated> precreate(const LaunchRequest& l, Timing& t, Stopwatch& sw);
+  /// Starts a container (`pooled`, or a new one), agent ready, identity and CPU limit applied.
+  Result<std::shared_ptr<LiveSandbox>> launch(const LaunchRequest& l, std::optional<Precreated> pooled, Timing& t,
+                                              Stopwatch& sw);
+  /// Starts the channel reader on `fd` with this sandbox's handlers.
+  std::shared_ptr<agentlink::AgentChannel> attach(UniqueFd fd, const std::string& id);
+  /// Undoes a launch that will not become a sandbox, or ends one: channel, container, shim, files.
+  void discard(LiveSandbox& s);
+  /// Releases the host resources of `id` (container, shim, directory); `shim_pid` <= 0: the
+  /// one recorded in its directory.
+  void release(const std::string& id, pid_t shim_pid);
+  std::string dir_of(const std::string& id) const { return cfg_.sandboxes_dir() + "/" + id; }
+
+ private:
+  const Config& cfg_;
+  runtime::Runtime& rt_;
+  runtime::Shims& shims_;
+  ClosedHandler closed_;
+  IncomingHandler incoming_;
+};
+
+}  // namespace b3os::sandbox

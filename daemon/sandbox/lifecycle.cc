@@ -1,0 +1,470 @@
+#include "daemon/sandbox/lifecycle.h"
+
+#include <chrono>
+#include <filesystem>
+#include <set>
+#include <thread>
+
+#include <spdlog/spdlog.h>
+
+#include "common/clock.h"
+#include "common/ids.h"
+#include "daemon/sandbox/view.h"
+
+namespace b3os::sandbox {
+
+using nlohmann::json;
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+
+const std::map<std::string, std::string>& builtin_templates() {
+  static const std::map<std::string, std::string> kTemplates = {
+      {"base", "Debian 12 minbase with python3, curl, ca-certificates and procps"},
+  };
+  return kTemplates;
+}
+
+namespace {
+
+Error not_found(const std::string& id) {
+  return Error{ErrorCode::kSandboxNotFound, "no sandbox " + id + " in this project", 0};
+}
+}  // namespace
+
+// ---- helpers for every part ----
+
+Result<State> Lifecycle::transition(LiveSandbox& s, Transition t) {
+  std::lock_guard lk(s.mu);
+  auto next = next_state(s.rec.state, t, s.id);
+  if (next) s.rec.state = *next;
+  return next;
+}
+
+Result<void> Lifecycle::persist(LiveSandbox& s) {
+  std::lock_guard order(s.persist_mu);
+  store::SandboxRecord copy;
+  {
+    std::lock_guard lk(s.mu);
+    copy = s.rec;
+  }
+  copy.last_activity_ms = s.last_activity_ms.load();
+  s.persisted_activity_ms = copy.last_activity_ms;
+  return store_.put_sandbox(copy);
+}
+
+void Lifecycle::touch(LiveSandbox& s) {
+  // Written through at once (a small WAL write, well under a millisecond) so that a restart
+  // never moves expires_at backwards and stops a sandbox that was in use.
+  s.last_activity_ms = now_unix_ms();
+  {
+    std::lock_guard lk(s.mu);
+    if (!is_live(s.rec.state)) return;
+  }
+  {
+    std::lock_guard order(s.persist_mu);
+    if (s.last_activity_ms.load() == s.persisted_activity_ms) return;
+  }
+  if (auto r = persist(s); !r) spdlog::warn("sandbox {}: {}", s.id, r.error().message);
+}
+
+json Lifecycle::view(LiveSandbox& s) {
+  store::SandboxRecord copy;
+  {
+    std::lock_guard lk(s.mu);
+    copy = s.rec;
+  }
+  if (is_live(copy.state)) copy.last_activity_ms = s.last_activity_ms.load();
+  std::optional<double> spent;
+  if (!copy.budget_id.empty() && spent_) spent = spent_(copy.budget_id);
+  return sandbox_object(copy, now_unix_ms(), spent);
+}
+
+Result<std::shared_ptr<LiveSandbox>> Lifecycle::running(const Principal& p, const std::string& id) {
+  if (auto s = registry_.find(p.project_id, id)) return s;
+  auto row = store_.get_sandbox(p.project_id, id);
+  if (!row) return fail(row.error());
+  if (!*row) return fail(not_found(id));
+  return fail(ErrorCode::kSandboxNotRunning,
+              "sandbox " + id + " is " + std::string(api_status((*row)->state)) + ", not running");
+}
+
+Error Lifecycle::explain(LiveSandbox& s, Error e) {
+  if (!s.channel || !s.channel->closed()) return e;
+  // The reader thread is recording why the sandbox died; give it a moment.
+  for (int i = 0; i < 200; ++i) {
+    {
+      std::lock_guard lk(s.mu);
+      if (s.rec.ended()) {
+        std::string why = !s.rec.stop_message.empty()                   ? s.rec.stop_message
+                          : s.rec.stop_reason == store::StopReason::kDeleted ? std::string("it was deleted")
+                                                                          : "its timeout passed with no API activity";
+        return Error{ErrorCode::kSandboxNotRunning, "sandbox " + s.id + " stopped: " + why, 0};
+      }
+    }
+    std::this_thread::sleep_for(10ms);
+  }
+  return Error{ErrorCode::kSandboxNotRunning, "sandbox " + s.id + " stopped: " + e.message, 0};
+}
+
+bool Lifecycle::finish(const std::shared_ptr<LiveSandbox>& s, Transition end, store::StopReason reason,
+                       const std::string& message) {
+  {
+    std::lock_guard lk(s->mu);
+    auto next = next_state(s->rec.state, end, s->id);
+    if (!next) return false;  // already ended (a delete racing a failure, say)
+    const int64_t now = now_unix_ms();
+    s->rec.state = *next;
+    s->rec.stop_reason = reason;
+    s->rec.stop_message = message;
+    s->rec.stopped_ms = now;
+  }
+  // Recorded before anything is released: a crash mid-release leaves a stopped record, and the
+  // next start sweeps what is left of it.
+  if (auto r = persist(*s); !r) spdlog::error("sandbox {}: {}", s->id, r.error().message);
+  registry_.remove(s->id);
+  launcher_.discard(*s);
+  spdlog::info("sandbox {}: {} ({}){}", s->id, end == Transition::kStop ? "stopped" : "failed",
+               store::stop_reason_name(reason), message.empty() ? "" : ": " + message);
+  return true;
+}
+
+Result<void> Lifecycle::pause_live(LiveSandbox& s, const char* why) {
+  {
+    std::lock_guard lk(s.mu);
+    if (s.rec.state == State::kPaused) return {};
+  }
+  if (auto r = transition(s, Transition::kBeginPause); !r) return fail(r.error());
+  if (auto r = rt_.pause(s.id); !r) {
+    (void)transition(s, Transition::kPauseFailed);
+    return r;
+  }
+  {
+    std::lock_guard lk(s.mu);
+    auto next = next_state(s.rec.state, Transition::kPaused, s.id);
+    if (!next) return fail(next.error());  // it ended while the runtime paused it
+    s.rec.state = *next;
+    s.rec.paused_since_ms = now_unix_ms();
+  }
+  if (auto r = persist(s); !r) return r;
+  spdlog::info("sandbox {}: paused ({})", s.id, why);
+  return {};
+}
+
+Result<void> Lifecycle::publish(const std::vector<std::shared_ptr<LiveSandbox>>& made) {
+  for (auto& s : made) {
+    auto up = transition(*s, Transition::kLaunched);
+    auto saved = up ? persist(*s) : Result<void>(fail(up.error()));
+    if (!saved) {
+      for (auto& m : made) launcher_.discard(*m);
+      return saved;
+    }
+  }
+  for (auto& s : made) registry_.add(s);
+  return {};
+}
+
+std::string Lifecycle::template_rootfs(const std::string& name) const {
+  std::string n = name.rfind("tpl_", 0) == 0 ? name.substr(4) : name;
+  for (char c : n)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_')) return {};
+  return cfg_.templates_dir() + "/" + n;
+}
+
+// ---- create ----
+
+Result<json> Lifecycle::create(const Principal& p, const SandboxSpec& spec, Timing& t) {
+  Stopwatch sw;
+  if (auto r = check_supported(spec); !r) return fail(r.error());
+  if (spec.snapshot) return create_from_snapshot(p, spec, t);
+  const std::string tdir = template_rootfs(spec.template_name);
+  if (tdir.empty() || (!fs::exists(tdir) && !builtin_templates().count(fs::path(tdir).filename().string())))
+    return fail(ErrorCode::kTemplateNotFound, "no template \"" + spec.template_name + "\" (see GET /v1/templates)");
+  if (!fs::exists(tdir + "/.b3os-ready"))
+    return fail(ErrorCode::kProductUnavailable, "template \"" + spec.template_name +
+                                                    "\" is not built on this node; run templates/" +
+                                                    fs::path(tdir).filename().string() + "/build.sh " + tdir);
+  const std::string tname = fs::path(tdir).filename().string();
+  return create_launched(p, spec, tname, tdir + "/rootfs", std::nullopt, t, sw, "");
+}
+
+Result<json> Lifecycle::create_from_snapshot(const Principal& p, const SandboxSpec& request, Timing& t) {
+  Stopwatch sw;
+  auto row = store_.get_snapshot(p.project_id, *request.snapshot);
+  if (!row) return fail(row.error());
+  if (!*row) return fail(ErrorCode::kSnapshotNotFound, "no snapshot " + *request.snapshot + " in this project");
+  const store::SnapshotRecord& snap = **row;
+  // The snapshot fixes what its memory image holds (size, environment, grant, egress);
+  // the request chooses the lifetime and the labels.
+  SandboxSpec spec = request;
+  spec.vcpu = snap.vcpu;
+  spec.memory_mib = snap.memory_mib;
+  spec.disk_gib = snap.disk_gib;
+  spec.forkable = snap.forkable;
+  spec.env = snap.env;
+  spec.secrets = snap.secrets;
+  spec.egress.mode = snap.egress_mode;
+  spec.egress.allow = snap.egress_allow;
+  spec.api.scopes = snap.api_scopes;
+  spec.api.spend_cap_usd.reset();
+  if (snap.spend_cap_micros) spec.api.spend_cap_usd = store::micros_to_usd(*snap.spend_cap_micros);
+  const std::string image = cfg_.snapshots_dir() + "/" + snap.id;
+  if (!fs::exists(image + "/checkpoint.img"))
+    return fail(ErrorCode::kInternal, "snapshot " + snap.id + " has no image on disk at " + image);
+  return create_launched(p, spec, snap.template_name, snap.rootfs, snap.id, t, sw, snap.budget_id);
+}
+
+Result<json> Lifecycle::create_launched(const Principal& p, const SandboxSpec& spec, const std::string& tname,
+                                        const std::string& rootfs, const std::optional<std::string>& snapshot_id,
+                                        Timing& t, Stopwatch& sw, const std::string& inherited_budget) {
+  auto budget = grant_budget(p, spec, inherited_budget);
+  if (!budget) return fail(budget.error());
+  if (auto r = registry_.reserve(p.project_id, 1); !r) return fail(r.error());
+  Reservation reserved(registry_, p.project_id, 1);
+  t.lap("validate", sw);
+
+  std::shared_ptr<LiveSandbox> s = snapshot_id ? nullptr : pools_.claim_warm(tname, spec.forkable);
+  if (s) {
+    t.lap("claim", sw);
+    auto limited = rt_.limit_cpu(s->id, spec.vcpu);
+    if (limited) limited = rt_.limit_memory(s->id, spec.memory_mib);
+    if (!limited) {
+      launcher_.discard(*s);
+      return fail(limited.error());
+    }
+    t.lap("limits", sw);
+  } else {
+    LaunchRequest l;
+    l.id = new_id("sbx");
+    l.project_id = p.project_id;
+    l.rootfs = rootfs;
+    if (snapshot_id) l.image = cfg_.snapshots_dir() + "/" + *snapshot_id;
+    l.vcpu = spec.vcpu;
+    l.memory_mib = spec.memory_mib;
+    auto launched = pools_.launch(l, t, sw);
+    if (!launched) return fail(launched.error());
+    s = *launched;
+  }
+  const int64_t now = now_unix_ms();
+  s->last_activity_ms = now;
+  {
+    std::lock_guard lk(s->mu);
+    store::SandboxRecord& r = s->rec;
+    r.id = s->id;
+    r.project_id = p.project_id;
+    r.template_name = tname;
+    r.snapshot_id = snapshot_id;
+    r.vcpu = spec.vcpu;
+    r.memory_mib = spec.memory_mib;
+    r.disk_gib = spec.disk_gib;
+    r.timeout_s = spec.timeout_s;
+    r.on_idle = spec.on_idle;
+    r.env = spec.env;
+    r.secrets = spec.secrets;
+    r.metadata = spec.metadata;
+    r.ports.clear();
+    for (auto& pt : spec.ports) r.ports.push_back({pt.port, pt.is_public});
+    r.api_scopes = spec.api.scopes;
+    r.spend_cap_micros.reset();
+    if (spec.api.spend_cap_usd) r.spend_cap_micros = store::usd_to_micros(*spec.api.spend_cap_usd);
+    r.egress_mode = spec.egress.mode;
+    r.egress_allow = spec.egress.allow;
+    r.forkable = spec.forkable;
+    r.created_ms = r.started_ms = r.last_activity_ms = now;
+    r.hostname = s->hostname;
+    r.rootfs = rootfs;
+    r.budget_id = *budget;
+  }
+  if (auto r = publish({s}); !r) return fail(r.error());
+  t.lap("store", sw);
+  spdlog::info("sandbox {}: running (project {}, template {})", s->id, p.project_id, tname);
+  return view(*s);
+}
+
+// ---- read ----
+
+Result<json> Lifecycle::get(const Principal& p, const std::string& id) {
+  if (auto s = registry_.find(p.project_id, id)) return view(*s);
+  auto row = store_.get_sandbox(p.project_id, id);
+  if (!row) return fail(row.error());
+  if (!*row) return fail(not_found(id));
+  std::optional<double> spent;
+  if (!(*row)->budget_id.empty() && spent_) spent = spent_((*row)->budget_id);
+  return sandbox_object(**row, now_unix_ms(), spent);
+}
+
+Result<json> Lifecycle::list(const Principal& p, store::SandboxQuery q) {
+  q.project_id = p.project_id;
+  auto rows = store_.list_sandboxes(q);
+  if (!rows) return fail(rows.error());
+  json data = json::array();
+  const bool more = static_cast<int>(rows->size()) > q.limit;
+  if (more) rows->pop_back();
+  const int64_t now = now_unix_ms();
+  for (auto& r : *rows) {
+    if (auto s = registry_.find(p.project_id, r.id)) {
+      data.push_back(view(*s));
+      continue;
+    }
+    std::optional<double> spent;
+    if (!r.budget_id.empty() && spent_) spent = spent_(r.budget_id);
+    data.push_back(sandbox_object(r, now, spent));
+  }
+  return json{{"object", "list"}, {"data", data}, {"next_cursor", more ? json(rows->back().id) : json(nullptr)}};
+}
+
+// ---- delete, pause, resume ----
+
+Result<json> Lifecycle::remove(const Principal& p, const std::string& id, Timing& t) {
+  Stopwatch sw;
+  if (auto s = registry_.find(p.project_id, id)) {
+    finish(s, Transition::kStop, store::StopReason::kDeleted, "");
+    t.lap("stop", sw);
+    return view(*s);
+  }
+  auto r = get(p, id);  // already stopped: answer with the record as it is
+  t.lap("lookup", sw);
+  return r;
+}
+
+Result<json> Lifecycle::pause(const Principal& p, const std::string& id, Timing& t) {
+  Stopwatch sw;
+  auto s = running(p, id);
+  if (!s) return fail(s.error());
+  if (auto r = pause_live(**s, "requested"); !r) return fail(r.error());
+  t.lap("pause", sw);
+  return view(**s);
+}
+
+Result<json> Lifecycle::resume(const Principal& p, const std::string& id, Timing& t) {
+  Stopwatch sw;
+  auto sr = running(p, id);
+  if (!sr) return fail(sr.error());
+  LiveSandbox& s = **sr;
+  bool resumed = false;
+  {
+    std::lock_guard lk(s.mu);
+    if (s.rec.state != State::kRunning) {
+      auto next = next_state(s.rec.state, Transition::kBeginResume, s.id);
+      if (!next) return fail(next.error());
+      s.rec.state = *next;
+      resumed = true;
+    }
+  }
+  if (resumed) {
+    if (auto r = rt_.resume(id); !r) {
+      (void)transition(s, Transition::kResumeFailed);
+      return fail(r.error());
+    }
+    const int64_t now = now_unix_ms();
+    {
+      std::lock_guard lk(s.mu);
+      auto next = next_state(s.rec.state, Transition::kResumed, s.id);
+      if (!next) return fail(next.error());
+      s.rec.state = *next;
+      s.rec.paused_total_ms += now - s.rec.paused_since_ms.value_or(now);
+      s.rec.paused_since_ms.reset();
+    }
+    s.last_activity_ms = now;
+    if (auto r = persist(s); !r) return fail(r.error());
+    spdlog::info("sandbox {}: resumed", id);
+  }
+  touch(s);
+  t.lap("resume", sw);
+  return view(s);
+}
+
+// ---- failures and restarts ----
+
+std::string Lifecycle::diagnose_exit(const std::string& id) {
+  // A cgroup that hit its memory limit is the common cause; say so plainly.
+  const runtime::MemoryUse m = rt_.memory_use(id);
+  if (m.limit_bytes > 0 && m.peak_bytes >= m.limit_bytes - (4 << 20)) {
+    return "the sandbox used all of its memory (limit " + std::to_string(m.limit_bytes >> 20) +
+           " MiB including the runtime) and was stopped; create it with a larger memory_mib";
+  }
+  return "the sandbox's runtime exited unexpectedly";
+}
+
+void Lifecycle::on_channel_closed(const std::string& id, const std::string& why) {
+  auto s = registry_.find(id);
+  if (!s) return;
+  std::string msg = diagnose_exit(id);
+  spdlog::warn("sandbox {}: agent channel closed ({}): {}", id, why, msg);
+  finish(s, Transition::kFail, store::StopReason::kFailed, msg);
+}
+
+Result<void> Lifecycle::recover() {
+  std::error_code ec;
+  fs::create_directories(cfg_.sandboxes_dir(), ec);
+  fs::create_directories(cfg_.runtime.root_dir, ec);
+  // No fork is running yet: any fork image here was left by a b3osd that died mid-fork (the
+  // directory itself stays: it may be a mount point or a link an operator made). RUN_DIR/images
+  // held them before.
+  fs::create_directories(cfg_.fork_images_dir(), ec);
+  for (const auto& dir : {cfg_.fork_images_dir(), cfg_.run_dir + "/images"}) {
+    for (auto it = fs::directory_iterator(dir, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
+      std::error_code rm;
+      fs::remove_all(it->path(), rm);
+      if (rm) spdlog::warn("removing the leftover fork image {}: {}", it->path().string(), rm.message());
+    }
+    ec.clear();
+  }
+  rt_.prepare();
+  auto rows = store_.active_sandboxes();
+  if (!rows) return fail(rows.error());
+  for (auto& row : *rows) {
+    auto s = std::make_shared<LiveSandbox>();
+    s->id = row.id;
+    s->hostname = row.hostname;
+    s->rec = row;
+    s->last_activity_ms = row.last_activity_ms;
+    s->persisted_activity_ms = row.last_activity_ms;
+    const std::string dir = launcher_.dir_of(row.id);
+    s->shim_pid = shims_.recorded_pid(dir);
+    std::string why;
+    auto st = rt_.state(row.id);
+    const bool paused = st && *st == runtime::ContainerState::kPaused;
+    if (!st || (*st != runtime::ContainerState::kRunning && !paused)) {
+      why = "its container was gone when b3osd restarted";
+    } else if (paused && !rt_.resume(row.id)) {
+      why = "its paused container could not be thawed after b3osd restarted";
+    } else if (auto fd = shims_.reclaim(dir); !fd) {
+      why = "its agent channel could not be recovered after b3osd restarted (" + fd.error().message + ")";
+    } else {
+      s->channel = launcher_.attach(std::move(*fd), row.id);
+      if (auto r = s->channel->resync(3s); !r) {
+        why = "its agent did not answer after b3osd restarted (" + r.error().message + ")";
+      } else if (paused && !rt_.pause(row.id)) {
+        why = "its container could not be paused again after b3osd restarted";
+      }
+    }
+    if (why.empty()) {
+      // A b3osd that died mid-fork may have left the limit raised for the fork's image.
+      if (auto r = rt_.limit_memory(row.id, row.memory_mib); !r) spdlog::warn("sandbox {}: {}", row.id, r.error().message);
+      registry_.add(s);
+      spdlog::info("sandbox {}: reattached", row.id);
+    } else {
+      finish(s, Transition::kFail, store::StopReason::kFailed, why);
+    }
+  }
+  // Containers and directories no record owns (a create cut short by a crash).
+  std::set<std::string> keep;
+  for (auto& s : registry_.all()) keep.insert(s->id);
+  if (auto ids = rt_.list()) {
+    for (auto& id : *ids)
+      if (!keep.count(id)) {
+        spdlog::warn("removing orphaned container {}", id);
+        launcher_.release(id, -1);
+      }
+  }
+  for (auto& e : fs::directory_iterator(cfg_.sandboxes_dir(), ec)) {
+    std::string id = e.path().filename().string();
+    if (!keep.count(id)) {
+      spdlog::warn("removing orphaned sandbox directory {}", id);
+      launcher_.release(id, -1);
+    }
+  }
+  return {};
+}
+
+}  // namespace b3os::sandbox

@@ -1,0 +1,96 @@
+#pragma once
+// Lifecycle: create, get, list, delete, pause, resume, the end of a sandbox (stop or failure)
+// and reattaching after a restart. The other parts (checkpoints, exec, reaper) use its
+// helpers to find a running sandbox, move it between states and keep its record.
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "common/result.h"
+#include "daemon/runtime/runtime.h"
+#include "daemon/sandbox/config.h"
+#include "daemon/sandbox/launcher.h"
+#include "daemon/sandbox/live.h"
+#include "daemon/sandbox/pools.h"
+#include "daemon/sandbox/registry.h"
+#include "daemon/sandbox/spec.h"
+#include "daemon/sandbox/state.h"
+#include "daemon/sandbox/types.h"
+#include "daemon/store/store.h"
+
+namespace b3os::sandbox {
+
+/// The templates b3os knows by name, with their descriptions (others are found on disk).
+const std::map<std::string, std::string>& builtin_templates();
+
+class Lifecycle {
+ public:
+  using SpendLookup = std::function<std::optional<double>(const std::string& budget_id)>;
+  Lifecycle(const Config& cfg, runtime::Runtime& rt, runtime::Shims& shims, store::SandboxStore& store,
+            Registry& registry, Launcher& launcher, Pools& pools, SpendLookup spent)
+      : cfg_(cfg), rt_(rt), shims_(shims), store_(store), registry_(registry), launcher_(launcher), pools_(pools),
+        spent_(std::move(spent)) {}
+
+  Result<nlohmann::json> create(const Principal& p, const SandboxSpec& spec, Timing& t);
+  Result<nlohmann::json> get(const Principal& p, const std::string& id);
+  Result<nlohmann::json> list(const Principal& p, store::SandboxQuery q);
+  Result<nlohmann::json> remove(const Principal& p, const std::string& id, Timing& t);
+  Result<nlohmann::json> pause(const Principal& p, const std::string& id, Timing& t);
+  Result<nlohmann::json> resume(const Principal& p, const std::string& id, Timing& t);
+  /// Reattaches to sandboxes that survived a restart, fails the rest, removes what no record owns.
+  Result<void> recover();
+
+  // ---- for the other parts of the module ----
+
+  /// The live sandbox `id` of this project, or 404 / 409 (not running) from its record.
+  Result<std::shared_ptr<LiveSandbox>> running(const Principal& p, const std::string& id);
+  /// Applies `t` to the sandbox's state under its lock (no I/O); the new state, or a 409.
+  Result<State> transition(LiveSandbox& s, Transition t);
+  /// Writes the sandbox's record to the store (holding only its persist_mu).
+  Result<void> persist(LiveSandbox& s);
+  /// Notes API activity (pushes expires_at), written through to the store.
+  void touch(LiveSandbox& s);
+  /// The sandbox object now.
+  nlohmann::json view(LiveSandbox& s);
+  /// Ends a live sandbox: records it stopped or failed, then releases every host resource.
+  /// Returns false when it had already ended.
+  bool finish(const std::shared_ptr<LiveSandbox>& s, Transition end, store::StopReason reason,
+              const std::string& message);
+  /// Undoes a launch that never became visible (nothing is recorded).
+  void discard(LiveSandbox& s) { launcher_.discard(s); }
+  /// Pauses a running sandbox (the reaper's on_idle: pause, and the API).
+  Result<void> pause_live(LiveSandbox& s, const char* why);
+  /// Turns a channel failure into "the sandbox stopped: why" when the sandbox is gone.
+  Error explain(LiveSandbox& s, Error e);
+  /// Registers launched sandboxes with their records and makes them visible (all or nothing).
+  Result<void> publish(const std::vector<std::shared_ptr<LiveSandbox>>& made);
+  /// The channel of a sandbox broke: its runtime died.
+  void on_channel_closed(const std::string& id, const std::string& why);
+  /// The budget a new sandbox's model calls charge (see grants.cc).
+  Result<std::string> grant_budget(const Principal& p, const SandboxSpec& spec, const std::string& inherited);
+  /// The root filesystem directory of a template name ("" if the name is not valid).
+  std::string template_rootfs(const std::string& name) const;
+
+ private:
+  Result<nlohmann::json> create_launched(const Principal& p, const SandboxSpec& spec, const std::string& tname,
+                                         const std::string& rootfs, const std::optional<std::string>& snapshot_id,
+                                         Timing& t, Stopwatch& sw, const std::string& inherited_budget);
+  Result<nlohmann::json> create_from_snapshot(const Principal& p, const SandboxSpec& request, Timing& t);
+  std::string diagnose_exit(const std::string& id);
+
+  const Config& cfg_;
+  runtime::Runtime& rt_;
+  runtime::Shims& shims_;
+  store::SandboxStore& store_;
+  Registry& registry_;
+  Launcher& launcher_;
+  Pools& pools_;
+  SpendLookup spent_;
+};
+
+}  // namespace b3os::sandbox

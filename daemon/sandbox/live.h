@@ -1,0 +1,60 @@
+#pragma once
+// LiveSandbox: a sandbox that holds host resources (a container, a shim, a channel), with its
+// typed record. Shared by the parts of the sandbox module; not part of its interface.
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "daemon/agentlink/channel.h"
+#include "daemon/store/records.h"
+
+namespace b3os::sandbox {
+
+/// Lock order inside the sandbox module (docs/design.md): a thread holds at most one of
+///   Registry::mu_, Pools::mu_, LiveSandbox::mu, LiveSandbox::room_mu
+/// at a time, and never across a runtime call, a store write, a thread join or a channel
+/// wait. LiveSandbox::persist_mu is taken alone and held across the store write of this
+/// sandbox's record only (it orders writes of one record; no request of another sandbox, and
+/// no read of this one, waits on it). The store's own mutex and the channel's locks are
+/// leaves below all of these.
+struct LiveSandbox {
+  // Set at launch, before the sandbox is shared; read without a lock afterwards.
+  std::string id;
+  std::string hostname;
+  pid_t shim_pid = -1;
+  std::shared_ptr<agentlink::AgentChannel> channel;
+
+  // Guarded by mu: the record (state included) and the count of checkpoints in flight.
+  mutable std::mutex mu;
+  store::SandboxRecord rec;
+  int checkpoints = 0;
+
+  std::atomic<int64_t> last_activity_ms{0};
+  std::atomic<int> active_ops{0};  // execs and transfers in flight: the sandbox is not idle
+
+  // Orders the store writes of this record (see above).
+  std::mutex persist_mu;
+  int64_t persisted_activity_ms = 0;  // guarded by persist_mu
+
+  // Checkpoint images of this sandbox still charged to its memory cgroup (checkpoints.cc).
+  std::mutex room_mu;
+  int image_rooms = 0;
+};
+
+/// Marks a sandbox busy for the life of one operation (the reaper leaves it alone).
+class ActiveOp {
+ public:
+  explicit ActiveOp(LiveSandbox& s) : n_(s.active_ops) { ++n_; }
+  ~ActiveOp() { --n_; }
+  ActiveOp(const ActiveOp&) = delete;
+  ActiveOp& operator=(const ActiveOp&) = delete;
+
+ private:
+  std::atomic<int>& n_;
+};
+
+}  // namespace b3os::sandbox

@@ -1,0 +1,261 @@
+#include "daemon/sandbox/pools.h"
+
+#include <chrono>
+#include <filesystem>
+
+#include <spdlog/spdlog.h>
+
+#include "common/ids.h"
+
+namespace b3os::sandbox {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+namespace {
+/// The sum of the named phases of a launch.
+double phase_sum(const Timing& t, std::initializer_list<std::string_view> names) {
+  double ms = 0;
+  for (auto& [name, v] : t.phases)
+    for (auto n : names) ms += name == n ? v : 0;
+  return ms;
+}
+}  // namespace
+
+Pools::Pools(const Config& cfg, runtime::Runtime& rt, Launcher& launcher, Registry& registry, Checkpointer checkpoint)
+    : cfg_(cfg), rt_(rt), launcher_(launcher), registry_(registry), checkpoint_(std::move(checkpoint)) {}
+
+void Pools::start() {
+  if (cfg_.warm_pool_size > 0 || cfg_.fork_pool_size > 0 || cfg_.template_checkpoints != "off")
+    thread_ = std::thread([this] { loop(); });
+}
+
+void Pools::stop() {
+  {
+    std::lock_guard lk(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  discard_doomed();
+  std::deque<std::shared_ptr<LiveSandbox>> warm;
+  std::deque<Precreated> created;
+  {
+    std::lock_guard lk(mu_);
+    warm.swap(warm_);
+    created.swap(precreated_);
+  }
+  registry_.pooled(-static_cast<int>(warm.size() + created.size()));
+  // Outside the lock: each discard waits for the runtime and the shim.
+  for (auto& s : warm) launcher_.discard(*s);
+  for (auto& pc : created) launcher_.discard(*pc.sandbox);
+}
+
+std::string Pools::image_for(const LaunchRequest& l) const {
+  if (cfg_.template_checkpoints == "off") return "";
+  std::lock_guard lk(mu_);
+  for (auto& [name, img] : images_)
+    if (img.use && !img.dir.empty() && img.memory_mib == l.memory_mib &&
+        l.rootfs == cfg_.templates_dir() + "/" + name + "/rootfs")
+      return img.dir;
+  return "";
+}
+
+std::optional<TemplateImage> Pools::template_image(const std::string& name) const {
+  std::lock_guard lk(mu_);
+  auto it = images_.find(name);
+  if (it == images_.end()) return std::nullopt;
+  return it->second;
+}
+
+Result<std::shared_ptr<LiveSandbox>> Pools::launch(LaunchRequest l, Timing& t, Stopwatch& sw) {
+  std::optional<Hold> hold;
+  if (l.from_pool) hold.emplace(*this);
+  if (l.image.empty()) l.image = image_for(l);
+  // A launch of the base template's shape can take a container created ahead of time: any
+  // restore (the image fixes the memory), or a boot with the pool's default memory size.
+  std::optional<Precreated> pc;
+  if (l.from_pool && l.rootfs == base_rootfs() && (!l.image.empty() || l.memory_mib == LaunchRequest{}.memory_mib)) {
+    std::lock_guard lk(mu_);
+    if (!precreated_.empty()) {
+      pc = std::move(precreated_.front());
+      precreated_.pop_front();
+    }
+  }
+  if (pc) {
+    registry_.pooled(-1);
+    cv_.notify_all();  // refill
+  }
+  return launcher_.launch(l, std::move(pc), t, sw);
+}
+
+std::shared_ptr<LiveSandbox> Pools::claim_warm(const std::string& template_name, bool forkable) {
+  // Forkable sandboxes are restored for themselves, never claimed; the pool holds `base`.
+  if (forkable || template_name != "base" || cfg_.warm_pool_size <= 0) return nullptr;
+  for (;;) {
+    std::shared_ptr<LiveSandbox> s;
+    {
+      std::lock_guard lk(mu_);
+      if (warm_.empty()) break;
+      s = warm_.front();
+      warm_.pop_front();
+    }
+    registry_.pooled(-1);
+    cv_.notify_all();  // refill
+    // Outside the lock: a member that died while waiting is discarded without holding up
+    // any other claim.
+    rt_.set_frozen(s->id, false);
+    if (!s->channel->closed()) return s;
+    {
+      std::lock_guard lk(mu_);
+      doomed_.push_back(std::move(s));
+    }
+    cv_.notify_all();
+  }
+  return nullptr;
+}
+
+void Pools::discard_doomed() {
+  for (;;) {
+    std::shared_ptr<LiveSandbox> s;
+    {
+      std::lock_guard lk(mu_);
+      if (doomed_.empty()) return;
+      s = std::move(doomed_.front());
+      doomed_.pop_front();
+    }
+    launcher_.discard(*s);
+  }
+}
+
+void Pools::build_template_image(const std::string& tname) {
+  TemplateImage img;
+  const std::string dir = cfg_.data_dir + "/template-images/" + tname;
+  const std::string building = dir + ".building";
+  std::error_code ec;
+  auto give_up = [&](const std::string& why) {
+    spdlog::warn("template {}: no checkpoint ({}); creates boot", tname, why);
+    fs::remove_all(building, ec);
+    img.error = why;
+    std::lock_guard lk(mu_);
+    images_[tname] = img;
+  };
+  // Rebuilt at every start: an image from another runsc, agent or rootfs would not restore.
+  fs::remove_all(dir, ec);
+  fs::remove_all(building, ec);
+  fs::create_directories(building, ec);
+  if (ec) return give_up("creating " + building + ": " + ec.message());
+  if (!registry_.reserve("", 2)) return give_up("the node is full");
+  Reservation reserved(registry_, "", 2);
+
+  LaunchRequest l;
+  l.id = new_id("sbx");
+  l.rootfs = cfg_.templates_dir() + "/" + tname + "/rootfs";
+  l.from_pool = false;
+  Timing boot_t;
+  Stopwatch sw;
+  auto booted = launcher_.launch(l, std::nullopt, boot_t, sw);
+  if (!booted) return give_up(booted.error().message);
+  img.boot_ms = phase_sum(boot_t, {"start", "agent"});
+  img.memory_mib = l.memory_mib;
+  Timing ck_t;
+  auto saved = checkpoint_(**booted, building, ck_t, sw);
+  launcher_.discard(**booted);
+  if (!saved) return give_up(saved.error().message);
+  fs::rename(building, dir, ec);
+  if (ec) return give_up("renaming " + building + ": " + ec.message());
+  img.dir = dir;
+
+  // Time one restore of it, like for like with the boot (both after the runtime's create).
+  LaunchRequest r = l;
+  r.id = new_id("sbx");
+  r.image = dir;
+  Timing restore_t;
+  auto restored = launcher_.launch(r, std::nullopt, restore_t, sw);
+  if (!restored) {
+    fs::remove_all(dir, ec);
+    img.dir.clear();
+    return give_up("a trial restore failed: " + restored.error().message);
+  }
+  img.restore_ms = phase_sum(restore_t, {"restore", "agent"});
+  launcher_.discard(**restored);
+  img.use = cfg_.template_checkpoints == "on" || img.restore_ms < img.boot_ms;
+  spdlog::info("template {}: checkpoint saved; boot {:.1f} ms, restore {:.1f} ms: creates {}", tname, img.boot_ms,
+               img.restore_ms, img.use ? "restore it" : "boot");
+  std::lock_guard lk(mu_);
+  images_[tname] = img;
+}
+
+void Pools::loop() {
+  bool image_tried = false;
+  for (;;) {
+    discard_doomed();
+    if (!image_tried && cfg_.template_checkpoints != "off" && fs::exists(cfg_.templates_dir() + "/base/.b3os-ready")) {
+      image_tried = true;
+      build_template_image("base");
+    }
+    if (cfg_.warm_pool_size <= 0 && cfg_.fork_pool_size <= 0) {
+      if (image_tried || cfg_.template_checkpoints == "off") return;
+      std::unique_lock lk(mu_);
+      cv_.wait_for(lk, 5s, [&] { return stopping_; });
+      if (stopping_) return;
+      continue;
+    }
+    bool want_warm = false, want_precreated = false;
+    {
+      std::unique_lock lk(mu_);
+      auto short_of = [&] {
+        want_warm = static_cast<int>(warm_.size()) < cfg_.warm_pool_size;
+        want_precreated = static_cast<int>(precreated_.size()) < cfg_.fork_pool_size;
+        return want_warm || want_precreated;
+      };
+      cv_.wait_for(lk, 2s, [&] { return stopping_ || !doomed_.empty() || short_of(); });
+      if (stopping_) return;
+      if (!doomed_.empty() || (!want_warm && !want_precreated)) continue;
+      // Refill once no request is launching: a request never waits on the pool's CPU use.
+      cv_.wait_for(lk, 10s, [&] { return stopping_ || busy_ == 0; });
+      if (stopping_) return;
+    }
+    const bool template_ready = fs::exists(cfg_.templates_dir() + "/base/.b3os-ready");
+    // Members wait frozen: an idle sentry still ticks (~40 ms of CPU a second).
+    bool added = false;
+    if (template_ready && registry_.reserve("", 1)) {
+      Reservation reserved(registry_, "", 1);
+      LaunchRequest l;
+      l.id = new_id("sbx");
+      l.rootfs = base_rootfs();
+      l.from_pool = false;
+      Timing t;
+      Stopwatch sw;
+      if (want_warm) {
+        if (auto s = launcher_.launch(l, std::nullopt, t, sw)) {
+          rt_.set_frozen((*s)->id, true);
+          registry_.pooled(+1);
+          std::lock_guard lk(mu_);
+          warm_.push_back(*s);
+          added = true;
+        } else {
+          spdlog::warn("warm pool: {}", s.error().message);
+        }
+      } else {
+        if (auto pc = launcher_.precreate(l, t, sw)) {
+          rt_.set_frozen(pc->sandbox->id, true);
+          registry_.pooled(+1);
+          std::lock_guard lk(mu_);
+          precreated_.push_back(std::move(*pc));
+          added = true;
+        } else {
+          spdlog::warn("fork pool: {}", pc.error().message);
+        }
+      }
+    }
+    if (!added) {
+      // No template yet, a full node or a broken runtime: wait rather than spin.
+      std::unique_lock lk(mu_);
+      cv_.wait_for(lk, 5s, [&] { return stopping_; });
+      if (stopping_) return;
+    }
+  }
+}
+
+}  // namespace b3os::sandbox

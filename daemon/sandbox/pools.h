@@ -1,0 +1,94 @@
+#pragma once
+// Pools: sandboxes made ahead of time so requests skip work. The warm pool keeps booted `base`
+// sandboxes (agent up, no project) for non-forkable creates; the fork pool keeps containers
+// created but not started, for forks, snapshot restores and boots of the base shape; template
+// images are checkpoints of a booted template that creates may restore instead of booting.
+// One background thread refills them, only while no request is launching. Members wait frozen.
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "daemon/runtime/runtime.h"
+#include "daemon/sandbox/config.h"
+#include "daemon/sandbox/launcher.h"
+#include "daemon/sandbox/registry.h"
+
+namespace b3os::sandbox {
+
+/// A template's checkpoint: a booted, agent-ready sandbox of it, saved once at start.
+struct TemplateImage {
+  std::string dir;        // empty until built
+  int memory_mib = 0;     // the shape it was booted with (restores must match it)
+  double boot_ms = 0;     // start + agent ready, measured when it was built
+  double restore_ms = 0;  // restore + agent ready, measured right after
+  bool use = false;       // creates restore it
+  std::string error;      // why building it failed
+};
+
+class Pools {
+ public:
+  /// Writes a checkpoint of a running sandbox into a directory (checkpoints.cc).
+  using Checkpointer = std::function<Result<void>(LiveSandbox&, const std::string& dir, Timing&, Stopwatch&)>;
+  Pools(const Config& cfg, runtime::Runtime& rt, Launcher& launcher, Registry& registry, Checkpointer checkpoint);
+  ~Pools() { stop(); }
+
+  void start();
+  /// Stops the refill thread and removes every pool member (they belong to no one).
+  void stop();
+
+  /// Launches `l`: restores the template's image when creates use it, and takes a pre-created
+  /// container when one fits. While it runs, refills wait.
+  Result<std::shared_ptr<LiveSandbox>> launch(LaunchRequest l, Timing& t, Stopwatch& sw);
+  /// A ready sandbox from the warm pool for a create of `template_name`, or nullptr.
+  std::shared_ptr<LiveSandbox> claim_warm(const std::string& template_name, bool forkable);
+  /// What is known of a template's checkpoint (nullopt: not built yet).
+  std::optional<TemplateImage> template_image(const std::string& name) const;
+
+  /// Holds refills back while a request is launching or forking: on a small machine a refill's
+  /// runtime create would take the CPU the request is waiting for.
+  class Hold {
+   public:
+    explicit Hold(Pools& p) : p_(p) { ++p_.busy_; }
+    ~Hold() {
+      if (--p_.busy_ == 0) p_.cv_.notify_all();
+    }
+    Hold(const Hold&) = delete;
+    Hold& operator=(const Hold&) = delete;
+
+   private:
+    Pools& p_;
+  };
+
+ private:
+  void loop();
+  /// Discards the members found dead (on the pool's thread: a slow runtime delays no request).
+  void discard_doomed();
+  void build_template_image(const std::string& name);
+  std::string image_for(const LaunchRequest& l) const;
+  std::string base_rootfs() const { return cfg_.templates_dir() + "/base/rootfs"; }
+
+  const Config& cfg_;
+  runtime::Runtime& rt_;
+  Launcher& launcher_;
+  Registry& registry_;
+  Checkpointer checkpoint_;
+
+  std::atomic<int> busy_{0};
+  mutable std::mutex mu_;  // warm_, precreated_, images_, stopping_
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<LiveSandbox>> warm_;
+  std::deque<Precreated> precreated_;
+  std::deque<std::shared_ptr<LiveSandbox>> doomed_;  // dead members the thread discards
+  std::map<std::string, TemplateImage> images_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+}  // namespace b3os::sandbox

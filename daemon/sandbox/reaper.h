@@ -1,0 +1,32 @@
+#pragma once
+// Reaper: one thread that ends (or, with on_idle: pause, pauses) sandboxes whose timeout_s
+// passed with no API activity. It decides from a copy of each record and acts outside every
+// lock, so a slow runtime call for one sandbox holds up no request.
+
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include "daemon/sandbox/lifecycle.h"
+
+namespace b3os::sandbox {
+
+class Reaper {
+ public:
+  Reaper(Registry& registry, Lifecycle& lifecycle) : registry_(registry), lifecycle_(lifecycle) {}
+  ~Reaper() { stop(); }
+  void start();
+  void stop();
+  /// One pass over the live sandboxes at `now_ms` (the thread calls it every 500 ms).
+  void sweep(int64_t now_ms);
+
+ private:
+  Registry& registry_;
+  Lifecycle& lifecycle_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+}  // namespace b3os::sandbox

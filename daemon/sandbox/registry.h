@@ -1,0 +1,59 @@
+#pragma once
+// Registry: the live sandboxes of this node, and its capacity (per project and per node).
+// Every method takes the registry's lock briefly and does nothing else under it.
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+#include "daemon/sandbox/live.h"
+
+namespace b3os::sandbox {
+
+class Registry {
+ public:
+  Registry(int max_per_project, int max_per_node) : max_per_project_(max_per_project), max_per_node_(max_per_node) {}
+
+  /// The live sandbox `id` of any project (nullptr if none).
+  std::shared_ptr<LiveSandbox> find(const std::string& id) const;
+  /// The live sandbox `id` if it belongs to `project_id`.
+  std::shared_ptr<LiveSandbox> find(const std::string& project_id, const std::string& id) const;
+  std::vector<std::shared_ptr<LiveSandbox>> all() const;
+  void add(const std::shared_ptr<LiveSandbox>& s);
+  /// Removes `id`; false when it was not there (someone else removed it first).
+  bool remove(const std::string& id);
+
+  /// Counts `n` sandboxes about to start against the project's and the node's limits.
+  Result<void> reserve(const std::string& project_id, int n);
+  void unreserve(const std::string& project_id, int n);
+  /// Pool members count against the node's capacity while they wait.
+  void pooled(int delta);
+
+ private:
+  const int max_per_project_, max_per_node_;
+  mutable std::mutex mu_;
+  std::map<std::string, std::shared_ptr<LiveSandbox>> live_;
+  int starting_ = 0;
+  int pooled_ = 0;
+  std::map<std::string, int> starting_by_project_;
+  std::map<std::string, int> live_by_project_;
+};
+
+/// A reservation of capacity that is given back unless kept.
+class Reservation {
+ public:
+  Reservation(Registry& r, std::string project_id, int n) : r_(r), project_(std::move(project_id)), n_(n) {}
+  ~Reservation() { r_.unreserve(project_, n_); }
+  Reservation(const Reservation&) = delete;
+  Reservation& operator=(const Reservation&) = delete;
+
+ private:
+  Registry& r_;
+  std::string project_;
+  int n_;
+};
+
+}  // namespace b3os::sandbox

@@ -1,0 +1,232 @@
+#include "tests/fakes/fake_runtime.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <thread>
+
+namespace b3os::fakes {
+
+using runtime::ContainerState;
+
+void FakeRuntime::fail(const std::string& verb, int times, const std::string& id) {
+  std::lock_guard lk(mu_);
+  faults_[{verb, id}].times = times;
+}
+
+void FakeRuntime::hang(const std::string& verb, std::chrono::milliseconds d, const std::string& id) {
+  std::lock_guard lk(mu_);
+  faults_[{verb, id}].hang = d;
+}
+
+void FakeRuntime::clear_faults() {
+  std::lock_guard lk(mu_);
+  faults_.clear();
+}
+
+Result<void> FakeRuntime::enter(const std::string& verb, const std::string& id) {
+  std::chrono::milliseconds hang{0};
+  bool failing = false;
+  {
+    std::lock_guard lk(mu_);
+    ++calls_[verb];
+    for (const std::string& key : {id, std::string()}) {
+      auto it = faults_.find({verb, key});
+      if (it == faults_.end()) continue;
+      hang = std::max(hang, it->second.hang);
+      if (it->second.times > 0) {
+        --it->second.times;
+        failing = true;
+      }
+    }
+  }
+  if (hang.count() > 0) std::this_thread::sleep_for(hang);
+  if (failing) return b3os::fail(ErrorCode::kInternal, "fake runtime: " + verb + " " + id + " failed");
+  return {};
+}
+
+void FakeRuntime::crash(const std::string& id) {
+  std::unique_ptr<FakeAgent> agent;
+  {
+    std::lock_guard lk(mu_);
+    auto it = containers_.find(id);
+    if (it == containers_.end()) return;
+    agent = std::move(it->second.agent);
+    it->second.state = ContainerState::kStopped;
+  }
+  if (agent) agent->crash();
+}
+
+std::set<std::string> FakeRuntime::ids() const {
+  std::lock_guard lk(mu_);
+  std::set<std::string> out;
+  for (auto& [id, c] : containers_) out.insert(id);
+  return out;
+}
+
+std::optional<ContainerState> FakeRuntime::state_of(const std::string& id) const {
+  std::lock_guard lk(mu_);
+  auto it = containers_.find(id);
+  if (it == containers_.end()) return std::nullopt;
+  return it->second.state;
+}
+
+int FakeRuntime::calls(const std::string& verb) const {
+  std::lock_guard lk(mu_);
+  auto it = calls_.find(verb);
+  return it == calls_.end() ? 0 : it->second;
+}
+
+Result<void> FakeRuntime::create(const runtime::ContainerSpec& spec, int stdio_fd) {
+  if (auto r = enter("create", spec.id); !r) return r;
+  int fd = ::fcntl(stdio_fd, F_DUPFD_CLOEXEC, 0);
+  if (fd < 0) return b3os::fail(errno_error(ErrorCode::kInternal, "dup", errno));
+  std::lock_guard lk(mu_);
+  Container& c = containers_[spec.id];
+  c.agent_end.reset(fd);
+  c.vcpu = spec.vcpu;
+  return {};
+}
+
+Result<void> FakeRuntime::start(const std::string& id) {
+  if (auto r = enter("start", id); !r) return r;
+  std::lock_guard lk(mu_);
+  auto it = containers_.find(id);
+  if (it == containers_.end() || it->second.state != ContainerState::kCreated)
+    return b3os::fail(ErrorCode::kInternal, "fake runtime: " + id + " is not created");
+  it->second.state = ContainerState::kRunning;
+  it->second.agent = std::make_unique<FakeAgent>(std::move(it->second.agent_end), true);
+  return {};
+}
+
+Result<void> FakeRuntime::restore(const std::string& id, const std::string&, const std::string& image_dir) {
+  if (auto r = enter("restore", id); !r) return r;
+  if (::access((image_dir + "/checkpoint.img").c_str(), R_OK) != 0)
+    return b3os::fail(ErrorCode::kInternal, "fake runtime: no image in " + image_dir);
+  std::lock_guard lk(mu_);
+  auto it = containers_.find(id);
+  if (it == containers_.end() || it->second.state != ContainerState::kCreated)
+    return b3os::fail(ErrorCode::kInternal, "fake runtime: " + id + " is not created");
+  it->second.state = ContainerState::kRunning;
+  it->second.agent = std::make_unique<FakeAgent>(std::move(it->second.agent_end), false);
+  return {};
+}
+
+Result<void> FakeRuntime::checkpoint(const std::string& id, const std::string& image_dir) {
+  if (auto r = enter("checkpoint", id); !r) return r;
+  {
+    std::lock_guard lk(mu_);
+    auto it = containers_.find(id);
+    if (it == containers_.end() || it->second.state != ContainerState::kRunning)
+      return b3os::fail(ErrorCode::kInternal, "fake runtime: " + id + " is not running");
+  }
+  std::ofstream(image_dir + "/checkpoint.img") << "image of " << id << "\n";
+  return {};
+}
+
+Result<void> FakeRuntime::pause(const std::string& id) {
+  if (auto r = enter("pause", id); !r) return r;
+  std::lock_guard lk(mu_);
+  auto it = containers_.find(id);
+  if (it == containers_.end()) return b3os::fail(ErrorCode::kInternal, "fake runtime: no " + id);
+  it->second.state = ContainerState::kPaused;
+  return {};
+}
+
+Result<void> FakeRuntime::resume(const std::string& id) {
+  if (auto r = enter("resume", id); !r) return r;
+  std::lock_guard lk(mu_);
+  auto it = containers_.find(id);
+  if (it == containers_.end()) return b3os::fail(ErrorCode::kInternal, "fake runtime: no " + id);
+  it->second.state = ContainerState::kRunning;
+  return {};
+}
+
+Result<void> FakeRuntime::destroy(const std::string& id) {
+  auto r = enter("destroy", id);
+  std::unique_ptr<FakeAgent> agent;
+  {
+    std::lock_guard lk(mu_);
+    auto it = containers_.find(id);
+    if (it != containers_.end()) {
+      agent = std::move(it->second.agent);
+      // A destroy that fails leaves the container, as a real one might.
+      if (r) containers_.erase(it);
+    }
+  }
+  if (agent) agent->crash();
+  return r;
+}
+
+Result<ContainerState> FakeRuntime::state(const std::string& id) {
+  if (auto r = enter("state", id); !r) return b3os::fail(r.error());
+  auto s = state_of(id);
+  return s.value_or(ContainerState::kMissing);
+}
+
+Result<std::vector<std::string>> FakeRuntime::list() {
+  auto all = ids();
+  return std::vector<std::string>(all.begin(), all.end());
+}
+
+void FakeRuntime::set_frozen(const std::string& id, bool frozen) {
+  std::lock_guard lk(mu_);
+  if (auto it = containers_.find(id); it != containers_.end()) it->second.frozen = frozen;
+}
+
+Result<void> FakeRuntime::limit_cpu(const std::string& id, int vcpu) {
+  if (auto r = enter("limit_cpu", id); !r) return r;
+  std::lock_guard lk(mu_);
+  if (auto it = containers_.find(id); it != containers_.end()) it->second.vcpu = vcpu;
+  return {};
+}
+
+Result<void> FakeRuntime::set_memory_limit(const std::string& id, int64_t bytes) {
+  if (auto r = enter("set_memory_limit", id); !r) return r;
+  std::lock_guard lk(mu_);
+  if (auto it = containers_.find(id); it != containers_.end()) it->second.memory_limit = bytes;
+  return {};
+}
+
+Result<pid_t> FakeShims::start(const std::string& dir, int fd) {
+  std::lock_guard lk(mu_);
+  if (fail_start_) {
+    fail_start_ = false;
+    return b3os::fail(ErrorCode::kInternal, "fake shim did not start");
+  }
+  int copy = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
+  if (copy < 0) return b3os::fail(errno_error(ErrorCode::kInternal, "dup", errno));
+  const pid_t pid = ++next_pid_;
+  held_[dir] = {pid, UniqueFd(copy)};
+  return pid;
+}
+
+void FakeShims::stop(const std::string& dir, pid_t) {
+  std::lock_guard lk(mu_);
+  held_.erase(dir);
+}
+
+pid_t FakeShims::recorded_pid(const std::string& dir) {
+  std::lock_guard lk(mu_);
+  auto it = held_.find(dir);
+  return it == held_.end() ? -1 : it->second.first;
+}
+
+Result<UniqueFd> FakeShims::reclaim(const std::string& dir) {
+  std::lock_guard lk(mu_);
+  auto it = held_.find(dir);
+  if (it == held_.end()) return b3os::fail(ErrorCode::kInternal, "no shim holds " + dir);
+  int copy = ::fcntl(it->second.second.get(), F_DUPFD_CLOEXEC, 0);
+  if (copy < 0) return b3os::fail(errno_error(ErrorCode::kInternal, "dup", errno));
+  return UniqueFd(copy);
+}
+
+std::set<std::string> FakeShims::held() const {
+  std::lock_guard lk(mu_);
+  std::set<std::string> out;
+  for (auto& [d, h] : held_) out.insert(d);
+  return out;
+}
+
+}  // namespace b3os::fakes

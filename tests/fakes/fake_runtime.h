@@ -1,0 +1,91 @@
+#pragma once
+// FakeRuntime and FakeShims: in-memory stand-ins for runsc and b3os-shim, for unit tests of
+// the sandbox module. Containers are entries in a map; a started or restored one gets a
+// FakeAgent on its channel. Any verb can be made to fail or to hang, for one container or all,
+// so a test can break every step of every operation and see what is left behind.
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+
+#include "daemon/runtime/runtime.h"
+#include "tests/fakes/fake_agent.h"
+
+namespace b3os::fakes {
+
+class FakeRuntime : public runtime::Runtime {
+ public:
+  struct Container {
+    runtime::ContainerState state = runtime::ContainerState::kCreated;
+    UniqueFd agent_end;  // until started
+    std::unique_ptr<FakeAgent> agent;
+    bool frozen = false;
+    int vcpu = 0;
+    int64_t memory_limit = 0;
+  };
+
+  /// The next `times` calls of `verb` (for container `id`, or any when empty) fail.
+  void fail(const std::string& verb, int times = 1, const std::string& id = "");
+  /// Calls of `verb` (for `id`, or any) wait `d` before doing their work, until cleared.
+  void hang(const std::string& verb, std::chrono::milliseconds d, const std::string& id = "");
+  void clear_faults();
+  /// The agent of `id` dies (its channel reaches EOF).
+  void crash(const std::string& id);
+
+  std::set<std::string> ids() const;
+  std::optional<runtime::ContainerState> state_of(const std::string& id) const;
+  int calls(const std::string& verb) const;
+
+  Result<void> create(const runtime::ContainerSpec& spec, int stdio_fd) override;
+  Result<void> start(const std::string& id) override;
+  Result<void> restore(const std::string& id, const std::string& bundle_dir, const std::string& image_dir) override;
+  Result<void> checkpoint(const std::string& id, const std::string& image_dir) override;
+  Result<void> pause(const std::string& id) override;
+  Result<void> resume(const std::string& id) override;
+  Result<void> destroy(const std::string& id) override;
+  Result<runtime::ContainerState> state(const std::string& id) override;
+  Result<std::vector<std::string>> list() override;
+  void set_frozen(const std::string& id, bool frozen) override;
+  Result<void> limit_cpu(const std::string& id, int vcpu) override;
+  int64_t memory_limit_bytes(int memory_mib) const override { return int64_t(memory_mib + 256) << 20; }
+  Result<void> set_memory_limit(const std::string& id, int64_t bytes) override;
+  void reset_memory_peak(const std::string&) override {}
+  runtime::MemoryUse memory_use(const std::string&) override { return {}; }
+
+ private:
+  /// Counts the call, waits out a hang, and fails when a fault says so.
+  Result<void> enter(const std::string& verb, const std::string& id);
+
+  mutable std::mutex mu_;
+  std::map<std::string, Container> containers_;
+  struct Fault {
+    int times = 0;
+    std::chrono::milliseconds hang{0};
+  };
+  std::map<std::pair<std::string, std::string>, Fault> faults_;  // (verb, id or "")
+  std::map<std::string, int> calls_;
+};
+
+/// Holds a copy of each daemon end, as b3os-shim does, and gives it back on reclaim.
+class FakeShims : public runtime::Shims {
+ public:
+  Result<pid_t> start(const std::string& dir, int fd) override;
+  void stop(const std::string& dir, pid_t pid) override;
+  pid_t recorded_pid(const std::string& dir) override;
+  Result<UniqueFd> reclaim(const std::string& dir) override;
+  /// Directories with a running holder.
+  std::set<std::string> held() const;
+  void fail_next_start() { fail_start_ = true; }
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::string, std::pair<pid_t, UniqueFd>> held_;
+  pid_t next_pid_ = 100000;
+  bool fail_start_ = false;
+};
+
+}  // namespace b3os::fakes

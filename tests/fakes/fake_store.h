@@ -1,0 +1,51 @@
+#pragma once
+// FakeStore: the sandbox module's store in memory, with writes that can be made to fail or hang.
+
+#include <chrono>
+#include <map>
+#include <mutex>
+#include <string>
+
+#include "daemon/store/store.h"
+
+namespace b3os::fakes {
+
+class FakeStore : public store::SandboxStore {
+ public:
+  Result<void> put_sandbox(const store::SandboxRecord& rec) override;
+  Result<std::optional<store::SandboxRecord>> get_sandbox(const std::string& project_id, const std::string& id) override;
+  Result<std::vector<store::SandboxRecord>> list_sandboxes(const store::SandboxQuery& q) override;
+  Result<std::vector<store::SandboxRecord>> active_sandboxes() override;
+  Result<void> put_snapshot(const store::SnapshotRecord& rec) override;
+  Result<std::optional<store::SnapshotRecord>> get_snapshot(const std::string& project_id, const std::string& id) override;
+  Result<std::vector<store::SnapshotRecord>> list_snapshots(const std::string& project_id,
+                                                            const std::optional<std::string>& after_id, int limit) override;
+  Result<void> delete_snapshot(const std::string& project_id, const std::string& id) override;
+  Result<bool> project_allows_infer(const std::string&) override { return true; }
+  Result<void> ensure_budget(const std::string& id, const std::string&, std::optional<double>) override;
+
+  /// The next `n` writes (sandbox or snapshot) fail.
+  void fail_writes(int n) {
+    std::lock_guard lk(mu_);
+    fail_writes_ = n;
+  }
+  std::map<std::string, store::SandboxRecord> sandboxes() const {
+    std::lock_guard lk(mu_);
+    return sandboxes_;
+  }
+  std::map<std::string, store::SnapshotRecord> snapshots() const {
+    std::lock_guard lk(mu_);
+    return snapshots_;
+  }
+
+ private:
+  Result<void> write_allowed(const std::string& what);
+
+  mutable std::mutex mu_;
+  std::map<std::string, store::SandboxRecord> sandboxes_;
+  std::map<std::string, store::SnapshotRecord> snapshots_;
+  std::map<std::string, bool> budgets_;
+  int fail_writes_ = 0;
+};
+
+}  // namespace b3os::fakes

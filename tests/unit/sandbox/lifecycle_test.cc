@@ -1,0 +1,356 @@
+// The sandbox module's lifecycle against fakes of the runtime, the shims, the agent and the
+// store: every transition, every failure of every step, and what is left behind (nothing).
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <thread>
+
+#include "common/ids.h"
+#include "daemon/sandbox/service.h"
+#include "tests/fakes/fake_runtime.h"
+#include "tests/fakes/fake_store.h"
+
+namespace b3os::sandbox {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+class LifecycleTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    tmp_ = fs::temp_directory_path() / ("b3os-life-" + random_base32(8));
+    cfg_.data_dir = (tmp_ / "data").string();
+    cfg_.run_dir = (tmp_ / "run").string();
+    cfg_.templates_dir_override = (tmp_ / "templates").string();
+    cfg_.agent_path = "/bin/true";
+    cfg_.warm_pool_size = 0;
+    cfg_.fork_pool_size = 0;
+    cfg_.template_checkpoints = "off";
+    fs::create_directories(tmp_ / "templates/base/rootfs");
+    std::ofstream((tmp_ / "templates/base/.b3os-ready").string()) << "ok\n";
+    fs::create_directories(cfg_.data_dir);
+    p_ = {"prj_a", "key_a"};
+  }
+  void TearDown() override {
+    svc_.reset();
+    fs::remove_all(tmp_);
+  }
+  void start() {
+    svc_ = std::make_unique<SandboxService>(cfg_, rt_, shims_, store_);
+    ASSERT_TRUE(svc_->recover());
+  }
+  std::string create(SandboxSpec spec = {}) {
+    Timing t;
+    auto r = svc_->create(p_, spec, t);
+    EXPECT_TRUE(r) << r.error().message;
+    return r ? (*r)["id"].get<std::string>() : "";
+  }
+  std::string status(const std::string& id) {
+    auto g = svc_->get(p_, id);
+    return g ? (*g)["status"].get<std::string>() : "error: " + g.error().message;
+  }
+  /// Nothing of any sandbox but `keep` is on the (fake) host: containers, shims, directories.
+  void expect_only(const std::set<std::string>& keep) {
+    EXPECT_EQ(rt_.ids(), keep) << "containers";
+    std::set<std::string> dirs;
+    std::error_code ec;
+    for (auto& e : fs::directory_iterator(cfg_.sandboxes_dir(), ec)) dirs.insert(e.path().filename().string());
+    EXPECT_EQ(dirs, keep) << "sandbox directories";
+    std::set<std::string> held;
+    for (auto& d : shims_.held()) held.insert(fs::path(d).filename().string());
+    EXPECT_EQ(held, keep) << "shims";
+  }
+  size_t records() { return store_.sandboxes().size(); }
+
+  fs::path tmp_;
+  Config cfg_;
+  fakes::FakeRuntime rt_;
+  fakes::FakeShims shims_;
+  fakes::FakeStore store_;
+  std::unique_ptr<SandboxService> svc_;
+  Principal p_;
+};
+
+TEST_F(LifecycleTest, EveryTransitionOfAHappyLife) {
+  start();
+  SandboxSpec spec;
+  spec.forkable = true;
+  spec.secrets = {{"TOKEN", "x"}};
+  const std::string id = create(spec);
+  EXPECT_EQ(status(id), "running");
+  EXPECT_EQ(store_.sandboxes().at(id).state, State::kRunning);
+
+  Timing t;
+  ExecSpec e;
+  e.argv = {"true"};
+  auto r = svc_->exec(p_, id, e, t, nullptr);
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r->exit_code, 0);
+  EXPECT_EQ(r->stdout_data, "ok\n");
+
+  auto forks = svc_->fork(p_, id, 2, std::nullopt, t);
+  ASSERT_TRUE(forks) << forks.error().message;
+  ASSERT_EQ((*forks)["data"].size(), 2u);
+  const std::string f1 = (*forks)["data"][0]["id"], f2 = (*forks)["data"][1]["id"];
+  EXPECT_EQ(store_.sandboxes().at(f1).forked_from, id);
+  EXPECT_EQ(store_.sandboxes().at(f1).secrets.at("TOKEN"), "x");
+  EXPECT_EQ(status(f2), "running");
+
+  auto snap = svc_->snapshot(p_, id, t);
+  ASSERT_TRUE(snap) << snap.error().message;
+  SandboxSpec from;
+  from.snapshot = (*snap)["id"].get<std::string>();
+  const std::string restored = create(from);
+  EXPECT_EQ(status(restored), "running");
+
+  ASSERT_TRUE(svc_->pause(p_, id, t));
+  EXPECT_EQ(status(id), "paused");
+  EXPECT_EQ(store_.sandboxes().at(id).state, State::kPaused);
+  auto refused = svc_->exec(p_, id, e, t, nullptr);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code, ErrorCode::kSandboxNotRunning);
+  ASSERT_TRUE(svc_->resume(p_, id, t));
+  EXPECT_EQ(status(id), "running");
+
+  for (auto& s : {id, f1, f2, restored}) {
+    auto d = svc_->remove(p_, s, t);
+    ASSERT_TRUE(d);
+    EXPECT_EQ((*d)["status"], "stopped");
+    EXPECT_EQ((*d)["stop_reason"], "deleted");
+  }
+  expect_only({});
+  auto again = svc_->remove(p_, id, t);  // a second delete answers the record
+  ASSERT_TRUE(again);
+  EXPECT_EQ((*again)["status"], "stopped");
+}
+
+TEST_F(LifecycleTest, ACreateThatFailsAtAnyStepLeavesNothing) {
+  start();
+  for (const char* verb : {"create", "start", "limit_cpu"}) {
+    rt_.fail(verb);
+    Timing t;
+    auto r = svc_->create(p_, {}, t);
+    ASSERT_FALSE(r) << verb;
+    EXPECT_EQ(r.error().code, ErrorCode::kInternal) << verb;
+    EXPECT_NE(r.error().message.find(verb), std::string::npos) << r.error().message;
+    expect_only({});
+    EXPECT_EQ(records(), 0u) << verb;
+  }
+  shims_.fail_next_start();
+  Timing t;
+  EXPECT_FALSE(svc_->create(p_, {}, t));
+  expect_only({});
+  store_.fail_writes(1);
+  auto r = svc_->create(p_, {}, t);
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("fake store"), std::string::npos);
+  expect_only({});
+  EXPECT_EQ(records(), 0u);
+  // The capacity taken by the failed creates was given back.
+  cfg_.max_sandboxes_per_project = 1;
+  svc_.reset();
+  start();
+  EXPECT_NE(create(), "");
+}
+
+TEST_F(LifecycleTest, AForkThatFailsAtAnyStepLeavesTheSourceAloneAndNoFork) {
+  start();
+  SandboxSpec spec;
+  spec.forkable = true;
+  const std::string src = create(spec);
+  for (const char* verb : {"checkpoint", "create", "restore", "limit_cpu"}) {
+    rt_.fail(verb);
+    Timing t;
+    auto r = svc_->fork(p_, src, 3, std::nullopt, t);
+    ASSERT_FALSE(r) << verb;
+    EXPECT_EQ(r.error().code, ErrorCode::kInternal);
+    EXPECT_NE(r.error().message.find("forking " + src), std::string::npos) << r.error().message;
+    expect_only({src});
+    EXPECT_EQ(records(), 1u) << verb;
+    EXPECT_EQ(status(src), "running") << verb;
+    EXPECT_TRUE(fs::is_empty(cfg_.fork_images_dir())) << verb;
+  }
+  store_.fail_writes(1);
+  Timing t;
+  EXPECT_FALSE(svc_->fork(p_, src, 2, std::nullopt, t));
+  expect_only({src});
+  EXPECT_EQ(records(), 1u);
+  // Not forkable, paused: refused with the spec's codes, nothing done.
+  const std::string plain = create();
+  const int checkpoints = rt_.calls("checkpoint");
+  auto nf = svc_->fork(p_, plain, 1, std::nullopt, t);
+  ASSERT_FALSE(nf);
+  EXPECT_EQ(nf.error().code, ErrorCode::kForkUnavailable);
+  ASSERT_TRUE(svc_->pause(p_, src, t));
+  auto paused = svc_->fork(p_, src, 1, std::nullopt, t);
+  ASSERT_FALSE(paused);
+  EXPECT_EQ(paused.error().code, ErrorCode::kSandboxNotRunning);
+  EXPECT_EQ(rt_.calls("checkpoint"), checkpoints);  // refused before reaching the runtime
+}
+
+TEST_F(LifecycleTest, ASnapshotThatFailsLeavesNoSnapshot) {
+  start();
+  const std::string id = create();
+  Timing t;
+  rt_.fail("checkpoint");
+  EXPECT_FALSE(svc_->snapshot(p_, id, t));
+  store_.fail_writes(1);
+  EXPECT_FALSE(svc_->snapshot(p_, id, t));
+  EXPECT_TRUE(store_.snapshots().empty());
+  EXPECT_TRUE(fs::is_empty(cfg_.snapshots_dir()));
+  EXPECT_EQ(status(id), "running");
+  // A restore from a snapshot that fails leaves no sandbox.
+  auto snap = svc_->snapshot(p_, id, t);
+  ASSERT_TRUE(snap);
+  rt_.fail("restore");
+  SandboxSpec from;
+  from.snapshot = (*snap)["id"].get<std::string>();
+  EXPECT_FALSE(svc_->create(p_, from, t));
+  expect_only({id});
+  EXPECT_EQ(records(), 1u);
+}
+
+TEST_F(LifecycleTest, PauseAndResumeFailuresLeaveTheStateTheyFound) {
+  start();
+  const std::string id = create();
+  Timing t;
+  rt_.fail("pause");
+  auto p = svc_->pause(p_, id, t);
+  ASSERT_FALSE(p);
+  EXPECT_EQ(status(id), "running");
+  ASSERT_TRUE(svc_->pause(p_, id, t));
+  rt_.fail("resume");
+  EXPECT_FALSE(svc_->resume(p_, id, t));
+  EXPECT_EQ(status(id), "paused");
+  EXPECT_EQ(store_.sandboxes().at(id).state, State::kPaused);
+  ASSERT_TRUE(svc_->resume(p_, id, t));
+  EXPECT_EQ(status(id), "running");
+  EXPECT_EQ(store_.sandboxes().at(id).state, State::kRunning);
+}
+
+TEST_F(LifecycleTest, ADeleteWhoseRuntimeFailsIsStillADeleteAndTheNextStartSweeps) {
+  start();
+  const std::string id = create();
+  Timing t;
+  rt_.fail("destroy");
+  auto d = svc_->remove(p_, id, t);
+  ASSERT_TRUE(d);
+  EXPECT_EQ((*d)["status"], "stopped");
+  EXPECT_EQ(store_.sandboxes().at(id).state, State::kStopped);
+  EXPECT_EQ(rt_.ids(), std::set<std::string>{id});  // the runtime kept it
+  svc_.reset();
+  start();  // a restart removes what no record owns
+  EXPECT_TRUE(rt_.ids().empty());
+}
+
+TEST_F(LifecycleTest, AnAgentThatDiesFailsItsSandboxAndFreesItsHost) {
+  start();
+  const std::string id = create();
+  rt_.crash(id);
+  for (int i = 0; i < 200 && status(id) != "failed"; ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(status(id), "failed");
+  EXPECT_EQ(store_.sandboxes().at(id).stop_reason, store::StopReason::kFailed);
+  EXPECT_FALSE(store_.sandboxes().at(id).stop_message.empty());
+  expect_only({});
+}
+
+TEST_F(LifecycleTest, ARestartReattachesPausedAndRunningSandboxes) {
+  start();
+  const std::string a = create(), b = create();
+  Timing t;
+  ASSERT_TRUE(svc_->pause(p_, b, t));
+  svc_.reset();  // b3osd stops; the sandboxes keep running, the shims hold the channels
+  start();
+  EXPECT_EQ(status(a), "running");
+  EXPECT_EQ(status(b), "paused");
+  ExecSpec e;
+  e.argv = {"true"};
+  EXPECT_TRUE(svc_->exec(p_, a, e, t, nullptr));
+  rt_.crash(a);  // gone while b3osd was down
+  svc_.reset();
+  start();
+  EXPECT_EQ(status(a), "failed");
+  EXPECT_EQ(status(b), "paused");
+}
+
+TEST_F(LifecycleTest, ACheckpointHoldsOffAPauseWithAClearConflict) {
+  start();
+  SandboxSpec spec;
+  spec.forkable = true;
+  const std::string id = create(spec);
+  rt_.hang("checkpoint", 800ms);
+  auto fork = std::async(std::launch::async, [&] {
+    Timing t;
+    return svc_->fork(p_, id, 1, std::nullopt, t);
+  });
+  std::this_thread::sleep_for(200ms);
+  Timing t;
+  auto p = svc_->pause(p_, id, t);
+  ASSERT_FALSE(p);
+  EXPECT_EQ(p.error().code, ErrorCode::kSandboxNotRunning);
+  EXPECT_NE(p.error().message.find("forked or snapshotted"), std::string::npos) << p.error().message;
+  EXPECT_EQ(status(id), "running");  // checkpointing shows as running
+  ASSERT_TRUE(fork.get());
+  rt_.clear_faults();
+  EXPECT_TRUE(svc_->pause(p_, id, t));
+}
+
+TEST_F(LifecycleTest, AHungPoolDeleteAndAHungPauseDelayNothingElse) {
+  cfg_.warm_pool_size = 1;
+  start();
+  auto wait_for = [&](size_t n) {
+    for (int i = 0; i < 500 && rt_.ids().size() < n; ++i) std::this_thread::sleep_for(10ms);
+    ASSERT_EQ(rt_.ids().size(), n);
+    std::this_thread::sleep_for(50ms);  // the member's agent is up and it sits in the pool
+  };
+  wait_for(1);
+  const std::string a = create();  // claims the warm member; the pool boots another
+  wait_for(2);
+  std::string member;
+  for (auto& id : rt_.ids())
+    if (id != a) member = id;
+  rt_.crash(member);                  // the waiting member dies...
+  rt_.hang("destroy", 10s, member);   // ...and removing it hangs for 10 s
+  rt_.hang("pause", 10s, a);          // and so does pausing a
+  auto hung_pause = std::async(std::launch::async, [&] {
+    Timing t;
+    return svc_->pause(p_, a, t);
+  });
+  std::this_thread::sleep_for(100ms);
+
+  auto timed = [](auto&& fn) {
+    const auto t0 = Clock::now();
+    fn();
+    return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
+  };
+  std::string c;
+  EXPECT_LT(timed([&] { c = create(); }), 2000);  // finds the dead member and goes on
+  ASSERT_NE(c, "");
+  EXPECT_LT(timed([&] { EXPECT_EQ(status(a), "running"); }), 1000);  // pausing shows as running
+  EXPECT_LT(timed([&] { EXPECT_EQ(status(c), "running"); }), 1000);
+  EXPECT_LT(timed([&] {
+              auto l = svc_->list(p_, store::SandboxQuery{});
+              ASSERT_TRUE(l);
+              EXPECT_EQ((*l)["data"].size(), 2u);
+            }),
+            1000);
+  EXPECT_LT(timed([&] {
+              Timing t;
+              ExecSpec e;
+              e.argv = {"true"};
+              EXPECT_TRUE(svc_->exec(p_, c, e, t, nullptr));
+            }),
+            1000);
+  EXPECT_LT(timed([&] { EXPECT_NE(create(), ""); }), 2000);
+  ASSERT_TRUE(hung_pause.get());
+  EXPECT_EQ(status(a), "paused");
+  rt_.clear_faults();
+}
+
+}  // namespace
+}  // namespace b3os::sandbox
