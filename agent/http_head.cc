@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cctype>
-#include <cstring>
 
 namespace b3os::agent {
 
@@ -12,9 +11,12 @@ HttpError bad_request(std::string message) {
   return HttpError{400, "invalid_request", std::move(message)};
 }
 
-// RFC 9110 token characters (method and header names).
+// RFC 9110 token characters (method and header names). Not strchr for the symbols: it finds
+// the terminating NUL too, and a NUL in a name ("authorization\0") would pass the relay's
+// filters for a reader that stops at it.
 bool is_tchar(unsigned char c) {
-  return std::isalnum(c) != 0 || std::strchr("!#$%&'*+-.^_`|~", c) != nullptr;
+  static constexpr std::string_view kSymbols = "!#$%&'*+-.^_`|~";
+  return std::isalnum(c) != 0 || kSymbols.find(static_cast<char>(c)) != std::string_view::npos;
 }
 
 bool is_token(std::string_view s) {
