@@ -424,6 +424,36 @@ TEST(HttpBodyLengthTest, AbsurdLengthsDoNotOverflow) {
   EXPECT_EQ(r.error().status, 413);
 }
 
+TEST(HttpBodyLengthTest, LeadingZerosDoNotMakeALengthLarge) {
+  const std::string zeros(30, '0');
+  EXPECT_EQ(body_length("POST / HTTP/1.1\r\nContent-Length: " + zeros + "5\r\n\r\n"), 5);
+  EXPECT_EQ(body_length("POST / HTTP/1.1\r\nContent-Length: " + zeros + "\r\n\r\n"), 0);
+  EXPECT_EQ(body_length("POST / HTTP/1.1\r\nContent-Length: 5, " + zeros + "5\r\n\r\n"), 5);
+  EXPECT_EQ(body_length("POST / HTTP/1.1\r\nContent-Length: 0\r\nContent-Length: 000\r\n\r\n"), 0);
+  EXPECT_EQ(body_length("POST / HTTP/1.1\r\nContent-Length: 5, " + zeros + "6\r\n\r\n"), -400);
+}
+
+TEST(HttpBodyLengthTest, DifferentHugeValuesConflict) {
+  // Both are past any limit, but they still say two different things: 400, not 413.
+  EXPECT_EQ(body_length("POST / HTTP/1.1\r\nContent-Length: 99999999999999999999, "
+                        "88888888888888888888\r\n\r\n"),
+            -400);
+  EXPECT_EQ(body_length("POST / HTTP/1.1\r\nContent-Length: 99999999999999999999\r\n"
+                        "Content-Length: 99999999999999999999\r\n\r\n"),
+            -413);
+}
+
+TEST(HttpBodyLengthTest, ExactTo64Bits) {
+  auto at_max = request_body_length(
+      parse_ok("POST / HTTP/1.1\r\nContent-Length: 18446744073709551615\r\n\r\n"), UINT64_MAX);
+  ASSERT_TRUE(at_max.has_value());
+  EXPECT_EQ(*at_max, UINT64_MAX);
+  auto past = request_body_length(
+      parse_ok("POST / HTTP/1.1\r\nContent-Length: 18446744073709551616\r\n\r\n"), UINT64_MAX);
+  ASSERT_FALSE(past.has_value());
+  EXPECT_EQ(past.error().status, 413);
+}
+
 // ---- relayed_request_headers -----------------------------------------------------------------
 
 TEST(HttpRelayedHeadersTest, ConnectionFramingAndCredentialsAreDropped) {
