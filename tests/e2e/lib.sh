@@ -198,6 +198,10 @@ run_exec() {
 runsc_list() { runsc --root "$T/run/runsc" list --quiet 2>/dev/null || true; }
 runsc_has() { runsc_list | grep -qx "$1"; }
 cgroup_dirs() { ls -d /sys/fs/cgroup/*/b3os/"$1" 2>/dev/null || true; }
+# memory_limit ID: the memory limit of a sandbox's cgroup in bytes (cgroup v1, else v2).
+memory_limit() {
+  cat "/sys/fs/cgroup/memory/b3os/$1/memory.limit_in_bytes" 2>/dev/null || cat "/sys/fs/cgroup/b3os/$1/memory.max"
+}
 # rss_kb PID: the VmRSS of a process in kB (0 if gone).
 rss_kb() {
   local r

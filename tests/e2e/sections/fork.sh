@@ -91,7 +91,7 @@ s_fork() {
     [ -n "$cid" ] && { echo "$cid" >>"$T/ids"; delete_sandbox "$cid" || true; }
   done
   local lim want=$(( (512 + 256) * 1024 * 1024 ))
-  lim=$(cat "/sys/fs/cgroup/memory/b3os/$src/memory.limit_in_bytes" 2>/dev/null || cat "/sys/fs/cgroup/b3os/$src/memory.max")
+  lim=$(memory_limit "$src")
   check fork.concurrent_limit_set_back "$lim, want $want" test "$lim" = "$want"
   for id in $src $forks $grand $plain; do delete_sandbox "$id" || true; done
   local left=0
@@ -169,8 +169,8 @@ s_fork_big() {
   run_exec "$f" '{"cmd":"pgrep -f bytearray >/dev/null && cat /tmp/filled"}'
   check forkbig.fork_has_the_memory "$(snip)" jt ".exit_code == 0 and .stdout == \"$byte\""
   local want=$(( (1024 + 256) * 1024 * 1024 )) lim_src lim_fork
-  lim_src=$(cat "/sys/fs/cgroup/memory/b3os/$src/memory.limit_in_bytes" 2>/dev/null || cat "/sys/fs/cgroup/b3os/$src/memory.max")
-  lim_fork=$(cat "/sys/fs/cgroup/memory/b3os/$f/memory.limit_in_bytes" 2>/dev/null || cat "/sys/fs/cgroup/b3os/$f/memory.max")
+  lim_src=$(memory_limit "$src")
+  lim_fork=$(memory_limit "$f")
   check forkbig.source_limit_set_back "$lim_src, want $want" test "$lim_src" = "$want"
   check forkbig.fork_limit "$lim_fork, want $want" test "$lim_fork" = "$want"
   check forkbig.no_image "$(ls -A "$T/data/fork-images")" test -z "$(ls -A "$T/data/fork-images")"
