@@ -86,7 +86,7 @@ run_section() {
     set -eE
     trap - INT TERM
     level=$BASH_SUBSHELL
-    trap '[ "$BASH_SUBSHELL" != "$level" ] || echo "# $fn: unexpected error at line $LINENO: $BASH_COMMAND" >&2' ERR
+    trap '[ "$BASH_SUBSHELL" != "$level" ] || echo "# $fn: unexpected error at ${BASH_SOURCE[0]##*/} line $LINENO: $BASH_COMMAND" >&2' ERR
     "$fn"
   ) &
   SECTION_PID=$!
