@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cctype>
-#include <cstring>
 
 namespace b3os::agent {
 
@@ -12,9 +11,12 @@ HttpError bad_request(std::string message) {
   return HttpError{400, "invalid_request", std::move(message)};
 }
 
-// RFC 9110 token characters (method and header names).
+// RFC 9110 token characters (method and header names). Not strchr for the symbols: it finds
+// the terminating NUL too, and a NUL in a name ("authorization\0") would pass the relay's
+// filters for a reader that stops at it.
 bool is_tchar(unsigned char c) {
-  return std::isalnum(c) != 0 || std::strchr("!#$%&'*+-.^_`|~", c) != nullptr;
+  static constexpr std::string_view kSymbols = "!#$%&'*+-.^_`|~";
+  return std::isalnum(c) != 0 || kSymbols.find(static_cast<char>(c)) != std::string_view::npos;
 }
 
 bool is_token(std::string_view s) {
@@ -188,8 +190,9 @@ tl::expected<uint64_t, HttpError> request_body_length(const HttpRequestHead& hea
                                     "chunked request bodies are not supported; send the body "
                                     "with a Content-Length"});
   }
-  std::optional<uint64_t> length;
-  bool too_large = false;
+  // The value as its digits without leading zeros ("007" is 7), so that values are compared
+  // whatever their size and a long run of zeros does not make a small length look huge.
+  std::optional<std::string_view> length;
   for (const auto& [name, value] : head.headers) {
     if (name != "content-length") continue;
     // "Content-Length: 42, 42" (a list of one value repeated) is allowed; anything else not.
@@ -202,25 +205,31 @@ tl::expected<uint64_t, HttpError> request_body_length(const HttpRequestHead& hea
       if (item.empty() || !digits) {
         return tl::unexpected(bad_request("malformed Content-Length"));
       }
-      uint64_t n = 0;
-      if (item.size() > 18) {
-        too_large = true;
-        n = UINT64_MAX;
-      } else {
-        for (char c : item) n = n * 10 + static_cast<uint64_t>(c - '0');
-      }
+      const size_t first = item.find_first_not_of('0');
+      const std::string_view n = first == std::string_view::npos ? "0" : item.substr(first);
       if (length && *length != n) return tl::unexpected(bad_request("conflicting Content-Length"));
       length = n;
       if (comma == std::string_view::npos) break;
       rest.remove_prefix(comma + 1);
     }
   }
-  if (too_large || (length && *length > max_body)) {
+  if (!length) return 0;
+  uint64_t n = 0;
+  bool too_large = false;
+  for (char c : *length) {
+    const auto d = static_cast<uint64_t>(c - '0');
+    if (n > (UINT64_MAX - d) / 10) {
+      too_large = true;
+      break;
+    }
+    n = n * 10 + d;
+  }
+  if (too_large || n > max_body) {
     return tl::unexpected(HttpError{
         413, "payload_too_large",
         "request body too large: at most " + std::to_string(max_body) + " bytes are accepted"});
   }
-  return length.value_or(0);
+  return n;
 }
 
 tl::expected<std::string, std::string> response_head(const Json& header) {

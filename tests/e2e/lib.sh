@@ -1,6 +1,7 @@
 # shellcheck shell=bash
 # shellcheck disable=SC2034 # ST, TIME, CID are read by e2e.sh
-# Helpers for tests/e2e/e2e.sh: result lines, HTTP calls with curl, JSON checks with jq, and
+# Helpers for the e2e suites (tests/e2e/*.sh and the sections of e2e.sh): result lines,
+# sections run in subshells, HTTP calls with curl, JSON checks with jq, and
 # starting/stopping/cleaning up a private b3osd.
 #
 # e2e.sh sets these before using the helpers:
@@ -65,6 +66,42 @@ check() {
 }
 
 count_results() { grep -c "^$1\$" "$E2E_RESULTS" 2>/dev/null || true; }
+
+# ---- sections ---------------------------------------------------------------------------
+
+SECTION_PID=   # the subshell of the section running now (a suite's INT/TERM trap ends it)
+
+# run_section FN: runs one group of checks in a subshell with errexit, so an unexpected error
+# ends that group (reported as a FAIL) and the suite goes on with the next. The subshell runs
+# in the background and is waited for, so INT/TERM reach the traps at once.
+run_section() {
+  local fn=$1 rc
+  # E2E_SECTIONS="s_fork s_pause" runs only those (development); the suite runs them all.
+  if [ -n "${E2E_SECTIONS:-}" ] && [[ " $E2E_SECTIONS " != *" $fn "* ]]; then
+    echo "# SKIP $fn: not in E2E_SECTIONS"
+    return 0
+  fi
+  set +e
+  (
+    set -eE
+    trap - INT TERM
+    level=$BASH_SUBSHELL
+    trap '[ "$BASH_SUBSHELL" != "$level" ] || echo "# $fn: unexpected error at ${BASH_SOURCE[0]##*/} line $LINENO: $BASH_COMMAND" >&2' ERR
+    "$fn"
+  ) &
+  SECTION_PID=$!
+  wait "$SECTION_PID"
+  rc=$?
+  SECTION_PID=
+  set -e
+  [ "$rc" = 0 ] || fail "$fn" "the section stopped at an unexpected error (exit $rc); see the line above"
+  # The daemon must survive every section (s_restart kills it on purpose and starts it again).
+  if ! daemon_alive; then
+    fail "$fn.daemon_alive" "b3osd died during $fn: $(grep 'b3osd exited with status' "$T/daemon.log" | tail -n1)"
+    start_daemon || die "b3osd does not start again; see $T/daemon.log"
+  fi
+  return 0
+}
 
 # ---- HTTP --------------------------------------------------------------------------------
 
@@ -161,6 +198,10 @@ run_exec() {
 runsc_list() { runsc --root "$T/run/runsc" list --quiet 2>/dev/null || true; }
 runsc_has() { runsc_list | grep -qx "$1"; }
 cgroup_dirs() { ls -d /sys/fs/cgroup/*/b3os/"$1" 2>/dev/null || true; }
+# memory_limit ID: the memory limit of a sandbox's cgroup in bytes (cgroup v1, else v2).
+memory_limit() {
+  cat "/sys/fs/cgroup/memory/b3os/$1/memory.limit_in_bytes" 2>/dev/null || cat "/sys/fs/cgroup/b3os/$1/memory.max"
+}
 # rss_kb PID: the VmRSS of a process in kB (0 if gone).
 rss_kb() {
   local r
