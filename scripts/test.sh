@@ -32,6 +32,10 @@ step "unit tests"
 ./build/bin/unit_tests --gtest_brief=1
 record unit $?
 
+step "docs: openapi.yaml's error codes agree with docs/api.md and common/error.cc"
+python3 tests/e2e/openapi_check.py check-docs
+record openapi-docs $?
+
 step "integration: agent and shim in runsc"
 B3OS_BUILD_DIR=$root/build/bin ./tests/integration/agent_runsc.sh
 record integration-agent $?

@@ -278,6 +278,9 @@ for client in run.sh run.mjs run.py; do
   info "$client: $(jq -c '{fork_ms, fork_restore_ms}' "$T/$name.out" 2>/dev/null)"
 done
 
+# Every response the suite received, against docs/openapi.yaml.
+check_responses
+
 P=$(count_results PASS)
 F=$(count_results FAIL)
 S=$(count_results SKIP)

@@ -426,6 +426,9 @@ check spend.nothing_left "running: $(running_count), runsc: $(runsc_list | tr '\
 check model.no_b3os_key_upstream "$(calls '[.requests[].authorization] | unique')" \
   jqe --arg k "$KEY" 'all(.requests[]; (.authorization // "") | contains($k) | not)' "$CALLS"
 
+# Every response the suite received, against docs/openapi.yaml.
+check_responses
+
 P=$(count_results PASS)
 F=$(count_results FAIL)
 S=$(count_results SKIP)

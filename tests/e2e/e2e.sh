@@ -145,6 +145,9 @@ check shutdown.sigterm_exit_0 "after SIGTERM: '$exit_line'" grep -q 'exited with
 check shutdown.sigterm_logged "no 'signal 15, stopping' line in the log" grep -q 'signal 15, stopping' "$T/daemon.log"
 kill -0 "$pid" 2>/dev/null || rm -f "$T/daemon.pid"
 
+# Every response the suite received, against docs/openapi.yaml.
+check_responses
+
 P=$(count_results PASS)
 F=$(count_results FAIL)
 S=$(count_results SKIP)

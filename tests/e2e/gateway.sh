@@ -242,6 +242,9 @@ check restart.cap_still_holds "$(snip)" jt '.stdout | fromjson | .[0].status == 
 for id in $(sort -u "$T/ids"); do delete_sandbox "$id" >/dev/null || true; done
 check cleanup.nothing_left "running: $(running_count), runsc: $(runsc_list | tr '\n' ' ')" test "$(running_count)-$(runsc_list | wc -l)" = "0-0"
 
+# Every response the suite received, against docs/openapi.yaml.
+check_responses
+
 P=$(count_results PASS)
 F=$(count_results FAIL)
 S=$(count_results SKIP)

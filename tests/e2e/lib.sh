@@ -120,6 +120,42 @@ api() {
     ${auth[@]+"${auth[@]}"} "$@" "$URL$path" 2>"$T/curl.err") || out="000 0"
   ST=${out%% *}
   TIME=${out#* }
+  record_response "$method" "$path" || true
+}
+
+# record_response METHOD PATH: appends the last response to $T/responses.jsonl, one JSON line
+# {method, path, status, content_type, body} for tests/e2e/openapi_check.py (check_responses).
+# A body over 1 MiB is left out ("body": null, "skipped": why). Concurrent callers take turns.
+record_response() {
+  [ "$ST" != 000 ] || return 0
+  local ct size
+  ct=$(awk 'tolower($1) == "content-type:" { sub(/^[^:]*:[ \t]*/, ""); sub(/\r$/, ""); v = $0 } END { print v }' "$RESPH")
+  size=$(stat -c %s "$RESP" 2>/dev/null || echo 0)
+  {
+    flock 9
+    if [ "$size" -gt 1048576 ]; then
+      jq -nc --arg m "$1" --arg p "$2" --argjson s "$ST" --arg c "$ct" --arg why "body of $size bytes (over 1 MiB)" \
+        '{method: $m, path: $p, status: $s, content_type: $c, body: null, skipped: $why}'
+    else
+      jq -nc --arg m "$1" --arg p "$2" --argjson s "$ST" --arg c "$ct" --rawfile b "$RESP" \
+        '{method: $m, path: $p, status: $s, content_type: $c, body: $b}'
+    fi >>"$T/responses.jsonl"
+  } 9>>"$T/responses.lock"
+}
+
+# check_responses: validates every response recorded by api() against docs/openapi.yaml, as
+# one check (openapi.responses_valid); its summary and each failure are printed as "#" lines.
+check_responses() {
+  local out rc=0 here
+  here=$(dirname "${BASH_SOURCE[0]}")
+  out=$(python3 "$here/openapi_check.py" validate "$T/responses.jsonl" 2>&1) || rc=$?
+  printf '%s\n' "$out" | sed 's/^/# /'
+  if [ "$rc" = 0 ]; then
+    pass openapi.responses_valid
+  else
+    fail openapi.responses_valid "responses that docs/openapi.yaml does not describe (lines above)"
+  fi
+  return 0
 }
 
 # apij METHOD PATH JSON [curl args...]: api with a JSON body.
