@@ -2,6 +2,8 @@
 
 #include <openssl/sha.h>
 
+#include <iterator>
+
 #include "common/clock.h"
 #include "common/ids.h"
 
@@ -11,7 +13,28 @@ namespace {
 
 constexpr int64_t kIdempotencyTtlMs = 24LL * 3600 * 1000;
 
-const char* kSchema = R"sql(
+/// Runs one or more statements that return no rows.
+Result<void> exec_sql(sqlite3* db, const char* sql) {
+  char* err = nullptr;
+  if (sqlite3_exec(db, sql, nullptr, nullptr, &err) != SQLITE_OK) {
+    std::string msg = err ? err : "unknown";
+    sqlite3_free(err);
+    return fail(ErrorCode::kInternal, std::string("store: ") + msg);
+  }
+  return {};
+}
+
+// ---- schema migrations ----
+//
+// The schema's version is SQLite's user_version. Each step moves a database from the version
+// before it to its own, inside one transaction with the version bump, so a crash leaves the
+// database at one version or the next, never between. To change the schema, write one more
+// step function and add it at the end of kMigrations; never edit a step that has shipped.
+
+/// Version 1: the schema of b3os 0.1 as it shipped (a database of 0.1 has user_version 0 and
+/// already holds these tables: IF NOT EXISTS makes this step a no-op on it).
+Result<void> schema_v1(sqlite3* db) {
+  return exec_sql(db, R"sql(
 CREATE TABLE IF NOT EXISTS projects (
   id TEXT PRIMARY KEY,
   name TEXT NOT NULL UNIQUE,
@@ -82,7 +105,25 @@ CREATE TABLE IF NOT EXISTS project_settings (
   project_id TEXT PRIMARY KEY,
   infer INTEGER NOT NULL DEFAULT 1
 );
-)sql";
+)sql");
+}
+
+struct Migration {
+  int version;         // the user_version after this step
+  const char* what;    // for errors and logs
+  Result<void> (*apply)(sqlite3* db);
+};
+
+constexpr Migration kMigrations[] = {
+    {1, "the schema of b3os 0.1", schema_v1},
+};
+
+constexpr bool versions_are_consecutive() {
+  for (size_t i = 0; i < std::size(kMigrations); ++i)
+    if (kMigrations[i].version != static_cast<int>(i) + 1) return false;
+  return true;
+}
+static_assert(versions_are_consecutive(), "kMigrations must list versions 1, 2, 3... in order");
 
 /// A prepared statement that finalizes itself.
 class Stmt {
@@ -183,19 +224,47 @@ Result<std::unique_ptr<Store>> Store::open(const std::string& path) {
 
 Store::~Store() { sqlite3_close(db_); }
 
-Result<void> Store::exec(const char* sql) {
-  char* err = nullptr;
-  if (sqlite3_exec(db_, sql, nullptr, nullptr, &err) != SQLITE_OK) {
-    std::string msg = err ? err : "unknown";
-    sqlite3_free(err);
-    return fail(ErrorCode::kInternal, std::string("store: ") + msg);
-  }
-  return {};
+Result<void> Store::exec(const char* sql) { return exec_sql(db_, sql); }
+
+namespace {
+Result<int> user_version(sqlite3* db) {
+  Stmt st(db, "PRAGMA user_version");
+  if (st.step() != SQLITE_ROW) return fail(db_error(db, "reading the schema version"));
+  return static_cast<int>(st.i64(0));
 }
+}  // namespace
+
+int Store::latest_schema_version() { return std::end(kMigrations)[-1].version; }
 
 Result<void> Store::migrate() {
+  // Journal mode and foreign keys cannot change inside a transaction: set them first.
   if (auto r = exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;"); !r) return r;
-  return exec(kSchema);
+  auto at = user_version(db_);
+  if (!at) return fail(at.error());
+  if (*at > latest_schema_version())
+    return fail(ErrorCode::kInternal, "store: the database is at schema version " + std::to_string(*at) +
+                                          ", newer than this build knows (" + std::to_string(latest_schema_version()) +
+                                          "); run the b3os that wrote it, or a newer one");
+  for (const Migration& m : kMigrations) {
+    if (m.version <= *at) continue;
+    // IMMEDIATE takes the write lock first; the version is read again under it, since another
+    // process (b3osd and the CLI share the file) may have run this step meanwhile.
+    if (auto r = exec("BEGIN IMMEDIATE"); !r) return r;
+    auto now = user_version(db_);
+    if (now && *now >= m.version) {
+      if (auto r = exec("COMMIT"); !r) return r;
+      continue;
+    }
+    Result<void> step = now ? m.apply(db_) : fail(now.error());
+    if (step) step = exec(("PRAGMA user_version = " + std::to_string(m.version)).c_str());
+    if (step) step = exec("COMMIT");
+    if (!step) {
+      (void)exec("ROLLBACK");
+      Error e = step.error();
+      return fail(e.wrap("migrating the schema to version " + std::to_string(m.version) + " (" + m.what + ")"));
+    }
+  }
+  return {};
 }
 
 Result<NewApiKey> Store::create_api_key(const std::string& project_name) {

@@ -89,8 +89,12 @@ struct LedgerRow {
 
 class Store {
  public:
-  /// Opens (creating if needed) the database at `path`, in WAL mode, with its schema.
+  /// Opens (creating if needed) the database at `path`, in WAL mode, and brings its schema
+  /// to the latest version (each migration step in one transaction; a no-op when current).
+  /// Fails on a database newer than this build.
   static Result<std::unique_ptr<Store>> open(const std::string& path);
+  /// The schema version this build writes (PRAGMA user_version after open).
+  static int latest_schema_version();
   ~Store();
 
   /// Creates a key for project `project_name` (the project is created if new).
