@@ -199,8 +199,8 @@ void Gateway::chat(const Caller& c, const std::string& body, Sink& sink) {
   // Everything the upstream reads counts as prompt (tools, response_format...), not only
   // the messages: the bound is taken over the whole request.
   const int64_t prompt_est = estimate_prompt_tokens(req);
-  const double in_price = m->usd_per_m_input / 1e6, out_price = m->usd_per_m_output / 1e6;
-  const double worst = prompt_est * in_price + static_cast<double>(max_out) * n * out_price;
+  const Micros worst = m->cost(prompt_est, max_out * n);
+  const Micros input_cost = m->cost(prompt_est, 0);  // charged when the caller leaves early
   auto reservation = budgets_.reserve(c.budget_id, worst);
   if (!reservation) {
     if (reservation.error().code == ErrorCode::kPaymentRequired)
@@ -214,10 +214,10 @@ void Gateway::chat(const Caller& c, const std::string& body, Sink& sink) {
   row.sandbox_id = c.sandbox_id;
   row.key_id = c.key_id;
   row.model = m->id;
-  auto settle = [&](int status, std::string outcome, int64_t prompt, int64_t completion, double cost) {
+  auto settle = [&](int status, std::string outcome, int64_t prompt, int64_t completion, Micros cost) {
     // Never more than was reserved: a cap is a promise. An upstream that reports more than
     // the bound allowed is logged and the difference is not charged.
-    if (cost > held.amount + 1e-12) {
+    if (cost > held.amount) {
       spdlog::warn("gateway: {} reported a cost of {} over its reservation of {}; charged the reservation", m->id,
                    format_usd(cost), format_usd(held.amount));
       cost = held.amount;
@@ -227,7 +227,7 @@ void Gateway::chat(const Caller& c, const std::string& body, Sink& sink) {
     row.outcome = outcome;
     row.prompt_tokens = prompt;
     row.completion_tokens = completion;
-    row.cost_usd = cost;
+    row.cost_micros = cost;
     row.duration_ms = sw.elapsed_ms();
     budgets_.settle(held, row);
   };
@@ -235,7 +235,7 @@ void Gateway::chat(const Caller& c, const std::string& body, Sink& sink) {
   // Charges what the upstream reported it used.
   auto settle_usage = [&](int status, const std::string& outcome, const json& usage) {
     int64_t p = tokens(usage, "prompt_tokens"), q = tokens(usage, "completion_tokens");
-    settle(status, outcome, p, q, p * in_price + q * out_price);
+    settle(status, outcome, p, q, m->cost(p, q));
   };
 
   // Whatever happens below (an exception included), the reservation is settled once.
@@ -277,7 +277,7 @@ void Gateway::chat(const Caller& c, const std::string& body, Sink& sink) {
   auto upstream_failed = [&](const Error& e) {
     switch (classify(e)) {
       case UpstreamFailure::kCancelled:
-        settle(499, "client_gone", prompt_est, 0, prompt_est * in_price);
+        settle(499, "client_gone", prompt_est, 0, input_cost);
         return;
       case UpstreamFailure::kTimeout:
         if (sent)
@@ -337,7 +337,7 @@ void Gateway::chat(const Caller& c, const std::string& body, Sink& sink) {
   }
 
   // A stream: relay each server-sent event as soon as it is whole, take the last usage seen.
-  if (auto r = sink.begin_stream(200, "text/event-stream"); !r) return settle(499, "client_gone", prompt_est, 0, prompt_est * in_price);
+  if (auto r = sink.begin_stream(200, "text/event-stream"); !r) return settle(499, "client_gone", prompt_est, 0, input_cost);
   json usage = nullptr;
   int64_t content_chunks = 0;
   bool done_seen = false;
@@ -422,7 +422,7 @@ void Gateway::chat(const Caller& c, const std::string& body, Sink& sink) {
     if (!usage.is_null()) {
       settle_usage(499, "client_gone", usage);
     } else {
-      settle(499, "client_gone", prompt_est, content_chunks, prompt_est * in_price + content_chunks * out_price);
+      settle(499, "client_gone", prompt_est, content_chunks, m->cost(prompt_est, content_chunks));
     }
     sink.end(false);
     return;

@@ -118,7 +118,7 @@ json SandboxService::view(const Sandbox& s) const {
   // What the grant's budget has spent (shared by a sandbox, its forks and its snapshots).
   const std::string budget = d["_b3os"].value("budget_id", "");
   if (!budget.empty() && gw_) {
-    if (auto b = gw_->budgets().look(budget)) d["api"]["spent_usd"] = b->spent_usd;
+    if (auto b = gw_->budgets().look(budget)) d["api"]["spent_usd"] = micros_to_usd(b->spent_micros);
     d["api"]["budget_id"] = budget;  // `b3os keys spend ID` shows its ledger
   } else if (d.contains("api") && d["api"].is_object()) {
     d["api"]["spent_usd"] = 0;

@@ -148,12 +148,13 @@ class GatewayTest : public ::testing::Test {
     EXPECT_TRUE(m) << m.error().message;
     return std::make_unique<Gateway>(std::vector<ModelConfig>{*m}, *budgets_);
   }
-  Caller caller(std::optional<double> cap) {
+  /// A sandbox's caller with a budget of its own; `cap` in micro-dollars.
+  Caller caller(std::optional<Micros> cap) {
     std::string id = "grt_" + random_base32(8);
     EXPECT_TRUE(store_->ensure_budget(id, "prj_x", cap));
     return Caller{id, "prj_x", "sbx_x", ""};
   }
-  double spent(const Caller& c) { return (*store_->get_budget(c.budget_id))->spent_usd; }
+  Micros spent(const Caller& c) { return (*store_->get_budget(c.budget_id))->spent_micros; }
 
   std::filesystem::path dir_;
   std::unique_ptr<store::Store> store_;
@@ -169,7 +170,8 @@ TEST(ModelFlags, ParsesEverySetting) {
   EXPECT_EQ(m->port, "8080");
   EXPECT_EQ(m->path_prefix, "/v1");
   EXPECT_EQ(m->upstream_model, "qwen");
-  EXPECT_DOUBLE_EQ(m->usd_per_m_output, 0.4);
+  EXPECT_EQ(m->micros_per_m_input, 50'000);
+  EXPECT_EQ(m->micros_per_m_output, 400'000);
   EXPECT_EQ(m->max_output_tokens, 512);
   EXPECT_EQ(m->timeout_s, 9);
   EXPECT_TRUE(m->is_default);
@@ -189,6 +191,45 @@ TEST(ModelFlags, RefusesWhatItCannotServe) {
   EXPECT_TRUE(ok->front().is_default);
 }
 
+TEST(Pricing, CallsCostTheirTokensRoundedUpToTheMicroDollar) {
+  auto m = parse_model_flag("m=http://h/v1,in=0.05,out=0.4");
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->cost(0, 0), 0);
+  EXPECT_EQ(m->cost(1, 0), 1) << "0.05 micro-dollars is charged as 1: never less than the tokens cost";
+  EXPECT_EQ(m->cost(20, 0), 1) << "exactly 1";
+  EXPECT_EQ(m->cost(21, 0), 2);
+  EXPECT_EQ(m->cost(20, 5), 3) << "1 + 2 micro-dollars, rounded once per call";
+  EXPECT_EQ(m->cost(1'000'000, 1'000'000), 450'000);
+  EXPECT_EQ(m->cost(-5, 0), 0) << "no usage is negative";
+  // The worst case of the largest bounds at the highest price neither overflows nor wraps.
+  auto dear = parse_model_flag("m=http://h/v1,in=1000000,out=1000000");
+  ASSERT_TRUE(dear);
+  EXPECT_EQ(dear->micros_per_m_output, 1'000'000'000'000);
+  EXPECT_EQ(dear->cost(16 << 20, (1 << 22) * 16), (int64_t{16 << 20} + int64_t{1 << 22} * 16) * 1'000'000);
+  EXPECT_EQ(dear->cost(INT64_MAX, INT64_MAX), INT64_MAX) << "an absurd usage saturates";
+}
+
+TEST_F(GatewayTest, ACapIsReachedExactlyAndNeverPassed) {
+  // Ten calls of 0.1 USD fill a cap of 1 USD exactly (in doubles 0.1 added ten times is not 1).
+  auto c = caller(usd_to_micros(1.0));
+  for (int i = 0; i < 10; ++i) {
+    auto r = budgets_->reserve(c.budget_id, usd_to_micros(0.1));
+    ASSERT_TRUE(r) << i << ": " << r.error().message;
+    store::LedgerRow row;
+    row.project_id = "prj_x";
+    row.model = "m";
+    row.cost_micros = r->amount;
+    budgets_->settle(*r, row);
+  }
+  EXPECT_EQ(spent(c), 1'000'000);
+  auto one_more = budgets_->reserve(c.budget_id, 1);
+  ASSERT_FALSE(one_more);
+  EXPECT_EQ(one_more.error().code, ErrorCode::kPaymentRequired);
+  EXPECT_NE(one_more.error().message.find("spend cap $1.00 reached: $1.00 spent"), std::string::npos)
+      << one_more.error().message;
+  EXPECT_NE(one_more.error().message.find("$0.000001"), std::string::npos) << one_more.error().message;
+}
+
 TEST_F(GatewayTest, NonStreamedCallIsPricedFromUsageAndShapedForTheCaller) {
   ScriptedUpstream up([](int fd, const std::string&) {
     write_all(fd, http_json(200, {{"id", "c1"}, {"object", "chat.completion"}, {"model", "up-model"},
@@ -196,14 +237,14 @@ TEST_F(GatewayTest, NonStreamedCallIsPricedFromUsageAndShapedForTheCaller) {
                                   {"usage", {{"prompt_tokens", 20}, {"completion_tokens", 50}, {"total_tokens", 70}}}}));
   });
   auto gw = gateway(up.port());
-  auto c = caller(1.0);
+  auto c = caller(1'000'000);
   CollectSink sink;
   gw->handle(c, "POST", "/chat/completions", kHello, sink);
   ASSERT_EQ(sink.status, 200) << sink.body;
   json j = json::parse(sink.body);
   EXPECT_EQ(j["model"], "b3os/test");
   EXPECT_EQ(j["usage"]["completion_tokens"], 50);
-  EXPECT_NEAR(spent(c), 20 * 1e-6 + 50 * 2e-6, 1e-12);
+  EXPECT_EQ(spent(c), 20 * 1 + 50 * 2) << "$1 and $2 per million tokens: 1 and 2 micro-dollars a token";
   json sent = json::parse(up.last_request().substr(up.last_request().find("\r\n\r\n") + 4));
   EXPECT_EQ(sent["model"], "up-model");
   EXPECT_EQ(sent["max_tokens"], 100);
@@ -222,7 +263,7 @@ TEST_F(GatewayTest, StreamIsRelayedEventByEventAndUsageAskedForOnlyUpstream) {
     write_all(fd, "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":10,\"completion_tokens\":2}}\n\ndata: [DONE]\n\n");
   });
   auto gw = gateway(up.port());
-  auto c = caller(1.0);
+  auto c = caller(1'000'000);
   CollectSink sink;
   gw->handle(c, "POST", "/chat/completions",
              R"({"model":"b3os/test","stream":true,"messages":[{"role":"user","content":"hi"}]})", sink);
@@ -234,7 +275,7 @@ TEST_F(GatewayTest, StreamIsRelayedEventByEventAndUsageAskedForOnlyUpstream) {
   json sent = json::parse(up.last_request().substr(up.last_request().find("\r\n\r\n") + 4));
   EXPECT_EQ(sent["stream_options"]["include_usage"], true);
   EXPECT_EQ(sent["max_tokens"], 1000) << "the model's limit is always sent, so the reservation is a real bound";
-  EXPECT_NEAR(spent(c), 10 * 1e-6 + 2 * 2e-6, 1e-12);
+  EXPECT_EQ(spent(c), 10 * 1 + 2 * 2);
 }
 
 TEST_F(GatewayTest, BrokenStreamWithoutUsageIsChargedTheReservation) {
@@ -243,7 +284,7 @@ TEST_F(GatewayTest, BrokenStreamWithoutUsageIsChargedTheReservation) {
     write_all(fd, "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n");
   });
   auto gw = gateway(up.port());
-  auto c = caller(1.0);
+  auto c = caller(1'000'000);
   CollectSink sink;
   gw->handle(c, "POST", "/chat/completions",
              R"({"model":"b3os/test","stream":true,"max_tokens":50,"messages":[{"role":"user","content":"hi"}]})", sink);
@@ -252,8 +293,8 @@ TEST_F(GatewayTest, BrokenStreamWithoutUsageIsChargedTheReservation) {
   auto rows = store_->ledger(c.budget_id, 10);
   ASSERT_TRUE(rows && rows->size() == 1);
   EXPECT_EQ((*rows)[0].outcome, "broken_stream");
-  EXPECT_NEAR((*rows)[0].cost_usd, (*rows)[0].reserved_usd, 1e-15);
-  EXPECT_GT(spent(c), 50 * 2e-6);
+  EXPECT_EQ((*rows)[0].cost_micros, (*rows)[0].reserved_micros);
+  EXPECT_GT(spent(c), 50 * 2);
 }
 
 TEST_F(GatewayTest, CallerThatLeavesMidStreamIsChargedInputAndWhatWasRelayed) {
@@ -264,7 +305,7 @@ TEST_F(GatewayTest, CallerThatLeavesMidStreamIsChargedInputAndWhatWasRelayed) {
     write_all(fd, "data: {\"choices\":[{\"delta\":{\"content\":\"b\"}}]}\n\ndata: [DONE]\n\n");
   });
   auto gw = gateway(up.port());
-  auto c = caller(1.0);
+  auto c = caller(1'000'000);
   CollectSink sink;
   sink.leave = true;  // the first write fails: the client went away
   gw->handle(c, "POST", "/chat/completions",
@@ -273,14 +314,14 @@ TEST_F(GatewayTest, CallerThatLeavesMidStreamIsChargedInputAndWhatWasRelayed) {
   ASSERT_TRUE(rows && rows->size() == 1);
   EXPECT_EQ((*rows)[0].outcome, "client_gone");
   EXPECT_EQ((*rows)[0].completion_tokens, 1);
-  EXPECT_GT((*rows)[0].cost_usd, 0);
-  EXPECT_LT((*rows)[0].cost_usd, (*rows)[0].reserved_usd);
+  EXPECT_GT((*rows)[0].cost_micros, 0);
+  EXPECT_LT((*rows)[0].cost_micros, (*rows)[0].reserved_micros);
 }
 
 TEST_F(GatewayTest, CallOverTheCapIsRefusedBeforeTheUpstream) {
   ScriptedUpstream up([](int fd, const std::string&) { write_all(fd, http_json(200, json::object())); });
   auto gw = gateway(up.port());
-  auto c = caller(0.001);  // 1000 output tokens at $2/M is $0.002: over the cap
+  auto c = caller(1'000);  // $0.001; 1000 output tokens at $2/M are $0.002: over the cap
   CollectSink sink;
   gw->handle(c, "POST", "/chat/completions", R"({"model":"b3os/test","messages":[{"role":"user","content":"hi"}]})", sink);
   EXPECT_EQ(sink.status, 402);
@@ -322,9 +363,9 @@ TEST_F(GatewayTest, DeadSlowAndFailingUpstreamsGiveClearErrorsInTime) {
   auto rows = store_->ledger(c.budget_id, 10);
   ASSERT_TRUE(rows && rows->size() == 3);
   EXPECT_EQ((*rows)[0].outcome, "upstream_error");
-  EXPECT_EQ((*rows)[0].cost_usd, 0);
+  EXPECT_EQ((*rows)[0].cost_micros, 0);
   EXPECT_EQ((*rows)[1].outcome, "upstream_timeout");
-  EXPECT_NEAR((*rows)[1].cost_usd, (*rows)[1].reserved_usd, 1e-15) << "sent, then no answer: the reservation";
+  EXPECT_EQ((*rows)[1].cost_micros, (*rows)[1].reserved_micros) << "sent, then no answer: the reservation";
 }
 
 TEST_F(GatewayTest, StalledChunkedStreamEndsAtTheDeadline) {
@@ -337,7 +378,7 @@ TEST_F(GatewayTest, StalledChunkedStreamEndsAtTheDeadline) {
     write_all(fd, len + ev + "\r\n");
     std::this_thread::sleep_for(std::chrono::milliseconds(3000));
   });
-  auto c = caller(1.0);
+  auto c = caller(1'000'000);
   CollectSink sink;
   auto t0 = std::chrono::steady_clock::now();
   gateway(up.port(), ",timeout=1")->handle(c, "POST", "/chat/completions",
@@ -351,7 +392,7 @@ TEST_F(GatewayTest, StalledChunkedStreamEndsAtTheDeadline) {
 
 TEST_F(GatewayTest, HostileRequestsAreRefusedNotFatal) {
   auto gw = gateway(1);
-  auto c = caller(1.0);
+  auto c = caller(1'000'000);
   for (const char* bad : {R"({"model":"b3os/test","messages":[{}],"stream":null,"stream_options":{}})",
                           R"({"model":"b3os/test","messages":[{}],"stream":"yes"})",
                           R"({"model":"b3os/test","messages":[{}],"stream":true,"stream_options":{"include_usage":1}})",
@@ -387,7 +428,7 @@ TEST_F(GatewayTest, LengthIsBoundInEveryFieldAndNeverChargedPastTheReservation) 
   EXPECT_FALSE(sent.contains("n_predict"));
   auto rows = store_->ledger(c.budget_id, 10);
   ASSERT_TRUE(rows && rows->size() == 1);
-  EXPECT_NEAR((*rows)[0].cost_usd, (*rows)[0].reserved_usd, 1e-15);
+  EXPECT_EQ((*rows)[0].cost_micros, (*rows)[0].reserved_micros);
   EXPECT_EQ((*rows)[0].outcome, "completed_over_reservation");
 }
 
@@ -397,7 +438,7 @@ TEST_F(GatewayTest, UpstreamKeyGoesUpstreamOnly) {
     write_all(fd, http_json(200, {{"choices", json::array()}, {"usage", {{"prompt_tokens", 1}, {"completion_tokens", 1}}}}));
   });
   CollectSink sink;
-  gateway(up.port(), ",key-env=B3OS_TEST_UPSTREAM_KEY")->handle(caller(1.0), "POST", "/chat/completions", kHello, sink);
+  gateway(up.port(), ",key-env=B3OS_TEST_UPSTREAM_KEY")->handle(caller(1'000'000), "POST", "/chat/completions", kHello, sink);
   EXPECT_EQ(sink.status, 200);
   EXPECT_NE(up.last_request().find("Authorization: Bearer sk-upstream-secret"), std::string::npos);
   EXPECT_EQ(sink.body.find("sk-upstream-secret"), std::string::npos);
@@ -406,7 +447,7 @@ TEST_F(GatewayTest, UpstreamKeyGoesUpstreamOnly) {
 
 TEST_F(GatewayTest, RequestsAreCheckedBeforeAnythingIsReserved) {
   auto gw = gateway(1);
-  auto c = caller(1.0);
+  auto c = caller(1'000'000);
   for (const char* bad : {"not json", "[]", R"({"model":"b3os/test"})", R"({"model":"b3os/test","messages":[]})",
                           R"({"model":"b3os/test","messages":[{}],"n":0})", R"({"model":"b3os/test","messages":[{}],"max_tokens":-5})",
                           R"({"model":"b3os/test","messages":[{}],"stream_options":{"include_usage":true}})"}) {
@@ -437,7 +478,7 @@ TEST_F(GatewayTest, FiftyCallsRacingForTheLastDollarNeverPassTheCap) {
     write_all(fd, http_json(200, {{"choices", json::array()}, {"usage", {{"prompt_tokens", 0}, {"completion_tokens", 750}}}}));
   });
   auto gw = gateway(up.port());
-  auto c = caller(0.05);
+  auto c = caller(50'000);
   std::atomic<int> ok{0}, refused{0};
   std::vector<std::thread> ts;
   for (int i = 0; i < 50; ++i)
@@ -451,14 +492,14 @@ TEST_F(GatewayTest, FiftyCallsRacingForTheLastDollarNeverPassTheCap) {
   EXPECT_GT(ok, 0);
   EXPECT_GT(refused, 0);
   auto rows = store_->ledger(c.budget_id, 100);
-  double sum = 0;
-  for (auto& r : *rows) sum += r.cost_usd;
-  EXPECT_LE(sum, 0.05 + 1e-12);
-  EXPECT_NEAR(sum, spent(c), 1e-12);
+  Micros sum = 0;
+  for (auto& r : *rows) sum += r.cost_micros;
+  EXPECT_LE(sum, 50'000);
+  EXPECT_EQ(sum, spent(c));
   EXPECT_EQ(static_cast<int>(rows->size()), ok.load());
   // A new Budgets (a restart) sees the same spend.
   Budgets again(*store_);
-  EXPECT_NEAR(again.look(c.budget_id)->spent_usd, sum, 1e-12);
+  EXPECT_EQ(again.look(c.budget_id)->spent_micros, sum);
 }
 
 }  // namespace
