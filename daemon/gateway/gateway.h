@@ -39,7 +39,14 @@ class Sink {
 /// serializing very deep JSON recurses, so such bodies are refused before they are parsed.
 size_t json_depth(std::string_view text);
 
-/// An OpenAI-shaped error: {"error":{"message","type","param","code"}}.
+/// The OpenAI-shaped body of one of b3os's errors: {"error":{"message","type","param":null,
+/// "code"}}, its type and code from the one error table (common/error.cc).
+std::string openai_error_body(const Error& e);
+/// Answers `e` on `sink`: the table's HTTP status and the OpenAI-shaped body. The one way the
+/// gateway (and the places that refuse before it) answer an error of their own.
+void answer_error(Sink& sink, const Error& e);
+/// An OpenAI-shaped body from its parts, for errors b3os does not decide itself (an upstream's
+/// own 4xx, relayed). b3os's own errors go through the Error overload above.
 std::string openai_error_body(const std::string& message, const std::string& type, const std::string& code);
 
 class Gateway {
@@ -60,9 +67,10 @@ class Gateway {
   static int64_t estimate_prompt_tokens(const nlohmann::json& request);
 
  private:
+  /// kProductUnavailable, saying how to configure a model, when none is configured.
+  Result<void> check_configured() const;
   const ModelConfig* find(const std::string& id) const;
   void chat(const Caller& c, const std::string& body, Sink& sink);
-  void error(Sink& sink, int status, const std::string& message, const std::string& type, const std::string& code);
 
   std::vector<ModelConfig> models_;
   Budgets& budgets_;

@@ -359,13 +359,71 @@ TEST_F(GatewayTest, DeadSlowAndFailingUpstreamsGiveClearErrorsInTime) {
   CollectSink failed;
   gateway(failing.port())->handle(c, "POST", "/chat/completions", kHello, failed);
   EXPECT_EQ(failed.status, 502);
-  EXPECT_NE(failed.error()["message"].get<std::string>().find("out of memory"), std::string::npos);
+  EXPECT_EQ(failed.error()["code"], "upstream_error");
+  EXPECT_EQ(failed.error()["type"], "server_error");
+  EXPECT_NE(failed.error()["message"].get<std::string>().find("HTTP 500: out of memory"), std::string::npos);
   auto rows = store_->ledger(c.budget_id, 10);
   ASSERT_TRUE(rows && rows->size() == 3);
   EXPECT_EQ((*rows)[0].outcome, "upstream_error");
   EXPECT_EQ((*rows)[0].cost_micros, 0);
   EXPECT_EQ((*rows)[1].outcome, "upstream_timeout");
   EXPECT_EQ((*rows)[1].cost_micros, (*rows)[1].reserved_micros) << "sent, then no answer: the reservation";
+}
+
+TEST_F(GatewayTest, UpstreamRefusalsOfTheRequestPassOnAndItsOwnFaultsAre502) {
+  auto c = caller(std::nullopt);
+  // The upstream's 4xx: its status, type and code reach the caller, its message kept.
+  ScriptedUpstream too_long([](int fd, const std::string&) {
+    write_all(fd, http_json(400, {{"error", {{"message", "context too long"}, {"type", "invalid_request_error"},
+                                             {"code", "context_length_exceeded"}}}}));
+  });
+  CollectSink refused;
+  gateway(too_long.port())->handle(c, "POST", "/chat/completions", kHello, refused);
+  EXPECT_EQ(refused.status, 400);
+  EXPECT_EQ(refused.error()["code"], "context_length_exceeded");
+  EXPECT_EQ(refused.error()["type"], "invalid_request_error");
+  EXPECT_EQ(refused.error()["message"], "the model upstream answered HTTP 400: context too long");
+  ScriptedUpstream busy([](int fd, const std::string&) { write_all(fd, http_json(429, json::object())); });
+  CollectSink limited;
+  gateway(busy.port())->handle(c, "POST", "/chat/completions", kHello, limited);
+  EXPECT_EQ(limited.status, 429);
+  EXPECT_EQ(limited.error()["code"], "upstream_http_429") << "no code from the upstream: its status is named";
+  EXPECT_EQ(limited.error()["type"], "invalid_request_error");
+  // 401/403 are about the upstream's key, not the caller's: b3os's fault, 502.
+  ScriptedUpstream bad_key([](int fd, const std::string&) {
+    write_all(fd, http_json(401, {{"error", {{"message", "invalid api key"}, {"type", "authentication_error"},
+                                             {"code", "invalid_api_key"}}}}));
+  });
+  CollectSink upstream_key;
+  gateway(bad_key.port())->handle(c, "POST", "/chat/completions", kHello, upstream_key);
+  EXPECT_EQ(upstream_key.status, 502);
+  EXPECT_EQ(upstream_key.error()["code"], "upstream_error");
+  EXPECT_EQ(upstream_key.error()["type"], "server_error");
+  EXPECT_NE(upstream_key.error()["message"].get<std::string>().find("HTTP 401: invalid api key"), std::string::npos);
+  // Something that is not JSON: the reservation is charged (the upstream may have worked).
+  ScriptedUpstream garbage([](int fd, const std::string&) {
+    write_all(fd, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello");
+  });
+  CollectSink unreadable;
+  gateway(garbage.port())->handle(c, "POST", "/chat/completions", kHello, unreadable);
+  EXPECT_EQ(unreadable.status, 502);
+  EXPECT_EQ(unreadable.error()["code"], "upstream_error");
+  auto rows = store_->ledger(c.budget_id, 10);
+  ASSERT_TRUE(rows && rows->size() == 4);
+  EXPECT_EQ((*rows)[0].outcome, "upstream_unreadable");
+  EXPECT_EQ((*rows)[0].status, 502);
+  EXPECT_EQ((*rows)[0].cost_micros, (*rows)[0].reserved_micros);
+  EXPECT_EQ((*rows)[1].status, 401) << "the ledger keeps the upstream's own status";
+  EXPECT_EQ((*rows)[3].cost_micros, 0);
+}
+
+TEST(ErrorAnswers, ComeFromTheOneTable) {
+  CollectSink sink;
+  answer_error(sink, {ErrorCode::kPaymentRequired, "spend cap $1.00 reached", 0});
+  EXPECT_EQ(sink.status, 402);
+  EXPECT_EQ(sink.content_type, "application/json");
+  EXPECT_EQ(json::parse(sink.body), json::parse(R"({"error":{"message":"spend cap $1.00 reached","type":"insufficient_quota","param":null,"code":"spend_cap_reached"}})"));
+  EXPECT_EQ(json::parse(openai_error_body(Error{ErrorCode::kUpstreamTimeout, "slow", 0}))["error"]["type"], "server_error");
 }
 
 TEST_F(GatewayTest, StalledChunkedStreamEndsAtTheDeadline) {
@@ -459,6 +517,19 @@ TEST_F(GatewayTest, RequestsAreCheckedBeforeAnythingIsReserved) {
   gw->handle(c, "POST", "/chat/completions", R"({"model":"nope","messages":[{}]})", unknown);
   EXPECT_EQ(unknown.status, 404);
   EXPECT_EQ(unknown.error()["code"], "model_not_found");
+  EXPECT_EQ(unknown.error()["type"], "invalid_request_error");
+  EXPECT_TRUE(unknown.error()["param"].is_null());
+  CollectSink not_json;
+  gw->handle(c, "POST", "/chat/completions", "not json", not_json);
+  EXPECT_EQ(not_json.error()["code"], "invalid_request") << "as the b3os API answers a body that is not JSON";
+  CollectSink wrong_method;
+  gw->handle(c, "GET", "/chat/completions", "", wrong_method);
+  EXPECT_EQ(wrong_method.status, 405);
+  EXPECT_EQ(wrong_method.error()["code"], "method_not_allowed");
+  CollectSink nowhere;
+  gw->handle(c, "GET", "/completions", "", nowhere);
+  EXPECT_EQ(nowhere.status, 404);
+  EXPECT_EQ(nowhere.error()["code"], "not_found");
   CollectSink models;
   gw->handle(c, "GET", "/models", "", models);
   EXPECT_EQ(json::parse(models.body)["data"][0]["id"], "b3os/test");
@@ -466,6 +537,8 @@ TEST_F(GatewayTest, RequestsAreCheckedBeforeAnythingIsReserved) {
   CollectSink off;
   none.handle(c, "POST", "/chat/completions", kHello, off);
   EXPECT_EQ(off.status, 503);
+  EXPECT_EQ(off.error()["code"], "product_unavailable");
+  EXPECT_EQ(off.error()["type"], "server_error");
   EXPECT_NE(off.error()["message"].get<std::string>().find("--model"), std::string::npos);
   EXPECT_EQ(spent(c), 0);
 }
