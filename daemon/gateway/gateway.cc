@@ -282,8 +282,8 @@ void Gateway::chat(const Caller& c, const std::string& body, Sink& sink) {
   bool sent = false;  // the request reached the upstream (from then on, a failure is charged)
   // A call that failed before a usable answer: once the request was sent, the upstream may
   // have done (and billed) all the work, so the reservation is charged.
-  auto upstream_failed = [&](const Error& e) {
-    switch (classify(e)) {
+  auto upstream_failed = [&](const UpstreamError& e) {
+    switch (e.kind) {
       case UpstreamFailure::kCancelled:
         settle(kClientGone, "client_gone", prompt_est, 0, input_cost);
         return;
@@ -384,7 +384,7 @@ void Gateway::chat(const Caller& c, const std::string& body, Sink& sink) {
     out += "\n";
     return sink.write(out);
   };
-  std::optional<Error> failure;  // the upstream's
+  std::optional<UpstreamError> failure;
   bool caller_left = false;
   for (;;) {
     auto piece = (*call)->read(deadline, gone);
@@ -416,7 +416,7 @@ void Gateway::chat(const Caller& c, const std::string& body, Sink& sink) {
     if (caller_left) break;
   }
   if (!failure && !caller_left && !pending.empty()) caller_left = !relay_event(pending);
-  if (caller_left || (failure && classify(*failure) == UpstreamFailure::kCancelled)) {
+  if (caller_left || (failure && failure->kind == UpstreamFailure::kCancelled)) {
     // The caller left: closing the upstream connection stops the generation. Charge the
     // usage if it came, else the input and the chunks relayed so far (about a token each).
     if (!usage.is_null()) {

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "common/ids.h"
+#include "daemon/gateway/upstream.h"
 
 namespace b3os::gateway {
 namespace {
@@ -415,6 +416,58 @@ TEST_F(GatewayTest, UpstreamRefusalsOfTheRequestPassOnAndItsOwnFaultsAre502) {
   EXPECT_EQ((*rows)[0].cost_micros, (*rows)[0].reserved_micros);
   EXPECT_EQ((*rows)[1].status, 401) << "the ledger keeps the upstream's own status";
   EXPECT_EQ((*rows)[3].cost_micros, 0);
+}
+
+TEST(UpstreamCalls, SayHowTheyFailedAsATypedKind) {
+  using namespace std::chrono_literals;
+  auto soon = [](auto d) { return std::chrono::steady_clock::now() + d; };
+  auto request = [](int port) {
+    UpstreamRequest r;
+    r.host = "127.0.0.1";
+    r.port = std::to_string(port);
+    r.target = "/v1/chat/completions";
+    r.body = "{}";
+    return r;
+  };
+  int dead_port;
+  {
+    ScriptedUpstream gone([](int, const std::string&) {});
+    dead_port = gone.port();
+  }
+  bool sent = true;
+  auto dead = UpstreamCall::start(request(dead_port), soon(2s), nullptr, &sent);
+  ASSERT_FALSE(dead);
+  EXPECT_EQ(dead.error().kind, UpstreamFailure::kUnreachable) << dead.error().message;
+  EXPECT_NE(dead.error().message.find("connecting to 127.0.0.1:"), std::string::npos) << dead.error().message;
+
+  ScriptedUpstream slow([](int, const std::string&) { std::this_thread::sleep_for(1500ms); });
+  sent = false;
+  auto late = UpstreamCall::start(request(slow.port()), soon(300ms), nullptr, &sent);
+  ASSERT_FALSE(late);
+  EXPECT_EQ(late.error().kind, UpstreamFailure::kTimeout) << late.error().message;
+  EXPECT_TRUE(sent) << "the request left before the deadline passed";
+
+  std::atomic<bool> leave{false};
+  std::thread leaver([&] {
+    std::this_thread::sleep_for(200ms);
+    leave = true;
+  });
+  auto cancelled = UpstreamCall::start(request(slow.port()), soon(5s), [&] { return leave.load(); });
+  leaver.join();
+  ASSERT_FALSE(cancelled);
+  EXPECT_EQ(cancelled.error().kind, UpstreamFailure::kCancelled) << cancelled.error().message;
+
+  ScriptedUpstream cut([](int fd, const std::string&) {
+    write_all(fd, "HTTP/1.1 200 OK\r\nContent-Length: 100\r\nConnection: close\r\n\r\nonly this");
+  });
+  auto call = UpstreamCall::start(request(cut.port()), soon(5s), nullptr);
+  ASSERT_TRUE(call) << call.error().message;
+  EXPECT_EQ((*call)->status(), 200);
+  UpstreamResult<std::optional<std::string>> piece;
+  do piece = (*call)->read(soon(5s), nullptr);
+  while (piece && *piece);
+  ASSERT_FALSE(piece);
+  EXPECT_EQ(piece.error().kind, UpstreamFailure::kBroken) << piece.error().message;
 }
 
 TEST(ErrorAnswers, ComeFromTheOneTable) {
