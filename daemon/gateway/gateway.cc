@@ -113,6 +113,26 @@ Result<void> Gateway::check_configured() const {
               "in=USD_PER_M,out=USD_PER_M (or --models-file FILE); see docs/configuration.md");
 }
 
+Result<void> Gateway::admit(const Caller& c) {
+  const bool sandbox = !c.sandbox_id.empty();
+  if (sandbox && !c.infer_scope)
+    return fail(ErrorCode::kForbidden,
+                "this sandbox was created without the infer:run scope; create it with \"api\": {\"scopes\": [\"infer:run\"]}");
+  auto allowed = budgets_.store().project_allows_infer(c.project_id);
+  if (!allowed) return fail(allowed.error());
+  if (!*allowed)
+    return fail(ErrorCode::kForbidden,
+                sandbox ? "this sandbox's project may not use the model gateway (b3os projects set-infer NAME on)"
+                        : "this key's project may not use the model gateway (infer:run); an admin can allow it with "
+                          "`b3os projects set-infer NAME on`");
+  if (auto r = check_configured(); !r) return r;
+  if (c.budget_id.empty())
+    return fail(ErrorCode::kInternal, sandbox ? "this sandbox's grant has no budget" : "this call names no budget");
+  // A key's budget (no cap until an admin sets one) exists from the key's first call.
+  if (!sandbox) return budgets_.store().ensure_budget(c.budget_id, c.project_id, std::nullopt);
+  return {};
+}
+
 const ModelConfig* Gateway::find(const std::string& id) const {
   for (auto& m : models_)
     if (m.id == id) return &m;

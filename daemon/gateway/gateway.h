@@ -17,9 +17,14 @@
 
 namespace b3os::gateway {
 
-/// Who pays for a call, and what the ledger records about it.
+/// Who pays for a call, and what the ledger records about it. A sandbox's call has
+/// `sandbox_id` (and its grant's budget); a call from outside has the key's id as `key_id`
+/// and `budget_id`.
 struct Caller {
   std::string budget_id, project_id, sandbox_id, key_id;
+  /// A sandbox's grant names the infer:run scope (read only for sandboxes: keys need none).
+  /// False unless set, so a caller that forgets it is refused, never let through.
+  bool infer_scope = false;
 };
 
 /// Where the answer goes: a whole body, or a stream of bytes.
@@ -57,6 +62,17 @@ class Gateway {
   Budgets& budgets() { return budgets_; }
   /// The default model's public id ("" when none is configured).
   std::string default_model() const;
+
+  /// Whether `c` may use the gateway now, checked before its request is read. The one place
+  /// these rules live (the REST API and the sandbox relay both call it):
+  /// - a sandbox needs the infer:run scope: kForbidden;
+  /// - the project must allow the gateway (`b3os projects set-infer`, read on every call, so
+  ///   turning it off stops running sandboxes too): kForbidden;
+  /// - a model must be configured: kProductUnavailable, saying how;
+  /// - a sandbox's grant must have a budget (kInternal); a key's budget is created on its
+  ///   first call.
+  /// kInternal also when the store cannot be read.
+  Result<void> admit(const Caller& c);
 
   /// Handles `method` on `subpath` (what follows /v1/infer: "", "/chat/completions",
   /// "/models", "/models/ID"). Every answer, errors included, is OpenAI-shaped.

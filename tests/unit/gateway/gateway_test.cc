@@ -153,7 +153,7 @@ class GatewayTest : public ::testing::Test {
   Caller caller(std::optional<Micros> cap) {
     std::string id = "grt_" + random_base32(8);
     EXPECT_TRUE(store_->ensure_budget(id, "prj_x", cap));
-    return Caller{id, "prj_x", "sbx_x", ""};
+    return Caller{id, "prj_x", "sbx_x", "", true};
   }
   Micros spent(const Caller& c) { return (*store_->get_budget(c.budget_id))->spent_micros; }
 
@@ -416,6 +416,47 @@ TEST_F(GatewayTest, UpstreamRefusalsOfTheRequestPassOnAndItsOwnFaultsAre502) {
   EXPECT_EQ((*rows)[0].cost_micros, (*rows)[0].reserved_micros);
   EXPECT_EQ((*rows)[1].status, 401) << "the ledger keeps the upstream's own status";
   EXPECT_EQ((*rows)[3].cost_micros, 0);
+}
+
+TEST_F(GatewayTest, AdmissionIsOneCheckForKeysAndSandboxes) {
+  auto gw = gateway(1);
+  auto key = store_->create_api_key("alpha");
+  ASSERT_TRUE(key);
+  const std::string project = key->record.project_id;
+  Caller from_key{key->record.id, project, "", key->record.id};
+  ASSERT_TRUE(store_->ensure_budget("grt_s", project, 1'000'000));
+  Caller sandbox{"grt_s", project, "sbx_s", "", true};
+
+  ASSERT_TRUE(gw->admit(from_key));
+  EXPECT_TRUE(*store_->get_budget(key->record.id)) << "a key's budget exists from its first call";
+  EXPECT_FALSE((*store_->get_budget(key->record.id))->cap_micros);
+  EXPECT_TRUE(gw->admit(sandbox));
+
+  Caller no_scope = sandbox;
+  no_scope.infer_scope = false;
+  auto r = gw->admit(no_scope);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, ErrorCode::kForbidden);
+  EXPECT_NE(r.error().message.find("without the infer:run scope"), std::string::npos);
+  Caller no_budget = sandbox;
+  no_budget.budget_id.clear();
+  EXPECT_EQ(gw->admit(no_budget).error().code, ErrorCode::kInternal);
+
+  ASSERT_TRUE(store_->set_project_infer("alpha", false));
+  r = gw->admit(from_key);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, ErrorCode::kForbidden);
+  EXPECT_NE(r.error().message.find("this key's project may not use the model gateway"), std::string::npos);
+  r = gw->admit(sandbox);
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("this sandbox's project may not use the model gateway"), std::string::npos);
+  ASSERT_TRUE(store_->set_project_infer("alpha", true));
+
+  Gateway none({}, *budgets_);
+  r = none.admit(sandbox);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, ErrorCode::kProductUnavailable);
+  EXPECT_NE(r.error().message.find("--model"), std::string::npos);
 }
 
 TEST(UpstreamCalls, SayHowTheyFailedAsATypedKind) {
