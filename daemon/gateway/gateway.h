@@ -63,8 +63,8 @@ class Gateway {
   /// The default model's public id ("" when none is configured).
   std::string default_model() const;
 
-  /// Whether `c` may use the gateway now, checked before its request is read. The one place
-  /// these rules live (the REST API and the sandbox relay both call it):
+  /// Whether `c` may use the gateway now, checked before its request is read: the one place
+  /// these rules live, for the REST API (/v1/infer) and the sandbox relay alike:
   /// - a sandbox needs the infer:run scope: kForbidden;
   /// - the project must allow the gateway (`b3os projects set-infer`, read on every call, so
   ///   turning it off stops running sandboxes too): kForbidden;

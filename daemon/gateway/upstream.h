@@ -11,8 +11,6 @@
 
 #include <tl/expected.hpp>
 
-#include "common/error.h"
-
 namespace b3os::gateway {
 
 using Deadline = std::chrono::steady_clock::time_point;
