@@ -11,6 +11,7 @@
 
 #include "cli/commands.h"
 #include "cli/table.h"
+#include "common/money.h"
 #include "daemon/store/store.h"
 
 namespace b3os::cli {
@@ -46,29 +47,32 @@ std::string render_key_table(const std::vector<store::ApiKeyRecord>& keys) {
   return t.render();
 }
 
-/// Parses "1.5" or "none" (no cap).
-Result<std::optional<double>> parse_cap(const std::string& v) {
-  if (v == "none") return std::optional<double>();
+/// Parses "1.5" (USD, kept to the nearest micro-dollar) or "none" (no cap).
+Result<std::optional<Micros>> parse_cap(const std::string& v) {
+  if (v == "none") return std::optional<Micros>();
   char* end = nullptr;
   double d = std::strtod(v.c_str(), &end);
   if (v.empty() || *end != '\0' || !(d >= 0 && d <= 1e6))
     return fail(ErrorCode::kInvalidRequest, "spend cap: a number of USD from 0 to 1000000, or none (got \"" + v + "\")");
-  return std::optional<double>(d);
+  return std::optional<Micros>(usd_to_micros(d));
 }
 
+/// A money amount in JSON: USD, as the API shows money.
+Json usd_json(std::optional<Micros> m) { return m ? Json(micros_to_usd(*m)) : Json(nullptr); }
+
 int run_keys_create(const GlobalOptions& g, const std::string& project, const std::string& cap) {
-  std::optional<double> cap_usd;
+  std::optional<Micros> cap_micros;
   if (!cap.empty()) {
     auto c = parse_cap(cap);
     if (!c) return report_error(c.error());
-    cap_usd = *c;
+    cap_micros = *c;
   }
   auto store = open_store(g.data_dir);
   if (!store) return report_error(store.error());
   auto key = (*store)->create_api_key(project);
   if (!key) return report_error(key.error());
-  if (cap_usd) {
-    if (auto r = (*store)->set_budget_cap(key->record.id, key->record.project_id, cap_usd); !r) return report_error(r.error());
+  if (cap_micros) {
+    if (auto r = (*store)->set_budget_cap(key->record.id, key->record.project_id, cap_micros); !r) return report_error(r.error());
   }
   std::cout << key->key << std::endl;
   std::cerr << "project: " << key->record.project_name << " (" << key->record.project_id
@@ -107,7 +111,7 @@ int run_keys_set_cap(const GlobalOptions& g, const std::string& key_id, const st
   for (const auto& k : *keys) {
     if (k.id != key_id) continue;
     if (auto r = (*store)->set_budget_cap(k.id, k.project_id, *c); !r) return report_error(r.error());
-    std::cerr << "key " << k.id << ": model spend cap " << (*c ? std::to_string(**c) + " USD" : "none") << "\n";
+    std::cerr << "key " << k.id << ": model spend cap " << (*c ? usd_decimal(**c) + " USD" : "none") << "\n";
     return 0;
   }
   return report_error({ErrorCode::kNotFound, "no key " + key_id + " (see `b3os keys list`)", 0});
@@ -127,19 +131,21 @@ int run_spend(const GlobalOptions& g, const std::string& budget_id, bool json) {
     for (const auto& r : *rows)
       calls.push_back({{"sandbox_id", r.sandbox_id}, {"key_id", r.key_id}, {"model", r.model},
                        {"prompt_tokens", r.prompt_tokens}, {"completion_tokens", r.completion_tokens},
-                       {"cost_usd", r.cost_usd}, {"reserved_usd", r.reserved_usd}, {"duration_ms", r.duration_ms},
-                       {"status", r.status}, {"outcome", r.outcome}});
+                       {"cost_usd", usd_json(r.cost_micros)}, {"reserved_usd", usd_json(r.reserved_micros)},
+                       {"cost_micros", r.cost_micros}, {"reserved_micros", r.reserved_micros},
+                       {"duration_ms", r.duration_ms}, {"status", r.status}, {"outcome", r.outcome}});
     print_json({{"id", (*b)->id}, {"project_id", (*b)->project_id},
-                {"cap_usd", (*b)->cap_usd ? Json(*(*b)->cap_usd) : Json(nullptr)}, {"spent_usd", (*b)->spent_usd},
-                {"calls", calls}});
+                {"cap_usd", usd_json((*b)->cap_micros)}, {"spent_usd", usd_json((*b)->spent_micros)},
+                {"cap_micros", (*b)->cap_micros ? Json(*(*b)->cap_micros) : Json(nullptr)},
+                {"spent_micros", (*b)->spent_micros}, {"calls", calls}});
     return 0;
   }
-  std::cout << (*b)->id << ": spent " << (*b)->spent_usd << " USD of "
-            << ((*b)->cap_usd ? std::to_string(*(*b)->cap_usd) + " USD" : std::string("no cap")) << "\n";
+  std::cout << (*b)->id << ": spent " << usd_decimal((*b)->spent_micros) << " USD of "
+            << ((*b)->cap_micros ? usd_decimal(*(*b)->cap_micros) + " USD" : std::string("no cap")) << "\n";
   Table t({"SANDBOX", "MODEL", "IN", "OUT", "COST_USD", "MS", "STATUS", "OUTCOME"});
   for (const auto& r : *rows)
     t.add_row({r.sandbox_id.empty() ? "-" : r.sandbox_id, r.model, std::to_string(r.prompt_tokens),
-               std::to_string(r.completion_tokens), std::to_string(r.cost_usd), std::to_string(static_cast<int64_t>(r.duration_ms)),
+               std::to_string(r.completion_tokens), usd_decimal(r.cost_micros), std::to_string(static_cast<int64_t>(r.duration_ms)),
                std::to_string(r.status), r.outcome});
   std::cout << t.render();
   return 0;

@@ -1,5 +1,6 @@
 #pragma once
-// The API error model: one enum of codes from the spec, each with exactly one HTTP status.
+// The API error model: one enum of codes from the spec, each with exactly one HTTP status and
+// one OpenAI error type (the model gateway answers OpenAI-shaped errors from the same codes).
 
 #include <string>
 #include <string_view>
@@ -19,6 +20,7 @@ enum class ErrorCode {
   kTemplateNotFound,        // 404
   kFileNotFound,            // 404
   kSnapshotNotFound,        // 404
+  kModelNotFound,           // 404 (model gateway: no such model)
   kMethodNotAllowed,        // 405
   kConflict,                // 409 (state conflicts: sandbox not running, ...)
   kSandboxNotRunning,       // 409
@@ -31,10 +33,15 @@ enum class ErrorCode {
   kQuotaExceeded,           // 429
   kInternal,                // 500
   kNotImplemented,          // 501
+  kUpstreamError,           // 502 (model gateway: the upstream failed the call or answered unusably)
+  kUpstreamUnavailable,     // 502 (model gateway: the upstream cannot be reached)
   kNodeUnavailable,         // 503
   kProductUnavailable,      // 503
   kCapacityUnavailable,     // 503
+  kUpstreamTimeout,         // 504 (model gateway: no answer within the model's timeout)
 };
+/// The last code: codes are numbered 0 to kLastErrorCode (keep it the last enumerator).
+inline constexpr ErrorCode kLastErrorCode = ErrorCode::kUpstreamTimeout;
 
 /// An error a user can act on: a code, a message with context, and the errno if any.
 struct Error {
@@ -52,6 +59,9 @@ std::string_view error_code_name(ErrorCode code);
 ErrorCode error_code_from_name(std::string_view name);
 /// The HTTP status of a code: the one table that maps codes to statuses.
 int error_http_status(ErrorCode code);
+/// The OpenAI error `type` of a code ("invalid_request_error", "insufficient_quota",
+/// "server_error", ...), for the OpenAI-shaped answers of the model gateway.
+std::string_view error_openai_type(ErrorCode code);
 /// Builds an error from errno with context: "open /x: No such file or directory".
 Error errno_error(ErrorCode code, std::string_view context, int err_no);
 

@@ -188,11 +188,11 @@ int main(int argc, char** argv) {
     relay_ptr->serve(id, std::move(st));
   };
   hooks.spent_usd = [&gw](const std::string& budget_id) -> std::optional<double> {
-    if (auto b = gw.budgets().look(budget_id)) return b->spent_usd;
+    if (auto b = gw.budgets().look(budget_id)) return micros_to_usd(b->spent_micros);
     return std::nullopt;
   };
   sandbox::SandboxService sandboxes(cfg, runsc, shims, **store, hooks);
-  gateway::Relay relay(&gw, **store, [&sandboxes](const std::string& id) -> std::optional<gateway::SandboxGrant> {
+  gateway::Relay relay(&gw, [&sandboxes](const std::string& id) -> std::optional<gateway::SandboxGrant> {
     auto g = sandboxes.model_grant(id);
     if (!g) return std::nullopt;
     return gateway::SandboxGrant{g->project_id, g->budget_id, g->infer};

@@ -6,6 +6,7 @@
 
 #include "common/clock.h"
 #include "common/ids.h"
+#include "common/json.h"
 
 namespace b3os::api {
 
@@ -107,27 +108,24 @@ bool Api::dispatch_infer(Call& c) {
   const auto& s = c.target.segments;
   if (!(s.size() >= 2 && s[0] == "v1" && s[1] == "infer")) return false;
   HttpSink sink(c.ex, {});
-  auto refuse = [&](int status, const std::string& msg, const std::string& type, const std::string& code) {
-    (void)sink.respond(status, "application/json", gateway::openai_error_body(msg, type, code));
-    return true;
-  };
-  auto allowed = store_.project_allows_infer(c.principal.project_id);
-  if (!allowed) return refuse(500, allowed.error().message, "server_error", "internal");
-  if (!*allowed)
-    return refuse(403, "this key's project may not use the model gateway (infer:run); an admin can allow it with "
-                       "`b3os projects set-infer NAME on`", "permission_error", "forbidden");
-  std::string body;
-  if (c.ex.has_body()) {
-    auto raw = c.ex.read_body(16u << 20);
-    if (!raw) return refuse(413, raw.error().message, "invalid_request_error", "payload_too_large");
-    body = std::move(*raw);
-  }
-  if (auto r = store_.ensure_budget(c.principal.key_id, c.principal.project_id, std::nullopt); !r)
-    return refuse(500, r.error().message, "server_error", "internal");
+  // A key's calls are paid from the key's own budget.
   gateway::Caller caller;
   caller.budget_id = c.principal.key_id;
   caller.project_id = c.principal.project_id;
   caller.key_id = c.principal.key_id;
+  std::string body;
+  if (c.ex.has_body()) {
+    auto raw = c.ex.read_body(16u << 20);
+    if (!raw) {
+      gateway::answer_error(sink, raw.error());
+      return true;
+    }
+    body = std::move(*raw);
+  }
+  if (auto r = gw_.admit(caller); !r) {
+    gateway::answer_error(sink, r.error());
+    return true;
+  }
   std::string sub;
   for (size_t i = 2; i < s.size(); ++i) sub += "/" + s[i];
   gw_.handle(caller, c.method, sub, body, sink);
@@ -201,7 +199,7 @@ void Api::handle(http::Exchange& ex) {
     auto raw = ex.read_body(cfg_.max_json_body);
     if (!raw) return send_error(c, raw.error());
     c.raw_body = std::move(*raw);
-    if (gateway::json_depth(c.raw_body) > 64)
+    if (json_depth(c.raw_body) > 64)
       return send_error(c, {ErrorCode::kInvalidRequest, "body: JSON nested deeper than 64 levels", 0});
     c.body = json::parse(c.raw_body, nullptr, false);
     if (c.body.is_discarded())

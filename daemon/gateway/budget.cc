@@ -1,54 +1,38 @@
 #include "daemon/gateway/budget.h"
 
-#include <cstdio>
-
 #include <spdlog/spdlog.h>
 
 namespace b3os::gateway {
-
-namespace {
-// Prices are fractions of a cent per call; sums of doubles drift by ~1e-16 per addition.
-constexpr double kEpsilon = 1e-12;
-}  // namespace
-
-std::string format_usd(double usd) {
-  char buf[64];
-  if (usd >= 0.01 || usd == 0)
-    std::snprintf(buf, sizeof buf, "$%.2f", usd);
-  else
-    std::snprintf(buf, sizeof buf, "$%.6f", usd);
-  return buf;
-}
 
 Result<Budgets::Account*> Budgets::account(const std::string& id) {
   auto row = store_.get_budget(id);
   if (auto it = accounts_.find(id); it != accounts_.end()) {
     // The cap may have been changed with `b3os keys set-cap` since: it is read on each call.
-    if (row && *row) it->second.cap = (*row)->cap_usd;
+    if (row && *row) it->second.cap = (*row)->cap_micros;
     return &it->second;
   }
   if (!row) return fail(row.error());
   if (!*row) return fail(ErrorCode::kInternal, "no budget " + id);
   Account a;
-  a.cap = (*row)->cap_usd;
-  a.spent = (*row)->spent_usd;
+  a.cap = (*row)->cap_micros;
+  a.spent = (*row)->spent_micros;
   return &(accounts_[id] = a);
 }
 
-Result<Reservation> Budgets::reserve(const std::string& budget_id, double worst_usd) {
+Result<Reservation> Budgets::reserve(const std::string& budget_id, Micros worst) {
   std::lock_guard lk(mu_);
   auto a = account(budget_id);
   if (!a) return fail(a.error());
   Account& acc = **a;
-  if (acc.cap && acc.spent + acc.reserved + worst_usd > *acc.cap + kEpsilon) {
+  if (acc.cap && acc.spent + acc.reserved + worst > *acc.cap) {
     std::string msg = "spend cap " + format_usd(*acc.cap) + " reached: " + format_usd(acc.spent) + " spent";
     if (acc.reserved > 0) msg += ", " + format_usd(acc.reserved) + " held by calls in flight";
-    msg += ", and this call could cost up to " + format_usd(worst_usd);
+    msg += ", and this call could cost up to " + format_usd(worst);
     if (acc.spent + acc.reserved < *acc.cap) msg += " (ask for fewer max_tokens or a shorter prompt)";
     return fail(ErrorCode::kPaymentRequired, msg);
   }
-  acc.reserved += worst_usd;
-  return Reservation{budget_id, worst_usd, true};
+  acc.reserved += worst;
+  return Reservation{budget_id, worst, true};
 }
 
 void Budgets::settle(Reservation& r, store::LedgerRow row) {
@@ -59,14 +43,14 @@ void Budgets::settle(Reservation& r, store::LedgerRow row) {
     auto a = account(r.budget_id);
     if (a) {
       (*a)->reserved -= r.amount;
-      if ((*a)->reserved < kEpsilon) (*a)->reserved = 0;
-      (*a)->spent += row.cost_usd;
+      (*a)->spent += row.cost_micros;
     }
   }
   row.budget_id = r.budget_id;
-  row.reserved_usd = r.amount;
+  row.reserved_micros = r.amount;
   if (auto w = store_.record_call(row); !w)
-    spdlog::error("ledger: could not record a call of {} on {}: {}", format_usd(row.cost_usd), r.budget_id, w.error().message);
+    spdlog::error("ledger: could not record a call of {} on {}: {}", format_usd(row.cost_micros), r.budget_id,
+                  w.error().message);
 }
 
 std::optional<Budgets::Snapshot> Budgets::look(const std::string& budget_id) {

@@ -5,12 +5,15 @@
 // spent + reserved + worst <= cap, checked and reserved under one lock, so calls racing for
 // the last dollar can never take the total past the cap. When the call ends, the reservation
 // is released and the real cost is charged (memory first, then the ledger in the store).
+// Every amount is integer micro-dollars (common/money.h): the sums are exact.
 
+#include <concepts>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <string>
 
+#include "common/money.h"
 #include "common/result.h"
 #include "daemon/store/store.h"
 
@@ -19,7 +22,7 @@ namespace b3os::gateway {
 /// A reservation held by one call in flight.
 struct Reservation {
   std::string budget_id;
-  double amount = 0;
+  Micros amount = 0;
   bool active = false;
 };
 
@@ -27,24 +30,30 @@ class Budgets {
  public:
   explicit Budgets(store::Store& store) : store_(store) {}
 
-  /// Reserves `worst_usd` on `budget_id`. Fails with kPaymentRequired (the message names the
-  /// cap) when it would pass the cap, kInternal when the budget does not exist.
-  Result<Reservation> reserve(const std::string& budget_id, double worst_usd);
-  /// Releases the reservation and charges `row.cost_usd` (the ledger row is written too).
+  /// Reserves `worst` micro-dollars on `budget_id`. Fails with kPaymentRequired (the message
+  /// names the cap) when it would pass the cap, kInternal when the budget does not exist.
+  Result<Reservation> reserve(const std::string& budget_id, Micros worst);
+  /// Dollars would convert to micro-dollars silently, truncated: a compile error instead.
+  template <std::floating_point T>
+  Result<Reservation> reserve(const std::string&, T) = delete;
+  /// Releases the reservation and charges `row.cost_micros` (the ledger row is written too).
   /// Idempotent: a second settle of the same reservation does nothing.
   void settle(Reservation& r, store::LedgerRow row);
 
   struct Snapshot {
-    std::optional<double> cap_usd;
-    double spent_usd = 0, reserved_usd = 0;
+    std::optional<Micros> cap_micros;
+    Micros spent_micros = 0, reserved_micros = 0;
   };
   /// What a budget has spent and holds reserved now (for the sandbox object).
   std::optional<Snapshot> look(const std::string& budget_id);
 
+  /// The store the budgets live in (the gateway's admission reads project settings there).
+  store::Store& store() { return store_; }
+
  private:
   struct Account {
-    std::optional<double> cap;
-    double spent = 0, reserved = 0;
+    std::optional<Micros> cap;
+    Micros spent = 0, reserved = 0;
   };
   /// Loads an account into the cache (caller holds mu_).
   Result<Account*> account(const std::string& id);
@@ -53,8 +62,5 @@ class Budgets {
   std::mutex mu_;
   std::map<std::string, Account> accounts_;
 };
-
-/// Formats USD for messages: "$1.00", "$0.000123".
-std::string format_usd(double usd);
 
 }  // namespace b3os::gateway

@@ -32,64 +32,52 @@ int64_t tokens(const json& usage, const char* field) {
   return std::max<int64_t>(0, usage[field].get<int64_t>());
 }
 
-/// Turns an upstream error body into the OpenAI shape, keeping its message when it has one.
-std::string normalise_upstream_error(int status, const std::string& body) {
+// The status the ledger records for a caller that went away (nginx's; never sent to anyone).
+constexpr int kClientGone = 499;
+
+/// Answers an upstream's error status. Its 4xx say the request was wrong (or the upstream is
+/// rate-limited): the upstream decided them, so they pass on with its status, type and code
+/// (`upstream_http_NNN` when it gave no code). Anything else, 5xx and also 401/403 (about the
+/// upstream's key, not the caller's), is the gateway's own failure: 502 upstream_error. The
+/// upstream's message is kept either way.
+void answer_upstream_error(Sink& sink, int status, const std::string& body) {
   json j = json::parse(body, nullptr, false);
   std::string message = "the model upstream answered HTTP " + std::to_string(status);
-  std::string type = status >= 500 ? "upstream_error" : "invalid_request_error";
-  std::string code = "upstream_http_" + std::to_string(status);
+  std::string type, code;
   if (!j.is_discarded() && j.is_object() && j.contains("error")) {
     const json& e = j["error"];
     if (e.is_object()) {
       if (e.contains("message") && e["message"].is_string()) message += ": " + e["message"].get<std::string>();
-      if (e.contains("type") && e["type"].is_string() && status < 500) type = e["type"].get<std::string>();
-      if (e.contains("code") && e["code"].is_string() && status < 500 && status != 401 && status != 403)
-        code = e["code"].get<std::string>();
+      if (e.contains("type") && e["type"].is_string()) type = e["type"].get<std::string>();
+      if (e.contains("code") && e["code"].is_string()) code = e["code"].get<std::string>();
     } else if (e.is_string()) {
       message += ": " + e.get<std::string>();
     }
   } else if (!body.empty()) {
     message += ": " + body.substr(0, 300);
   }
-  return openai_error_body(message, type, code);
+  const bool relayed = status >= 400 && status < 500 && status != 401 && status != 403;
+  if (!relayed) return answer_error(sink, Error{ErrorCode::kUpstreamError, message, 0});
+  if (type.empty()) type = error_openai_type(ErrorCode::kInvalidRequest);
+  if (code.empty()) code = "upstream_http_" + std::to_string(status);
+  (void)sink.respond(status, "application/json", openai_error_body(message, type, code));
 }
 
 }  // namespace
 
-size_t json_depth(std::string_view text) {
-  size_t depth = 0, deepest = 0;
-  bool in_string = false, escaped = false;
-  for (char ch : text) {
-    if (in_string) {
-      if (escaped) escaped = false;
-      else if (ch == '\\') escaped = true;
-      else if (ch == '"') in_string = false;
-    } else if (ch == '"') {
-      in_string = true;
-    } else if (ch == '[' || ch == '{') {
-      deepest = std::max(deepest, ++depth);
-    } else if ((ch == ']' || ch == '}') && depth > 0) {
-      --depth;
-    }
-  }
-  return deepest;
-}
-
-namespace {
-
-/// The status a caller sees for an upstream's status: its 4xx pass through (the request was
-/// wrong or the upstream is rate-limited); its 5xx become 502.
-int caller_status(int upstream) {
-  // 401/403 are about the upstream key, not the caller's: a gateway fault.
-  if (upstream >= 400 && upstream < 500 && upstream != 401 && upstream != 403) return upstream;
-  return 502;
-}
-
-}  // namespace
 
 std::string openai_error_body(const std::string& message, const std::string& type, const std::string& code) {
   return json{{"error", {{"message", message}, {"type", type}, {"param", nullptr}, {"code", code}}}}.dump(
       -1, ' ', false, json::error_handler_t::replace);
+}
+
+std::string openai_error_body(const Error& e) {
+  return openai_error_body(e.message, std::string(error_openai_type(e.code)), std::string(error_code_name(e.code)));
+}
+
+void answer_error(Sink& sink, const Error& e) {
+  if (e.code == ErrorCode::kInternal) spdlog::error("gateway: {}", e.message);
+  (void)sink.respond(error_http_status(e.code), "application/json", openai_error_body(e));
 }
 
 Gateway::Gateway(std::vector<ModelConfig> models, Budgets& budgets) : models_(std::move(models)), budgets_(budgets) {}
@@ -100,14 +88,37 @@ std::string Gateway::default_model() const {
   return models_.empty() ? "" : models_.front().id;
 }
 
+Result<void> Gateway::check_configured() const {
+  if (configured()) return {};
+  return fail(ErrorCode::kProductUnavailable,
+              "no model is configured on this b3osd: start it with --model ID=http://HOST:PORT/v1,upstream=NAME,"
+              "in=USD_PER_M,out=USD_PER_M (or --models-file FILE); see docs/configuration.md");
+}
+
+Result<void> Gateway::admit(const Caller& c) {
+  const bool sandbox = !c.sandbox_id.empty();
+  if (sandbox && !c.infer_scope)
+    return fail(ErrorCode::kForbidden,
+                "this sandbox was created without the infer:run scope; create it with \"api\": {\"scopes\": [\"infer:run\"]}");
+  auto allowed = budgets_.store().project_allows_infer(c.project_id);
+  if (!allowed) return fail(allowed.error());
+  if (!*allowed)
+    return fail(ErrorCode::kForbidden,
+                sandbox ? "this sandbox's project may not use the model gateway (b3os projects set-infer NAME on)"
+                        : "this key's project may not use the model gateway (infer:run); an admin can allow it with "
+                          "`b3os projects set-infer NAME on`");
+  if (auto r = check_configured(); !r) return r;
+  if (c.budget_id.empty())
+    return fail(ErrorCode::kInternal, sandbox ? "this sandbox's grant has no budget" : "this call names no budget");
+  // A key's budget (no cap until an admin sets one) exists from the key's first call.
+  if (!sandbox) return budgets_.store().ensure_budget(c.budget_id, c.project_id, std::nullopt);
+  return {};
+}
+
 const ModelConfig* Gateway::find(const std::string& id) const {
   for (auto& m : models_)
     if (m.id == id) return &m;
   return nullptr;
-}
-
-void Gateway::error(Sink& sink, int status, const std::string& message, const std::string& type, const std::string& code) {
-  (void)sink.respond(status, "application/json", openai_error_body(message, type, code));
 }
 
 int64_t Gateway::estimate_prompt_tokens(const json& request) {
@@ -122,55 +133,53 @@ int64_t Gateway::estimate_prompt_tokens(const json& request) {
 
 void Gateway::handle(const Caller& c, const std::string& method, const std::string& subpath, const std::string& body,
                      Sink& sink) {
-  if (!configured())
-    return error(sink, 503,
-                 "no model is configured on this b3osd: start it with --model ID=http://HOST:PORT/v1,upstream=NAME,"
-                 "in=USD_PER_M,out=USD_PER_M (or --models-file FILE); see docs/configuration.md",
-                 "server_error", "product_unavailable");
+  if (auto r = check_configured(); !r) return answer_error(sink, r.error());
   if (subpath == "/models" || subpath == "/models/") {
-    if (method != "GET") return error(sink, 405, "use GET on /models", "invalid_request_error", "method_not_allowed");
+    if (method != "GET") return answer_error(sink, {ErrorCode::kMethodNotAllowed, "use GET on /models", 0});
     json data = json::array();
     for (auto& m : models_) data.push_back(m.to_openai());
     return (void)sink.respond(200, "application/json", json{{"object", "list"}, {"data", data}}.dump());
   }
   if (subpath.rfind("/models/", 0) == 0) {
-    if (method != "GET") return error(sink, 405, "use GET on /models/ID", "invalid_request_error", "method_not_allowed");
+    if (method != "GET") return answer_error(sink, {ErrorCode::kMethodNotAllowed, "use GET on /models/ID", 0});
     const ModelConfig* m = find(subpath.substr(8));
-    if (!m) return error(sink, 404, "no model \"" + subpath.substr(8) + "\" on this node", "invalid_request_error", "model_not_found");
+    if (!m) return answer_error(sink, {ErrorCode::kModelNotFound, "no model \"" + subpath.substr(8) + "\" on this node", 0});
     return (void)sink.respond(200, "application/json", m->to_openai().dump());
   }
   if (subpath == "/chat/completions" || subpath.empty() || subpath == "/") {
-    if (method != "POST") return error(sink, 405, "use POST for chat completions", "invalid_request_error", "method_not_allowed");
+    if (method != "POST") return answer_error(sink, {ErrorCode::kMethodNotAllowed, "use POST for chat completions", 0});
     return chat(c, body, sink);
   }
-  error(sink, 404, "unknown path /v1/infer" + subpath + " (this gateway serves /chat/completions and /models)",
-        "invalid_request_error", "not_found");
+  answer_error(sink, {ErrorCode::kNotFound,
+                      "unknown path /v1/infer" + subpath + " (this gateway serves /chat/completions and /models)", 0});
 }
 
 void Gateway::chat(const Caller& c, const std::string& body, Sink& sink) {
   Stopwatch sw;
+  // A request the gateway cannot serve as it is: 400, nothing reserved.
+  auto bad = [&](std::string message) { answer_error(sink, {ErrorCode::kInvalidRequest, std::move(message), 0}); };
   if (json_depth(body) > kMaxJsonDepth)
-    return error(sink, 400, "the body nests deeper than " + std::to_string(kMaxJsonDepth) + " levels", "invalid_request_error", "invalid_json");
+    return bad("the body nests deeper than " + std::to_string(kMaxJsonDepth) + " levels");
   json req = json::parse(body, nullptr, false);
   if (req.is_discarded() || !req.is_object())
-    return error(sink, 400, "the body must be a JSON object (a chat completion request)", "invalid_request_error", "invalid_json");
+    return bad("the body must be a JSON object (a chat completion request)");
   std::string model_id = default_model();
   if (req.contains("model")) {
-    if (!req["model"].is_string()) return error(sink, 400, "model must be a string", "invalid_request_error", "invalid_request");
+    if (!req["model"].is_string()) return bad("model must be a string");
     model_id = req["model"].get<std::string>();
   }
   const ModelConfig* m = find(model_id);
   if (!m) {
     std::string known;
     for (auto& x : models_) known += (known.empty() ? "" : ", ") + x.id;
-    return error(sink, 404, "no model \"" + model_id + "\" on this node (models: " + known + ")", "invalid_request_error", "model_not_found");
+    return answer_error(sink, {ErrorCode::kModelNotFound, "no model \"" + model_id + "\" on this node (models: " + known + ")", 0});
   }
   if (!req.contains("messages") || !req["messages"].is_array() || req["messages"].empty())
-    return error(sink, 400, "messages must be a non-empty array", "invalid_request_error", "invalid_request");
+    return bad("messages must be a non-empty array");
   int n = 1;
   if (req.contains("n") && !req["n"].is_null()) {
     if (!req["n"].is_number_integer() || req["n"].get<int64_t>() < 1 || req["n"].get<int64_t>() > kMaxChoices)
-      return error(sink, 400, "n must be an integer from 1 to " + std::to_string(kMaxChoices), "invalid_request_error", "invalid_request");
+      return bad("n must be an integer from 1 to " + std::to_string(kMaxChoices));
     n = req["n"].get<int>();
   }
   // The completion's bound: what the request asks, never more than the model's limit; it is
@@ -180,33 +189,30 @@ void Gateway::chat(const Caller& c, const std::string& body, Sink& sink) {
   int64_t max_out = m->max_output_tokens;
   if (req.contains(max_field) && !req[max_field].is_null()) {
     if (!req[max_field].is_number_integer() || req[max_field].get<int64_t>() < 1)
-      return error(sink, 400, std::string(max_field) + " must be a positive integer", "invalid_request_error", "invalid_request");
+      return bad(std::string(max_field) + " must be a positive integer");
     max_out = std::min<int64_t>(max_out, req[max_field].get<int64_t>());
   }
   if (req.contains("stream") && !req["stream"].is_null() && !req["stream"].is_boolean())
-    return error(sink, 400, "stream must be true or false", "invalid_request_error", "invalid_request");
+    return bad("stream must be true or false");
   const bool stream = req.contains("stream") && req["stream"].is_boolean() && req["stream"].get<bool>();
   bool client_wants_usage = false;
   if (req.contains("stream_options") && !req["stream_options"].is_null()) {
-    if (!stream) return error(sink, 400, "stream_options is only allowed when stream is true", "invalid_request_error", "invalid_request");
+    if (!stream) return bad("stream_options is only allowed when stream is true");
     const json& so = req["stream_options"];
-    if (!so.is_object()) return error(sink, 400, "stream_options must be an object", "invalid_request_error", "invalid_request");
+    if (!so.is_object()) return bad("stream_options must be an object");
     if (so.contains("include_usage") && !so["include_usage"].is_boolean())
-      return error(sink, 400, "stream_options.include_usage must be true or false", "invalid_request_error", "invalid_request");
+      return bad("stream_options.include_usage must be true or false");
     client_wants_usage = so.contains("include_usage") && so["include_usage"].get<bool>();
   }
 
   // Everything the upstream reads counts as prompt (tools, response_format...), not only
   // the messages: the bound is taken over the whole request.
   const int64_t prompt_est = estimate_prompt_tokens(req);
-  const double in_price = m->usd_per_m_input / 1e6, out_price = m->usd_per_m_output / 1e6;
-  const double worst = prompt_est * in_price + static_cast<double>(max_out) * n * out_price;
+  const Micros worst = m->cost(prompt_est, max_out * n);
+  const Micros input_cost = m->cost(prompt_est, 0);  // charged when the caller leaves early
+  // 402 spend_cap_reached when the worst case would pass the cap; 500 when the budget is gone.
   auto reservation = budgets_.reserve(c.budget_id, worst);
-  if (!reservation) {
-    if (reservation.error().code == ErrorCode::kPaymentRequired)
-      return error(sink, 402, reservation.error().message, "insufficient_quota", "spend_cap_reached");
-    return error(sink, 500, reservation.error().message, "server_error", "internal");
-  }
+  if (!reservation) return answer_error(sink, reservation.error());
   Reservation& held = *reservation;
 
   store::LedgerRow row;
@@ -214,10 +220,10 @@ void Gateway::chat(const Caller& c, const std::string& body, Sink& sink) {
   row.sandbox_id = c.sandbox_id;
   row.key_id = c.key_id;
   row.model = m->id;
-  auto settle = [&](int status, std::string outcome, int64_t prompt, int64_t completion, double cost) {
+  auto settle = [&](int status, std::string outcome, int64_t prompt, int64_t completion, Micros cost) {
     // Never more than was reserved: a cap is a promise. An upstream that reports more than
     // the bound allowed is logged and the difference is not charged.
-    if (cost > held.amount + 1e-12) {
+    if (cost > held.amount) {
       spdlog::warn("gateway: {} reported a cost of {} over its reservation of {}; charged the reservation", m->id,
                    format_usd(cost), format_usd(held.amount));
       cost = held.amount;
@@ -227,20 +233,27 @@ void Gateway::chat(const Caller& c, const std::string& body, Sink& sink) {
     row.outcome = outcome;
     row.prompt_tokens = prompt;
     row.completion_tokens = completion;
-    row.cost_usd = cost;
+    row.cost_micros = cost;
     row.duration_ms = sw.elapsed_ms();
     budgets_.settle(held, row);
+  };
+
+  // Ends the call with an error of the gateway's own: charged `cost`, recorded with the status
+  // the caller gets.
+  auto fail_call = [&](const std::string& outcome, int64_t prompt, int64_t completion, Micros cost, const Error& e) {
+    settle(error_http_status(e.code), outcome, prompt, completion, cost);
+    answer_error(sink, e);
   };
 
   // Charges what the upstream reported it used.
   auto settle_usage = [&](int status, const std::string& outcome, const json& usage) {
     int64_t p = tokens(usage, "prompt_tokens"), q = tokens(usage, "completion_tokens");
-    settle(status, outcome, p, q, p * in_price + q * out_price);
+    settle(status, outcome, p, q, m->cost(p, q));
   };
 
   // Whatever happens below (an exception included), the reservation is settled once.
   ScopeExit settle_if_forgotten([&] {
-    if (held.active) settle(500, "internal_error", prompt_est, max_out * n, worst);
+    if (held.active) settle(error_http_status(ErrorCode::kInternal), "internal_error", prompt_est, max_out * n, worst);
   });
 
   json up = req;
@@ -257,10 +270,7 @@ void Gateway::chat(const Caller& c, const std::string& body, Sink& sink) {
     up.erase("stream_options");  // vLLM refuses it on a non-streamed call
   }
   auto key = m->upstream_key();
-  if (!key) {
-    settle(503, "no_upstream_key", 0, 0, 0);
-    return error(sink, 503, key.error().message, "server_error", "product_unavailable");
-  }
+  if (!key) return fail_call("no_upstream_key", 0, 0, 0, key.error());
   UpstreamRequest ur;
   ur.host = m->host;
   ur.port = m->port;
@@ -274,30 +284,25 @@ void Gateway::chat(const Caller& c, const std::string& body, Sink& sink) {
   bool sent = false;  // the request reached the upstream (from then on, a failure is charged)
   // A call that failed before a usable answer: once the request was sent, the upstream may
   // have done (and billed) all the work, so the reservation is charged.
-  auto upstream_failed = [&](const Error& e) {
-    switch (classify(e)) {
+  auto upstream_failed = [&](const UpstreamError& e) {
+    switch (e.kind) {
       case UpstreamFailure::kCancelled:
-        settle(499, "client_gone", prompt_est, 0, prompt_est * in_price);
+        settle(kClientGone, "client_gone", prompt_est, 0, input_cost);
         return;
-      case UpstreamFailure::kTimeout:
-        if (sent)
-          settle(504, "upstream_timeout", prompt_est, max_out * n, worst);
-        else
-          settle(504, "upstream_timeout", 0, 0, 0);
-        error(sink, 504, "the model upstream " + m->id + " did not answer within " + std::to_string(m->timeout_s) + " s",
-              "server_error", "upstream_timeout");
-        return;
+      case UpstreamFailure::kTimeout: {
+        Error out{ErrorCode::kUpstreamTimeout,
+                  "the model upstream " + m->id + " did not answer within " + std::to_string(m->timeout_s) + " s", 0};
+        if (sent) return fail_call("upstream_timeout", prompt_est, max_out * n, worst, out);
+        return fail_call("upstream_timeout", 0, 0, 0, out);
+      }
       case UpstreamFailure::kUnreachable:
-        settle(502, "upstream_unreachable", 0, 0, 0);
-        error(sink, 502, "the model upstream " + m->id + " is unreachable (" + e.message + ")", "server_error", "upstream_unavailable");
-        return;
-      case UpstreamFailure::kBroken:
-        if (sent)
-          settle(502, "upstream_broken", prompt_est, max_out * n, worst);
-        else
-          settle(502, "upstream_broken", 0, 0, 0);
-        error(sink, 502, "the model upstream " + m->id + " broke the call (" + e.message + ")", "server_error", "upstream_error");
-        return;
+        return fail_call("upstream_unreachable", 0, 0, 0,
+                         {ErrorCode::kUpstreamUnavailable, "the model upstream " + m->id + " is unreachable (" + e.message + ")", 0});
+      case UpstreamFailure::kBroken: {
+        Error out{ErrorCode::kUpstreamError, "the model upstream " + m->id + " broke the call (" + e.message + ")", 0};
+        if (sent) return fail_call("upstream_broken", prompt_est, max_out * n, worst, out);
+        return fail_call("upstream_broken", 0, 0, 0, out);
+      }
     }
   };
 
@@ -312,20 +317,17 @@ void Gateway::chat(const Caller& c, const std::string& body, Sink& sink) {
       if (!piece) return upstream_failed(piece.error());  // an answer cut short: charged
       if (!*piece) break;
       answer += **piece;
-      if (answer.size() > kMaxUpstreamBody) {
-        settle(502, "upstream_too_large", 0, 0, worst);
-        return error(sink, 502, "the model upstream's answer passed 64 MiB", "server_error", "upstream_error");
-      }
+      if (answer.size() > kMaxUpstreamBody)
+        return fail_call("upstream_too_large", 0, 0, worst, {ErrorCode::kUpstreamError, "the model upstream's answer passed 64 MiB", 0});
     }
     if (status < 200 || status >= 300) {
       settle(status, "upstream_error", 0, 0, 0);
-      return (void)sink.respond(caller_status(status), "application/json", normalise_upstream_error(status, answer));
+      return answer_upstream_error(sink, status, answer);
     }
     json j = json::parse(answer, nullptr, false);
-    if (j.is_discarded() || !j.is_object()) {
-      settle(502, "upstream_unreadable", 0, 0, worst);
-      return error(sink, 502, "the model upstream answered something that is not JSON", "server_error", "upstream_error");
-    }
+    if (j.is_discarded() || !j.is_object())
+      return fail_call("upstream_unreadable", 0, 0, worst,
+                       {ErrorCode::kUpstreamError, "the model upstream answered something that is not JSON", 0});
     json usage = usage_of(j);
     if (usage.is_null()) {
       settle(200, "completed_without_usage", prompt_est, max_out * n, worst);
@@ -337,7 +339,7 @@ void Gateway::chat(const Caller& c, const std::string& body, Sink& sink) {
   }
 
   // A stream: relay each server-sent event as soon as it is whole, take the last usage seen.
-  if (auto r = sink.begin_stream(200, "text/event-stream"); !r) return settle(499, "client_gone", prompt_est, 0, prompt_est * in_price);
+  if (auto r = sink.begin_stream(200, "text/event-stream"); !r) return settle(kClientGone, "client_gone", prompt_est, 0, input_cost);
   json usage = nullptr;
   int64_t content_chunks = 0;
   bool done_seen = false;
@@ -384,7 +386,7 @@ void Gateway::chat(const Caller& c, const std::string& body, Sink& sink) {
     out += "\n";
     return sink.write(out);
   };
-  std::optional<Error> failure;  // the upstream's
+  std::optional<UpstreamError> failure;
   bool caller_left = false;
   for (;;) {
     auto piece = (*call)->read(deadline, gone);
@@ -416,13 +418,13 @@ void Gateway::chat(const Caller& c, const std::string& body, Sink& sink) {
     if (caller_left) break;
   }
   if (!failure && !caller_left && !pending.empty()) caller_left = !relay_event(pending);
-  if (caller_left || (failure && classify(*failure) == UpstreamFailure::kCancelled)) {
+  if (caller_left || (failure && failure->kind == UpstreamFailure::kCancelled)) {
     // The caller left: closing the upstream connection stops the generation. Charge the
     // usage if it came, else the input and the chunks relayed so far (about a token each).
     if (!usage.is_null()) {
-      settle_usage(499, "client_gone", usage);
+      settle_usage(kClientGone, "client_gone", usage);
     } else {
-      settle(499, "client_gone", prompt_est, content_chunks, prompt_est * in_price + content_chunks * out_price);
+      settle(kClientGone, "client_gone", prompt_est, content_chunks, m->cost(prompt_est, content_chunks));
     }
     sink.end(false);
     return;

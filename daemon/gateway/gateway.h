@@ -11,15 +11,21 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/json.h"
 #include "common/result.h"
 #include "daemon/gateway/budget.h"
 #include "daemon/gateway/models.h"
 
 namespace b3os::gateway {
 
-/// Who pays for a call, and what the ledger records about it.
+/// Who pays for a call, and what the ledger records about it. A sandbox's call has
+/// `sandbox_id` (and its grant's budget); a call from outside has the key's id as `key_id`
+/// and `budget_id`.
 struct Caller {
   std::string budget_id, project_id, sandbox_id, key_id;
+  /// A sandbox's grant names the infer:run scope (read only for sandboxes: keys need none).
+  /// False unless set, so a caller that forgets it is refused, never let through.
+  bool infer_scope = false;
 };
 
 /// Where the answer goes: a whole body, or a stream of bytes.
@@ -35,11 +41,14 @@ class Sink {
   virtual bool gone() = 0;
 };
 
-/// The deepest nesting of arrays and objects in a JSON text (strings skipped). Copying or
-/// serializing very deep JSON recurses, so such bodies are refused before they are parsed.
-size_t json_depth(std::string_view text);
-
-/// An OpenAI-shaped error: {"error":{"message","type","param","code"}}.
+/// The OpenAI-shaped body of one of b3os's errors: {"error":{"message","type","param":null,
+/// "code"}}, its type and code from the one error table (common/error.cc).
+std::string openai_error_body(const Error& e);
+/// Answers `e` on `sink`: the table's HTTP status and the OpenAI-shaped body. The one way the
+/// gateway (and the places that refuse before it) answer an error of their own.
+void answer_error(Sink& sink, const Error& e);
+/// An OpenAI-shaped body from its parts, for errors b3os does not decide itself (an upstream's
+/// own 4xx, relayed). b3os's own errors go through the Error overload above.
 std::string openai_error_body(const std::string& message, const std::string& type, const std::string& code);
 
 class Gateway {
@@ -51,6 +60,17 @@ class Gateway {
   /// The default model's public id ("" when none is configured).
   std::string default_model() const;
 
+  /// Whether `c` may use the gateway now, checked before its request is read: the one place
+  /// these rules live, for the REST API (/v1/infer) and the sandbox relay alike:
+  /// - a sandbox needs the infer:run scope: kForbidden;
+  /// - the project must allow the gateway (`b3os projects set-infer`, read on every call, so
+  ///   turning it off stops running sandboxes too): kForbidden;
+  /// - a model must be configured: kProductUnavailable, saying how;
+  /// - a sandbox's grant must have a budget (kInternal); a key's budget is created on its
+  ///   first call.
+  /// kInternal also when the store cannot be read.
+  Result<void> admit(const Caller& c);
+
   /// Handles `method` on `subpath` (what follows /v1/infer: "", "/chat/completions",
   /// "/models", "/models/ID"). Every answer, errors included, is OpenAI-shaped.
   void handle(const Caller& c, const std::string& method, const std::string& subpath, const std::string& body,
@@ -60,9 +80,10 @@ class Gateway {
   static int64_t estimate_prompt_tokens(const nlohmann::json& request);
 
  private:
+  /// kProductUnavailable, saying how to configure a model, when none is configured.
+  Result<void> check_configured() const;
   const ModelConfig* find(const std::string& id) const;
   void chat(const Caller& c, const std::string& body, Sink& sink);
-  void error(Sink& sink, int status, const std::string& message, const std::string& type, const std::string& code);
 
   std::vector<ModelConfig> models_;
   Budgets& budgets_;

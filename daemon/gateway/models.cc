@@ -1,7 +1,9 @@
 #include "daemon/gateway/models.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
+#include <limits>
 #include <set>
 #include <sstream>
 
@@ -45,11 +47,12 @@ Result<void> parse_base_url(ModelConfig& m) {
   return {};
 }
 
-Result<double> parse_price(const std::string& id, const std::string& key, const std::string& v) {
+/// A price in USD per million tokens, kept to the micro-dollar (per million tokens).
+Result<Micros> parse_price(const std::string& id, const std::string& key, const std::string& v) {
   char* end = nullptr;
   double d = std::strtod(v.c_str(), &end);
   if (v.empty() || *end != '\0' || !(d >= 0 && d <= 1e6)) return fail(bad(id, key + " must be a price in USD per million tokens, 0 to 1000000"));
-  return d;
+  return usd_to_micros(d);
 }
 
 Result<int> parse_int(const std::string& id, const std::string& key, const std::string& v, int lo, int hi) {
@@ -69,6 +72,18 @@ Result<void> check_id(const std::string& id) {
 }
 
 }  // namespace
+
+Micros ModelConfig::cost(int64_t prompt_tokens, int64_t completion_tokens) const {
+  // 128 bits: tokens x micro-dollars per million pass 2^63 before the division (4M-token
+  // bounds x n=16 at $1M per million); an upstream's absurd usage saturates, never wraps.
+  using u128 = unsigned __int128;
+  const u128 p = static_cast<u128>(std::max<int64_t>(prompt_tokens, 0)) * static_cast<u128>(micros_per_m_input);
+  const u128 q = static_cast<u128>(std::max<int64_t>(completion_tokens, 0)) * static_cast<u128>(micros_per_m_output);
+  const u128 per_m = 1'000'000;
+  const u128 micros = (p + q + per_m - 1) / per_m;
+  return micros > static_cast<u128>(std::numeric_limits<Micros>::max()) ? std::numeric_limits<Micros>::max()
+                                                                         : static_cast<Micros>(micros);
+}
 
 Result<std::string> ModelConfig::upstream_key() const {
   if (!key_env.empty()) {
@@ -114,11 +129,11 @@ Result<ModelConfig> parse_model_flag(const std::string& flag) {
     } else if (k == "in") {
       auto p = parse_price(m.id, "in", v);
       if (!p) return fail(p.error());
-      m.usd_per_m_input = *p;
+      m.micros_per_m_input = *p;
     } else if (k == "out") {
       auto p = parse_price(m.id, "out", v);
       if (!p) return fail(p.error());
-      m.usd_per_m_output = *p;
+      m.micros_per_m_output = *p;
     } else if (k == "key-env") {
       m.key_env = v;
     } else if (k == "key-file") {
@@ -150,12 +165,13 @@ Result<std::vector<ModelConfig>> load_models_file(const std::string& path) {
   for (auto& e : j["models"]) {
     if (!e.is_object()) return fail(ErrorCode::kInvalidRequest, path + ": each model must be an object");
     ModelConfig m;
+    double in_usd = 0, out_usd = 0;
     try {
       m.id = e.at("id").get<std::string>();
       m.base_url = e.at("base_url").get<std::string>();
       m.upstream_model = e.value("upstream_model", m.id);
-      m.usd_per_m_input = e.value("usd_per_m_input", 0.0);
-      m.usd_per_m_output = e.value("usd_per_m_output", 0.0);
+      in_usd = e.value("usd_per_m_input", 0.0);
+      out_usd = e.value("usd_per_m_output", 0.0);
       m.key_env = e.value("key_env", "");
       m.key_file = e.value("key_file", "");
       m.max_output_tokens = e.value("max_output_tokens", 4096);
@@ -165,7 +181,10 @@ Result<std::vector<ModelConfig>> load_models_file(const std::string& path) {
       return fail(ErrorCode::kInvalidRequest, path + ": " + ex.what());
     }
     if (auto r = check_id(m.id); !r) return fail(r.error());
-    if (!(m.usd_per_m_input >= 0 && m.usd_per_m_output >= 0)) return fail(bad(m.id, "prices must not be negative"));
+    if (!(in_usd >= 0 && in_usd <= 1e6 && out_usd >= 0 && out_usd <= 1e6))
+      return fail(bad(m.id, "prices must be USD per million tokens, 0 to 1000000"));
+    m.micros_per_m_input = usd_to_micros(in_usd);
+    m.micros_per_m_output = usd_to_micros(out_usd);
     if (m.max_output_tokens < 1 || m.timeout_s < 1) return fail(bad(m.id, "max_output_tokens and timeout_s must be positive"));
     if (auto r = parse_base_url(m); !r) return fail(r.error());
     out.push_back(std::move(m));

@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/money.h"
 #include "common/result.h"
 
 namespace b3os::gateway {
@@ -19,12 +20,16 @@ struct ModelConfig {
   std::string upstream_model; // the name the upstream knows it by (default: id)
   std::string key_env;        // upstream key from this environment variable...
   std::string key_file;       // ...or from this file (never stored, never logged)
-  double usd_per_m_input = 0;   // price per million prompt tokens
-  double usd_per_m_output = 0;  // price per million completion tokens
+  Micros micros_per_m_input = 0;   // price per million prompt tokens, micro-dollars
+  Micros micros_per_m_output = 0;  // price per million completion tokens, micro-dollars
   int max_output_tokens = 4096; // worst case when a request names no max_tokens
   int timeout_s = 120;          // a whole call, upstream connect to last byte
   bool is_default = false;
 
+  /// What `prompt` and `completion` tokens cost: (prompt x in + completion x out) / 10^6,
+  /// rounded up to the next micro-dollar, so that no call costs less than its tokens and
+  /// rounding can never take spend past a cap (docs/gateway.md). Exact: no floating point.
+  Micros cost(int64_t prompt_tokens, int64_t completion_tokens) const;
   /// The upstream key, read now from the environment or the file ("" when none).
   Result<std::string> upstream_key() const;
   /// {"id","object":"model","created","owned_by"} as /models lists it.

@@ -52,8 +52,7 @@ class RelaySink : public Sink {
 
 }  // namespace
 
-Relay::Relay(Gateway* gw, store::Store& store, Lookup lookup)
-    : gw_(gw), store_(store), lookup_(std::move(lookup)) {}
+Relay::Relay(Gateway* gw, Lookup lookup) : gw_(gw), lookup_(std::move(lookup)) {}
 
 void Relay::serve(const std::string& id, std::shared_ptr<agentlink::Stream> st) {
   // Runs on the channel's reader thread: hand the call to a thread of its own at once, never
@@ -61,9 +60,7 @@ void Relay::serve(const std::string& id, std::shared_ptr<agentlink::Stream> st) 
   if (++g_relay_calls > Relay::kMaxCalls) {
     --g_relay_calls;
     RelaySink busy(st);
-    (void)busy.respond(503, "application/json",
-                       openai_error_body("too many model calls in flight on this node; retry", "server_error",
-                                                  "capacity_unavailable"));
+    answer_error(busy, {ErrorCode::kCapacityUnavailable, "too many model calls in flight on this node; retry", 0});
     return;
   }
   try {
@@ -82,15 +79,13 @@ void Relay::serve(const std::string& id, std::shared_ptr<agentlink::Stream> st) 
     --g_relay_calls;
     spdlog::error("sandbox {}: no thread for a model call: {}", id, e.what());
     RelaySink busy(st);
-    (void)busy.respond(503, "application/json", openai_error_body("b3osd is out of threads; retry", "server_error", "capacity_unavailable"));
+    answer_error(busy, {ErrorCode::kCapacityUnavailable, "b3osd is out of threads; retry", 0});
   }
 }
 
 void Relay::relay_one(const std::string& id, const std::shared_ptr<agentlink::Stream>& st) {
   RelaySink sink(st);
-  auto refuse = [&](int status, const std::string& msg, const std::string& type, const std::string& code) {
-    (void)sink.respond(status, "application/json", openai_error_body(msg, type, code));
-  };
+  auto refuse = [&](ErrorCode code, std::string msg) { answer_error(sink, {code, std::move(msg), 0}); };
   // The request: OPEN, then its body as DATA up to EOF.
   const auto deadline = Clock::now() + kRelayRequestTimeout;
   auto open = st->next(deadline);
@@ -98,7 +93,7 @@ void Relay::relay_one(const std::string& id, const std::shared_ptr<agentlink::St
   json req = json::parse(open->payload, nullptr, false);
   if (req.is_discarded() || !req.is_object() || !req.contains("op") || req["op"] != "http" ||
       !req.contains("path") || !req["path"].is_string() || !req.contains("method") || !req["method"].is_string())
-    return refuse(400, "the agent relayed a request b3osd cannot read", "invalid_request_error", "invalid_request");
+    return refuse(ErrorCode::kInvalidRequest, "the agent relayed a request b3osd cannot read");
   std::string body;
   for (;;) {
     auto f = st->next(deadline);
@@ -108,31 +103,22 @@ void Relay::relay_one(const std::string& id, const std::shared_ptr<agentlink::St
     if (f->type != protocol::FrameType::kData) continue;
     body += f->payload;
     st->grant(static_cast<uint32_t>(f->payload.size()));
-    if (body.size() > kMaxRelayBody) return refuse(413, "request body over 4 MiB", "invalid_request_error", "payload_too_large");
+    if (body.size() > kMaxRelayBody) return refuse(ErrorCode::kPayloadTooLarge, "request body over 4 MiB");
   }
   auto grant = lookup_(id);
-  if (!grant) return refuse(503, "this sandbox is not in service", "server_error", "sandbox_not_running");
-  const bool infer = grant->infer;
-  Caller c;
-  c.budget_id = grant->budget_id;
-  if (!infer)
-    return refuse(403, "this sandbox was created without the infer:run scope; create it with \"api\": {\"scopes\": [\"infer:run\"]}",
-                  "permission_error", "forbidden");
-  // The project's switch is read on every call: turning it off stops running sandboxes too.
-  auto allowed = store_.project_allows_infer(grant->project_id);
-  if (!allowed) return refuse(500, allowed.error().message, "server_error", "internal");
-  if (!*allowed)
-    return refuse(403, "this sandbox's project may not use the model gateway (b3os projects set-infer NAME on)",
-                  "permission_error", "forbidden");
-  if (!gw_) return refuse(503, "this b3osd has no model gateway", "server_error", "product_unavailable");
+  if (!grant) return refuse(ErrorCode::kSandboxNotRunning, "this sandbox is not in service");
+  if (!gw_) return refuse(ErrorCode::kProductUnavailable, "this b3osd has no model gateway");
   const std::string path = req["path"].get<std::string>();
   const std::string prefix = "/v1/infer";
   if (path.rfind(prefix, 0) != 0 || (path.size() > prefix.size() && path[prefix.size()] != '/'))
-    return refuse(404, "nothing at " + path + " (the model endpoint is " + std::string("http://127.0.0.1:7700/v1/infer") + ")",
-                  "invalid_request_error", "not_found");
+    return refuse(ErrorCode::kNotFound, "nothing at " + path + " (the model endpoint is " + prefix + " on 127.0.0.1:7700)");
+  Caller c;
+  c.budget_id = grant->budget_id;
   c.project_id = grant->project_id;
   c.sandbox_id = id;
-  if (c.budget_id.empty()) return refuse(500, "this sandbox's grant has no budget", "server_error", "internal");
+  c.infer_scope = grant->infer;
+  // Admission is read on every call: turning a project's switch off stops running sandboxes too.
+  if (auto r = gw_->admit(c); !r) return answer_error(sink, r.error());
   gw_->handle(c, req["method"].get<std::string>(), path.substr(prefix.size()), body, sink);
 }
 

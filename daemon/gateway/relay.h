@@ -10,7 +10,6 @@
 
 #include "daemon/agentlink/channel.h"
 #include "daemon/gateway/gateway.h"
-#include "daemon/store/store.h"
 
 namespace b3os::gateway {
 
@@ -25,7 +24,7 @@ class Relay {
   /// Finds the grant of a live sandbox (nullopt: the sandbox is not in service).
   using Lookup = std::function<std::optional<SandboxGrant>(const std::string& sandbox_id)>;
   /// `gw` nullptr: calls get 503.
-  Relay(Gateway* gw, store::Store& store, Lookup lookup);
+  Relay(Gateway* gw, Lookup lookup);
 
   /// Takes one stream the agent of sandbox `id` opened. Called on the channel's reader
   /// thread: hands the call to a thread of its own at once (at most kMaxCalls at a time).
@@ -37,7 +36,6 @@ class Relay {
   void relay_one(const std::string& id, const std::shared_ptr<agentlink::Stream>& st);
 
   Gateway* gw_;
-  store::Store& store_;
   Lookup lookup_;
 };
 

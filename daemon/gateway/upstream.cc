@@ -18,25 +18,12 @@ using tcp = asio::ip::tcp;
 using Clock = std::chrono::steady_clock;
 
 namespace {
-constexpr const char* kUnreachable = "upstream unreachable: ";
-constexpr const char* kTimedOut = "upstream timed out: ";
-constexpr const char* kCancelled = "cancelled: ";
-constexpr const char* kBroken = "upstream broke the connection: ";
-
-Error upstream_error(const char* kind, const std::string& what) {
-  return Error{ErrorCode::kNodeUnavailable, std::string(kind) + what, 0};
+tl::unexpected<UpstreamError> failed(UpstreamFailure kind, std::string what) {
+  return tl::unexpected<UpstreamError>(UpstreamError{kind, std::move(what)});
 }
-
 }  // namespace
 
 using sys::DeadlineStream;
-
-UpstreamFailure classify(const Error& e) {
-  if (e.message.rfind(kTimedOut, 0) == 0) return UpstreamFailure::kTimeout;
-  if (e.message.rfind(kCancelled, 0) == 0) return UpstreamFailure::kCancelled;
-  if (e.message.rfind(kUnreachable, 0) == 0) return UpstreamFailure::kUnreachable;
-  return UpstreamFailure::kBroken;
-}
 
 struct UpstreamCall::Impl {
   asio::io_context io;
@@ -47,10 +34,10 @@ struct UpstreamCall::Impl {
   char chunk[64 * 1024];
 
   /// Turns a Beast error into ours, telling time-outs and cancellations apart.
-  Error failed(const char* doing, const beast::error_code& ec) {
-    if (stream->was_cancelled()) return upstream_error(kCancelled, "the caller went away");
-    if (stream->timed_out()) return upstream_error(kTimedOut, std::string("no answer in time while ") + doing);
-    return upstream_error(kBroken, std::string(doing) + ": " + ec.message());
+  tl::unexpected<UpstreamError> failure(const char* doing, const beast::error_code& ec) {
+    if (stream->was_cancelled()) return failed(UpstreamFailure::kCancelled, "the caller went away");
+    if (stream->timed_out()) return failed(UpstreamFailure::kTimeout, std::string("no answer in time while ") + doing);
+    return failed(UpstreamFailure::kBroken, std::string(doing) + ": " + ec.message());
   }
 };
 
@@ -63,15 +50,15 @@ UpstreamCall::~UpstreamCall() {
   }
 }
 
-Result<std::unique_ptr<UpstreamCall>> UpstreamCall::start(const UpstreamRequest& req, Deadline deadline,
-                                                          const std::function<bool()>& cancelled, bool* sent) {
+UpstreamResult<std::unique_ptr<UpstreamCall>> UpstreamCall::start(const UpstreamRequest& req, Deadline deadline,
+                                                                  const std::function<bool()>& cancelled, bool* sent) {
   auto impl = std::make_unique<Impl>();
   beast::error_code ec;
   // Numeric addresses need no resolver; names are resolved by the system (the operator's
   // configuration names the upstream, never a sandbox).
   tcp::resolver resolver(impl->io);
   auto endpoints = resolver.resolve(req.host, req.port, ec);
-  if (ec) return fail(upstream_error(kUnreachable, "resolving " + req.host + ": " + ec.message()));
+  if (ec) return failed(UpstreamFailure::kUnreachable, "resolving " + req.host + ": " + ec.message());
   // A connect with a deadline: non-blocking connect, then poll for writability.
   bool connected = false;
   for (auto& ep : endpoints) {
@@ -82,8 +69,8 @@ Result<std::unique_ptr<UpstreamCall>> UpstreamCall::start(const UpstreamRequest&
     if (ec == asio::error::would_block || ec == asio::error::in_progress) {
       for (;;) {
         auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-        if (left <= 0) return fail(upstream_error(kTimedOut, "connecting to " + req.host + ":" + req.port));
-        if (cancelled && cancelled()) return fail(upstream_error(kCancelled, "the caller went away"));
+        if (left <= 0) return failed(UpstreamFailure::kTimeout, "connecting to " + req.host + ":" + req.port);
+        if (cancelled && cancelled()) return failed(UpstreamFailure::kCancelled, "the caller went away");
         pollfd p{impl->sock.native_handle(), POLLOUT, 0};
         if (::poll(&p, 1, static_cast<int>(std::min<int64_t>(left, 100))) > 0) break;
       }
@@ -99,8 +86,8 @@ Result<std::unique_ptr<UpstreamCall>> UpstreamCall::start(const UpstreamRequest&
     impl->sock.close(ec);
   }
   if (!connected)
-    return fail(upstream_error(kUnreachable, "connecting to " + req.host + ":" + req.port + ": " +
-                                                 (ec ? ec.message() : std::string("no address"))));
+    return failed(UpstreamFailure::kUnreachable,
+                  "connecting to " + req.host + ":" + req.port + ": " + (ec ? ec.message() : std::string("no address")));
   impl->sock.set_option(tcp::no_delay(true), ec);
   // The socket stays non-blocking: every read and write below waits through DeadlineStream.
   impl->stream.emplace(impl->sock.native_handle(), impl->io.get_executor());
@@ -117,19 +104,19 @@ Result<std::unique_ptr<UpstreamCall>> UpstreamCall::start(const UpstreamRequest&
   r.prepare_payload();
   r.keep_alive(false);
   bh::write(*impl->stream, r, ec);
-  if (ec) return fail(impl->failed("sending the request", ec));
+  if (ec) return impl->failure("sending the request", ec);
   if (sent) *sent = true;
 
   impl->parser.body_limit(boost::none);
   impl->parser.header_limit(64 * 1024);
   bh::read_header(*impl->stream, impl->buf, impl->parser, ec);
-  if (ec) return fail(impl->failed("reading the response head", ec));
+  if (ec) return impl->failure("reading the response head", ec);
   return std::unique_ptr<UpstreamCall>(new UpstreamCall(std::move(impl)));
 }
 
 int UpstreamCall::status() const { return static_cast<int>(impl_->parser.get().result_int()); }
 
-Result<std::optional<std::string>> UpstreamCall::read(Deadline deadline, const std::function<bool()>& cancelled) {
+UpstreamResult<std::optional<std::string>> UpstreamCall::read(Deadline deadline, const std::function<bool()>& cancelled) {
   auto& p = impl_->parser;
   impl_->stream->arm(deadline, &cancelled);
   while (!p.is_done()) {
@@ -140,9 +127,9 @@ Result<std::optional<std::string>> UpstreamCall::read(Deadline deadline, const s
     if (ec == bh::error::need_buffer) ec = {};
     if (ec == bh::error::end_of_stream || ec == asio::error::eof) {
       if (p.is_done()) break;
-      return fail(upstream_error(kBroken, "the body ended early"));
+      return failed(UpstreamFailure::kBroken, "the body ended early");
     }
-    if (ec) return fail(impl_->failed("reading the answer", ec));
+    if (ec) return impl_->failure("reading the answer", ec);
     size_t n = sizeof impl_->chunk - p.get().body().size;
     if (n > 0) return std::optional<std::string>(std::string(impl_->chunk, n));
   }

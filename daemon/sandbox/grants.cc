@@ -19,7 +19,7 @@ Result<std::string> Lifecycle::grant_budget(const Principal& p, const SandboxSpe
   // A cap of its own: a new budget, shared later by the sandbox's forks and snapshots.
   if (spec.api.spend_cap_usd) {
     std::string id = new_id("grt");
-    if (auto r = store_.ensure_budget(id, p.project_id, spec.api.spend_cap_usd); !r) return fail(r.error());
+    if (auto r = store_.ensure_budget(id, p.project_id, usd_to_micros(*spec.api.spend_cap_usd)); !r) return fail(r.error());
     return id;
   }
   // No cap given: the creating key's own budget (and cap, if it has one) applies.

@@ -206,7 +206,7 @@ Result<json> Lifecycle::create_from_snapshot(const Principal& p, const SandboxSp
   spec.egress.allow = snap.egress_allow;
   spec.api.scopes = snap.api_scopes;
   spec.api.spend_cap_usd.reset();
-  if (snap.spend_cap_micros) spec.api.spend_cap_usd = store::micros_to_usd(*snap.spend_cap_micros);
+  if (snap.spend_cap_micros) spec.api.spend_cap_usd = micros_to_usd(*snap.spend_cap_micros);
   const std::string image = cfg_.snapshots_dir() + "/" + snap.id;
   if (!fs::exists(image + "/checkpoint.img"))
     return fail(ErrorCode::kInternal, "snapshot " + snap.id + " has no image on disk at " + image);
@@ -265,7 +265,7 @@ Result<json> Lifecycle::create_launched(const Principal& p, const SandboxSpec& s
     for (auto& pt : spec.ports) r.ports.push_back({pt.port, pt.is_public});
     r.api_scopes = spec.api.scopes;
     r.spend_cap_micros.reset();
-    if (spec.api.spend_cap_usd) r.spend_cap_micros = store::usd_to_micros(*spec.api.spend_cap_usd);
+    if (spec.api.spend_cap_usd) r.spend_cap_micros = usd_to_micros(*spec.api.spend_cap_usd);
     r.egress_mode = spec.egress.mode;
     r.egress_allow = spec.egress.allow;
     r.forkable = spec.forkable;

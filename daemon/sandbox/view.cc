@@ -14,7 +14,7 @@ json opt_time(const std::optional<int64_t>& ms) { return ms ? json(format_rfc333
 
 json grant_object(const std::vector<std::string>& scopes, const std::optional<int64_t>& cap) {
   return {{"scopes", scopes},
-          {"spend_cap_usd", cap ? json(store::micros_to_usd(*cap)) : json(nullptr)},
+          {"spend_cap_usd", cap ? json(micros_to_usd(*cap)) : json(nullptr)},
           {"connections", json::array()}};
 }
 }  // namespace

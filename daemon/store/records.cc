@@ -84,9 +84,6 @@ std::optional<StopReason> stop_reason_from_name(std::string_view name) {
   return std::nullopt;
 }
 
-int64_t usd_to_micros(double usd) { return static_cast<int64_t>(std::llround(usd * 1e6)); }
-double micros_to_usd(int64_t micros) { return static_cast<double>(micros) / 1e6; }
-
 Result<SandboxRecord> sandbox_from_legacy(const json& doc, const json& secrets) {
   if (!doc.is_object() || !doc.contains("id") || !doc["id"].is_string())
     return fail(ErrorCode::kInternal, "store: a sandbox document without an id");

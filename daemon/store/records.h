@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/money.h"
 #include "common/result.h"
 
 namespace b3os::store {
@@ -106,10 +107,6 @@ struct SnapshotRecord {
   int64_t created_ms = 0;
   std::string rootfs, budget_id;
 };
-
-/// Micro-dollars of a USD amount, rounded to the nearest; and back.
-int64_t usd_to_micros(double usd);
-double micros_to_usd(int64_t micros);
 
 /// The record a release before typed columns kept as a JSON document (the sandbox object plus
 /// private "_b3os" keys) and a JSON object of secrets. Used by the migration.

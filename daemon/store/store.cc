@@ -2,6 +2,8 @@
 
 #include <openssl/sha.h>
 
+#include <iterator>
+
 #include "common/clock.h"
 #include "common/ids.h"
 
@@ -11,7 +13,28 @@ namespace {
 
 constexpr int64_t kIdempotencyTtlMs = 24LL * 3600 * 1000;
 
-const char* kSchema = R"sql(
+/// Runs one or more statements that return no rows.
+Result<void> exec_sql(sqlite3* db, const char* sql) {
+  char* err = nullptr;
+  if (sqlite3_exec(db, sql, nullptr, nullptr, &err) != SQLITE_OK) {
+    std::string msg = err ? err : "unknown";
+    sqlite3_free(err);
+    return fail(ErrorCode::kInternal, std::string("store: ") + msg);
+  }
+  return {};
+}
+
+// ---- schema migrations ----
+//
+// The schema's version is SQLite's user_version. Each step moves a database from the version
+// before it to its own, inside one transaction with the version bump, so a crash leaves the
+// database at one version or the next, never between. To change the schema, write one more
+// step function and add it at the end of kMigrations; never edit a step that has shipped.
+
+/// Version 1: the schema of b3os 0.1 as it shipped (a database of 0.1 has user_version 0 and
+/// already holds these tables: IF NOT EXISTS makes this step a no-op on it).
+Result<void> schema_v1(sqlite3* db) {
+  return exec_sql(db, R"sql(
 CREATE TABLE IF NOT EXISTS projects (
   id TEXT PRIMARY KEY,
   name TEXT NOT NULL UNIQUE,
@@ -82,7 +105,73 @@ CREATE TABLE IF NOT EXISTS project_settings (
   project_id TEXT PRIMARY KEY,
   infer INTEGER NOT NULL DEFAULT 1
 );
-)sql";
+)sql");
+}
+
+/// Version 2: money in integer micro-dollars (budgets.cap_micros and spent_micros,
+/// ledger.cost_micros and reserved_micros), so that sums and cap checks are exact. REAL
+/// dollars become micro-dollars rounded to the nearest one. SQLite cannot change a column's
+/// type in place: each table is rebuilt under its name (ledger ids, and so its order and its
+/// AUTOINCREMENT sequence, are kept).
+Result<void> integer_money_v2(sqlite3* db) {
+  return exec_sql(db, R"sql(
+CREATE TABLE budgets_v2 (
+  id TEXT PRIMARY KEY,
+  project_id TEXT NOT NULL,
+  cap_micros INTEGER,
+  spent_micros INTEGER NOT NULL DEFAULT 0,
+  created_at_ms INTEGER NOT NULL
+);
+INSERT INTO budgets_v2(id, project_id, cap_micros, spent_micros, created_at_ms)
+  SELECT id, project_id, CAST(ROUND(cap_usd * 1000000) AS INTEGER), CAST(ROUND(spent_usd * 1000000) AS INTEGER),
+         created_at_ms FROM budgets;
+DROP TABLE budgets;
+ALTER TABLE budgets_v2 RENAME TO budgets;
+
+CREATE TABLE ledger_v2 (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  budget_id TEXT NOT NULL,
+  project_id TEXT NOT NULL,
+  sandbox_id TEXT,
+  key_id TEXT,
+  model TEXT NOT NULL,
+  prompt_tokens INTEGER NOT NULL,
+  completion_tokens INTEGER NOT NULL,
+  cost_micros INTEGER NOT NULL,
+  reserved_micros INTEGER NOT NULL,
+  duration_ms REAL NOT NULL,
+  status INTEGER NOT NULL,
+  outcome TEXT NOT NULL,
+  created_at_ms INTEGER NOT NULL
+);
+INSERT INTO ledger_v2(id, budget_id, project_id, sandbox_id, key_id, model, prompt_tokens, completion_tokens,
+                      cost_micros, reserved_micros, duration_ms, status, outcome, created_at_ms)
+  SELECT id, budget_id, project_id, sandbox_id, key_id, model, prompt_tokens, completion_tokens,
+         CAST(ROUND(cost_usd * 1000000) AS INTEGER), CAST(ROUND(reserved_usd * 1000000) AS INTEGER),
+         duration_ms, status, outcome, created_at_ms FROM ledger;
+DROP TABLE ledger;
+ALTER TABLE ledger_v2 RENAME TO ledger;
+CREATE INDEX ledger_budget ON ledger(budget_id, id);
+)sql");
+}
+
+struct Migration {
+  int version;         // the user_version after this step
+  const char* what;    // for errors and logs
+  Result<void> (*apply)(sqlite3* db);
+};
+
+constexpr Migration kMigrations[] = {
+    {1, "the schema of b3os 0.1", schema_v1},
+    {2, "money in integer micro-dollars", integer_money_v2},
+};
+
+constexpr bool versions_are_consecutive() {
+  for (size_t i = 0; i < std::size(kMigrations); ++i)
+    if (kMigrations[i].version != static_cast<int>(i) + 1) return false;
+  return true;
+}
+static_assert(versions_are_consecutive(), "kMigrations must list versions 1, 2, 3... in order");
 
 /// A prepared statement that finalizes itself.
 class Stmt {
@@ -181,19 +270,47 @@ Result<std::unique_ptr<Store>> Store::open(const std::string& path) {
 
 Store::~Store() { sqlite3_close(db_); }
 
-Result<void> Store::exec(const char* sql) {
-  char* err = nullptr;
-  if (sqlite3_exec(db_, sql, nullptr, nullptr, &err) != SQLITE_OK) {
-    std::string msg = err ? err : "unknown";
-    sqlite3_free(err);
-    return fail(ErrorCode::kInternal, std::string("store: ") + msg);
-  }
-  return {};
+Result<void> Store::exec(const char* sql) { return exec_sql(db_, sql); }
+
+namespace {
+Result<int> user_version(sqlite3* db) {
+  Stmt st(db, "PRAGMA user_version");
+  if (st.step() != SQLITE_ROW) return fail(db_error(db, "reading the schema version"));
+  return static_cast<int>(st.i64(0));
 }
+}  // namespace
+
+int Store::latest_schema_version() { return std::end(kMigrations)[-1].version; }
 
 Result<void> Store::migrate() {
+  // Journal mode and foreign keys cannot change inside a transaction: set them first.
   if (auto r = exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;"); !r) return r;
-  return exec(kSchema);
+  auto at = user_version(db_);
+  if (!at) return fail(at.error());
+  if (*at > latest_schema_version())
+    return fail(ErrorCode::kInternal, "store: the database is at schema version " + std::to_string(*at) +
+                                          ", newer than this build knows (" + std::to_string(latest_schema_version()) +
+                                          "); run the b3os that wrote it, or a newer one");
+  for (const Migration& m : kMigrations) {
+    if (m.version <= *at) continue;
+    // IMMEDIATE takes the write lock first; the version is read again under it, since another
+    // process (b3osd and the CLI share the file) may have run this step meanwhile.
+    if (auto r = exec("BEGIN IMMEDIATE"); !r) return r;
+    auto now = user_version(db_);
+    if (now && *now >= m.version) {
+      if (auto r = exec("COMMIT"); !r) return r;
+      continue;
+    }
+    Result<void> step = now ? m.apply(db_) : fail(now.error());
+    if (step) step = exec(("PRAGMA user_version = " + std::to_string(m.version)).c_str());
+    if (step) step = exec("COMMIT");
+    if (!step) {
+      (void)exec("ROLLBACK");
+      Error e = step.error();
+      return fail(e.wrap("migrating the schema to version " + std::to_string(m.version) + " (" + m.what + ")"));
+    }
+  }
+  return {};
 }
 
 Result<NewApiKey> Store::create_api_key(const std::string& project_name) {
@@ -427,21 +544,21 @@ Result<void> Store::idempotency_abort(const std::string& project_id, const std::
 
 // ---- model spend: budgets, the ledger, project settings ----
 
-Result<void> Store::ensure_budget(const std::string& id, const std::string& project_id, std::optional<double> cap_usd) {
+Result<void> Store::ensure_budget(const std::string& id, const std::string& project_id, std::optional<Micros> cap) {
   std::lock_guard lk(mu_);
-  Stmt st(db_, "INSERT OR IGNORE INTO budgets(id, project_id, cap_usd, spent_usd, created_at_ms) VALUES (?, ?, ?, 0, ?)");
+  Stmt st(db_, "INSERT OR IGNORE INTO budgets(id, project_id, cap_micros, spent_micros, created_at_ms) VALUES (?, ?, ?, 0, ?)");
   st.bind(1, id).bind(2, project_id);
-  if (cap_usd) st.bind(3, *cap_usd); else st.bind_null(3);
+  if (cap) st.bind(3, *cap); else st.bind_null(3);
   st.bind(4, now_unix_ms());
   if (st.step() != SQLITE_DONE) return fail(db_error(db_, "saving budget " + id));
   return {};
 }
 
-Result<void> Store::set_budget_cap(const std::string& id, const std::string& project_id, std::optional<double> cap_usd) {
-  if (auto r = ensure_budget(id, project_id, cap_usd); !r) return r;
+Result<void> Store::set_budget_cap(const std::string& id, const std::string& project_id, std::optional<Micros> cap) {
+  if (auto r = ensure_budget(id, project_id, cap); !r) return r;
   std::lock_guard lk(mu_);
-  Stmt st(db_, "UPDATE budgets SET cap_usd = ? WHERE id = ?");
-  if (cap_usd) st.bind(1, *cap_usd); else st.bind_null(1);
+  Stmt st(db_, "UPDATE budgets SET cap_micros = ? WHERE id = ?");
+  if (cap) st.bind(1, *cap); else st.bind_null(1);
   st.bind(2, id);
   if (st.step() != SQLITE_DONE) return fail(db_error(db_, "setting the cap of budget " + id));
   return {};
@@ -449,7 +566,7 @@ Result<void> Store::set_budget_cap(const std::string& id, const std::string& pro
 
 Result<std::optional<BudgetRow>> Store::get_budget(const std::string& id) {
   std::lock_guard lk(mu_);
-  Stmt st(db_, "SELECT id, project_id, cap_usd, spent_usd FROM budgets WHERE id = ?");
+  Stmt st(db_, "SELECT id, project_id, cap_micros, spent_micros FROM budgets WHERE id = ?");
   st.bind(1, id);
   int rc = st.step();
   if (rc == SQLITE_DONE) return std::optional<BudgetRow>();
@@ -457,8 +574,8 @@ Result<std::optional<BudgetRow>> Store::get_budget(const std::string& id) {
   BudgetRow b;
   b.id = st.text(0);
   b.project_id = st.text(1);
-  if (!st.is_null(2)) b.cap_usd = st.f64(2);
-  b.spent_usd = st.f64(3);
+  if (!st.is_null(2)) b.cap_micros = st.i64(2);
+  b.spent_micros = st.i64(3);
   return std::optional<BudgetRow>(std::move(b));
 }
 
@@ -467,15 +584,15 @@ Result<void> Store::record_call(const LedgerRow& row) {
   if (auto r = exec("BEGIN IMMEDIATE"); !r) return r;
   Stmt ins(db_,
            "INSERT INTO ledger(budget_id, project_id, sandbox_id, key_id, model, prompt_tokens, completion_tokens, "
-           "cost_usd, reserved_usd, duration_ms, status, outcome, created_at_ms) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)");
+           "cost_micros, reserved_micros, duration_ms, status, outcome, created_at_ms) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)");
   ins.bind(1, row.budget_id).bind(2, row.project_id);
   if (row.sandbox_id.empty()) ins.bind_null(3); else ins.bind(3, row.sandbox_id);
   if (row.key_id.empty()) ins.bind_null(4); else ins.bind(4, row.key_id);
-  ins.bind(5, row.model).bind(6, row.prompt_tokens).bind(7, row.completion_tokens).bind(8, row.cost_usd);
-  ins.bind(9, row.reserved_usd).bind(10, row.duration_ms).bind(11, int64_t{row.status}).bind(12, row.outcome);
+  ins.bind(5, row.model).bind(6, row.prompt_tokens).bind(7, row.completion_tokens).bind(8, row.cost_micros);
+  ins.bind(9, row.reserved_micros).bind(10, row.duration_ms).bind(11, int64_t{row.status}).bind(12, row.outcome);
   ins.bind(13, now_unix_ms());
-  Stmt up(db_, "UPDATE budgets SET spent_usd = spent_usd + ? WHERE id = ?");
-  up.bind(1, row.cost_usd).bind(2, row.budget_id);
+  Stmt up(db_, "UPDATE budgets SET spent_micros = spent_micros + ? WHERE id = ?");
+  up.bind(1, row.cost_micros).bind(2, row.budget_id);
   if (ins.step() != SQLITE_DONE || up.step() != SQLITE_DONE) {
     auto e = db_error(db_, "writing the ledger");
     (void)exec("ROLLBACK");
@@ -492,7 +609,7 @@ Result<std::vector<LedgerRow>> Store::ledger(const std::string& budget_id, int l
   std::lock_guard lk(mu_);
   Stmt st(db_,
           "SELECT budget_id, project_id, ifnull(sandbox_id, ''), ifnull(key_id, ''), model, prompt_tokens, "
-          "completion_tokens, cost_usd, reserved_usd, duration_ms, status, outcome FROM ledger WHERE budget_id = ? "
+          "completion_tokens, cost_micros, reserved_micros, duration_ms, status, outcome FROM ledger WHERE budget_id = ? "
           "ORDER BY id DESC LIMIT ?");
   st.bind(1, budget_id).bind(2, int64_t{limit});
   std::vector<LedgerRow> out;
@@ -506,8 +623,8 @@ Result<std::vector<LedgerRow>> Store::ledger(const std::string& budget_id, int l
     r.model = st.text(4);
     r.prompt_tokens = st.i64(5);
     r.completion_tokens = st.i64(6);
-    r.cost_usd = st.f64(7);
-    r.reserved_usd = st.f64(8);
+    r.cost_micros = st.i64(7);
+    r.reserved_micros = st.i64(8);
     r.duration_ms = st.f64(9);
     r.status = static_cast<int>(st.i64(10));
     r.outcome = st.text(11);

@@ -4,6 +4,7 @@
 
 #include <sqlite3.h>
 
+#include <concepts>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -14,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/money.h"
 #include "common/result.h"
 #include "daemon/store/records.h"
 
@@ -53,19 +55,20 @@ struct IdempotencyHit {
 };
 
 /// A spend budget: a sandbox grant's (`grt_...`, shared by the sandbox and its forks) or an
-/// API key's (`key_...`). A missing cap means no limit, only metering.
+/// API key's (`key_...`). A missing cap means no limit, only metering. Money in micro-dollars.
 struct BudgetRow {
   std::string id;
   std::string project_id;
-  std::optional<double> cap_usd;
-  double spent_usd = 0;
+  std::optional<Micros> cap_micros;
+  Micros spent_micros = 0;
 };
 
-/// One model call as charged.
+/// One model call as charged (money in micro-dollars).
 struct LedgerRow {
   std::string budget_id, project_id, sandbox_id, key_id, model;
   int64_t prompt_tokens = 0, completion_tokens = 0;
-  double cost_usd = 0, reserved_usd = 0, duration_ms = 0;
+  Micros cost_micros = 0, reserved_micros = 0;
+  double duration_ms = 0;
   int status = 0;
   std::string outcome;  // completed, upstream_error, broken_stream, client_gone, ...
 };
@@ -91,15 +94,19 @@ class SandboxStore {
 
   /// Whether a project's keys and sandboxes may use the model gateway (default yes).
   virtual Result<bool> project_allows_infer(const std::string& project_id) = 0;
-  /// Creates a budget unless it exists (its cap is then left as it is).
+  /// Creates a budget unless it exists (its cap, in micro-dollars, is then left as it is).
   virtual Result<void> ensure_budget(const std::string& id, const std::string& project_id,
-                                     std::optional<double> cap_usd) = 0;
+                                     std::optional<Micros> cap) = 0;
 };
 
 class Store : public SandboxStore {
  public:
-  /// Opens (creating if needed) the database at `path`, in WAL mode, with its schema.
+  /// Opens (creating if needed) the database at `path`, in WAL mode, and brings its schema
+  /// to the latest version (each migration step in one transaction; a no-op when current).
+  /// Fails on a database newer than this build.
   static Result<std::unique_ptr<Store>> open(const std::string& path);
+  /// The schema version this build writes (PRAGMA user_version after open).
+  static int latest_schema_version();
   ~Store();
 
   /// Creates a key for project `project_name` (the project is created if new).
@@ -130,9 +137,15 @@ class Store : public SandboxStore {
   /// Releases every claim that has no response: called at start, when the requests that
   /// claimed them died with the previous process.
   Result<void> idempotency_clear_pending();
-  Result<void> ensure_budget(const std::string& id, const std::string& project_id, std::optional<double> cap_usd) override;
-  /// Creates a budget or changes its cap.
-  Result<void> set_budget_cap(const std::string& id, const std::string& project_id, std::optional<double> cap_usd);
+  Result<void> ensure_budget(const std::string& id, const std::string& project_id, std::optional<Micros> cap) override;
+  /// Creates a budget or changes its cap (micro-dollars; nullopt: no cap).
+  Result<void> set_budget_cap(const std::string& id, const std::string& project_id, std::optional<Micros> cap);
+  // A cap in dollars (std::optional<double>) would convert to micro-dollars silently,
+  // truncated: convert with usd_to_micros instead; these make the mistake a compile error.
+  template <std::floating_point T>
+  Result<void> ensure_budget(const std::string&, const std::string&, std::optional<T>) = delete;
+  template <std::floating_point T>
+  Result<void> set_budget_cap(const std::string&, const std::string&, std::optional<T>) = delete;
   Result<std::optional<BudgetRow>> get_budget(const std::string& id);
   /// Appends a call to the ledger and adds its cost to its budget, in one transaction.
   Result<void> record_call(const LedgerRow& row);

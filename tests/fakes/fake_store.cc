@@ -88,7 +88,7 @@ Result<void> FakeStore::delete_snapshot(const std::string& project_id, const std
   return {};
 }
 
-Result<void> FakeStore::ensure_budget(const std::string& id, const std::string&, std::optional<double>) {
+Result<void> FakeStore::ensure_budget(const std::string& id, const std::string&, std::optional<Micros>) {
   std::lock_guard lk(mu_);
   budgets_[id] = true;
   return {};

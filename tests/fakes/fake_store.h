@@ -22,7 +22,7 @@ class FakeStore : public store::SandboxStore {
                                                             const std::optional<std::string>& after_id, int limit) override;
   Result<void> delete_snapshot(const std::string& project_id, const std::string& id) override;
   Result<bool> project_allows_infer(const std::string&) override { return true; }
-  Result<void> ensure_budget(const std::string& id, const std::string&, std::optional<double>) override;
+  Result<void> ensure_budget(const std::string& id, const std::string&, std::optional<Micros>) override;
 
   /// The next `n` writes (sandbox or snapshot) fail.
   void fail_writes(int n) {

@@ -6,13 +6,17 @@
 # ---- 8. idempotency -------------------------------------------------------------------------
 
 s_idempotency() {
-  local body='{"metadata":{"test":"idem"}}' k="e2e-idem-$$" first second other
+  # A create that must boot its own container (forkable: no warm pool; an odd memory size: no
+  # pre-created container or template image), so the first request is surely still running
+  # (a few hundred ms) when the second comes 0.1 s after it. A pooled create can finish in
+  # under 0.2 s, and the check then raced.
+  local body='{"metadata":{"test":"idem"},"forkable":true,"memory_mib":640}' k="e2e-idem-$$" first second other
   # The first request runs in the background; the same key while it runs is a conflict.
   curl -s -o "$T/idem.first" -D "$T/idem.first.headers" -w '%{http_code}' -H "Authorization: Bearer $ADMIN" \
     -H 'Content-Type: application/json' -H "Idempotency-Key: $k" --data-binary "$body" \
     "$URL/v1/sandboxes" >"$T/idem.first.status" &
   local bg=$!
-  sleep 0.2
+  sleep 0.1
   apij POST /v1/sandboxes "$body" -H "Idempotency-Key: $k"
   expect_error idem.in_flight_409 409 idempotency_key_conflict
   wait "$bg" || true

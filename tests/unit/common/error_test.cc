@@ -9,15 +9,43 @@
 namespace b3os {
 namespace {
 
-TEST(ErrorTable, EveryCodeHasAUniqueNameAndAStatus) {
+TEST(ErrorTable, EveryCodeHasAUniqueNameAStatusAndAnOpenAiType) {
+  const std::set<std::string_view> openai_types = {"invalid_request_error", "authentication_error", "permission_error",
+                                                   "insufficient_quota", "rate_limit_error", "server_error"};
   std::set<std::string_view> names;
-  for (int c = static_cast<int>(ErrorCode::kInvalidRequest); c <= static_cast<int>(ErrorCode::kCapacityUnavailable); ++c) {
+  for (int c = 0; c <= static_cast<int>(kLastErrorCode); ++c) {
     auto code = static_cast<ErrorCode>(c);
     auto name = error_code_name(code);
     EXPECT_TRUE(names.insert(name).second) << name;
-    EXPECT_GE(error_http_status(code), 400);
+    const int status = error_http_status(code);
+    EXPECT_GE(status, 400);
+    EXPECT_LE(status, 599);
     EXPECT_EQ(error_code_from_name(name), code);
+    EXPECT_TRUE(openai_types.count(error_openai_type(code))) << name << ": " << error_openai_type(code);
+    if (status >= 500) {
+      EXPECT_EQ(error_openai_type(code), "server_error") << name;
+    }
   }
+  EXPECT_EQ(names.size(), static_cast<size_t>(kLastErrorCode) + 1);
+}
+
+TEST(ErrorTable, GatewayCodesKeepWhatOpenAiClientsSaw) {
+  EXPECT_EQ(error_http_status(ErrorCode::kPaymentRequired), 402);
+  EXPECT_EQ(error_code_name(ErrorCode::kPaymentRequired), "spend_cap_reached");
+  EXPECT_EQ(error_openai_type(ErrorCode::kPaymentRequired), "insufficient_quota");
+  EXPECT_EQ(error_openai_type(ErrorCode::kForbidden), "permission_error");
+  EXPECT_EQ(error_openai_type(ErrorCode::kInvalidRequest), "invalid_request_error");
+  EXPECT_EQ(error_http_status(ErrorCode::kModelNotFound), 404);
+  EXPECT_EQ(error_code_name(ErrorCode::kModelNotFound), "model_not_found");
+  EXPECT_EQ(error_openai_type(ErrorCode::kModelNotFound), "invalid_request_error");
+  EXPECT_EQ(error_http_status(ErrorCode::kUpstreamUnavailable), 502);
+  EXPECT_EQ(error_code_name(ErrorCode::kUpstreamUnavailable), "upstream_unavailable");
+  EXPECT_EQ(error_http_status(ErrorCode::kUpstreamError), 502);
+  EXPECT_EQ(error_code_name(ErrorCode::kUpstreamError), "upstream_error");
+  EXPECT_EQ(error_http_status(ErrorCode::kUpstreamTimeout), 504);
+  EXPECT_EQ(error_code_name(ErrorCode::kUpstreamTimeout), "upstream_timeout");
+  EXPECT_EQ(error_http_status(ErrorCode::kProductUnavailable), 503);
+  EXPECT_EQ(error_openai_type(ErrorCode::kProductUnavailable), "server_error");
 }
 
 TEST(ErrorTable, SpecStatuses) {

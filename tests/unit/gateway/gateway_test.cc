@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "common/ids.h"
+#include "daemon/gateway/upstream.h"
 
 namespace b3os::gateway {
 namespace {
@@ -148,12 +149,13 @@ class GatewayTest : public ::testing::Test {
     EXPECT_TRUE(m) << m.error().message;
     return std::make_unique<Gateway>(std::vector<ModelConfig>{*m}, *budgets_);
   }
-  Caller caller(std::optional<double> cap) {
+  /// A sandbox's caller with a budget of its own; `cap` in micro-dollars.
+  Caller caller(std::optional<Micros> cap) {
     std::string id = "grt_" + random_base32(8);
     EXPECT_TRUE(store_->ensure_budget(id, "prj_x", cap));
-    return Caller{id, "prj_x", "sbx_x", ""};
+    return Caller{id, "prj_x", "sbx_x", "", true};
   }
-  double spent(const Caller& c) { return (*store_->get_budget(c.budget_id))->spent_usd; }
+  Micros spent(const Caller& c) { return (*store_->get_budget(c.budget_id))->spent_micros; }
 
   std::filesystem::path dir_;
   std::unique_ptr<store::Store> store_;
@@ -169,7 +171,8 @@ TEST(ModelFlags, ParsesEverySetting) {
   EXPECT_EQ(m->port, "8080");
   EXPECT_EQ(m->path_prefix, "/v1");
   EXPECT_EQ(m->upstream_model, "qwen");
-  EXPECT_DOUBLE_EQ(m->usd_per_m_output, 0.4);
+  EXPECT_EQ(m->micros_per_m_input, 50'000);
+  EXPECT_EQ(m->micros_per_m_output, 400'000);
   EXPECT_EQ(m->max_output_tokens, 512);
   EXPECT_EQ(m->timeout_s, 9);
   EXPECT_TRUE(m->is_default);
@@ -189,6 +192,45 @@ TEST(ModelFlags, RefusesWhatItCannotServe) {
   EXPECT_TRUE(ok->front().is_default);
 }
 
+TEST(Pricing, CallsCostTheirTokensRoundedUpToTheMicroDollar) {
+  auto m = parse_model_flag("m=http://h/v1,in=0.05,out=0.4");
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->cost(0, 0), 0);
+  EXPECT_EQ(m->cost(1, 0), 1) << "0.05 micro-dollars is charged as 1: never less than the tokens cost";
+  EXPECT_EQ(m->cost(20, 0), 1) << "exactly 1";
+  EXPECT_EQ(m->cost(21, 0), 2);
+  EXPECT_EQ(m->cost(20, 5), 3) << "1 + 2 micro-dollars, rounded once per call";
+  EXPECT_EQ(m->cost(1'000'000, 1'000'000), 450'000);
+  EXPECT_EQ(m->cost(-5, 0), 0) << "no usage is negative";
+  // The worst case of the largest bounds at the highest price neither overflows nor wraps.
+  auto dear = parse_model_flag("m=http://h/v1,in=1000000,out=1000000");
+  ASSERT_TRUE(dear);
+  EXPECT_EQ(dear->micros_per_m_output, 1'000'000'000'000);
+  EXPECT_EQ(dear->cost(16 << 20, (1 << 22) * 16), (int64_t{16 << 20} + int64_t{1 << 22} * 16) * 1'000'000);
+  EXPECT_EQ(dear->cost(INT64_MAX, INT64_MAX), INT64_MAX) << "an absurd usage saturates";
+}
+
+TEST_F(GatewayTest, ACapIsReachedExactlyAndNeverPassed) {
+  // Ten calls of 0.1 USD fill a cap of 1 USD exactly (in doubles 0.1 added ten times is not 1).
+  auto c = caller(usd_to_micros(1.0));
+  for (int i = 0; i < 10; ++i) {
+    auto r = budgets_->reserve(c.budget_id, usd_to_micros(0.1));
+    ASSERT_TRUE(r) << i << ": " << r.error().message;
+    store::LedgerRow row;
+    row.project_id = "prj_x";
+    row.model = "m";
+    row.cost_micros = r->amount;
+    budgets_->settle(*r, row);
+  }
+  EXPECT_EQ(spent(c), 1'000'000);
+  auto one_more = budgets_->reserve(c.budget_id, 1);
+  ASSERT_FALSE(one_more);
+  EXPECT_EQ(one_more.error().code, ErrorCode::kPaymentRequired);
+  EXPECT_NE(one_more.error().message.find("spend cap $1.00 reached: $1.00 spent"), std::string::npos)
+      << one_more.error().message;
+  EXPECT_NE(one_more.error().message.find("$0.000001"), std::string::npos) << one_more.error().message;
+}
+
 TEST_F(GatewayTest, NonStreamedCallIsPricedFromUsageAndShapedForTheCaller) {
   ScriptedUpstream up([](int fd, const std::string&) {
     write_all(fd, http_json(200, {{"id", "c1"}, {"object", "chat.completion"}, {"model", "up-model"},
@@ -196,14 +238,14 @@ TEST_F(GatewayTest, NonStreamedCallIsPricedFromUsageAndShapedForTheCaller) {
                                   {"usage", {{"prompt_tokens", 20}, {"completion_tokens", 50}, {"total_tokens", 70}}}}));
   });
   auto gw = gateway(up.port());
-  auto c = caller(1.0);
+  auto c = caller(1'000'000);
   CollectSink sink;
   gw->handle(c, "POST", "/chat/completions", kHello, sink);
   ASSERT_EQ(sink.status, 200) << sink.body;
   json j = json::parse(sink.body);
   EXPECT_EQ(j["model"], "b3os/test");
   EXPECT_EQ(j["usage"]["completion_tokens"], 50);
-  EXPECT_NEAR(spent(c), 20 * 1e-6 + 50 * 2e-6, 1e-12);
+  EXPECT_EQ(spent(c), 20 * 1 + 50 * 2) << "$1 and $2 per million tokens: 1 and 2 micro-dollars a token";
   json sent = json::parse(up.last_request().substr(up.last_request().find("\r\n\r\n") + 4));
   EXPECT_EQ(sent["model"], "up-model");
   EXPECT_EQ(sent["max_tokens"], 100);
@@ -222,7 +264,7 @@ TEST_F(GatewayTest, StreamIsRelayedEventByEventAndUsageAskedForOnlyUpstream) {
     write_all(fd, "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":10,\"completion_tokens\":2}}\n\ndata: [DONE]\n\n");
   });
   auto gw = gateway(up.port());
-  auto c = caller(1.0);
+  auto c = caller(1'000'000);
   CollectSink sink;
   gw->handle(c, "POST", "/chat/completions",
              R"({"model":"b3os/test","stream":true,"messages":[{"role":"user","content":"hi"}]})", sink);
@@ -234,7 +276,7 @@ TEST_F(GatewayTest, StreamIsRelayedEventByEventAndUsageAskedForOnlyUpstream) {
   json sent = json::parse(up.last_request().substr(up.last_request().find("\r\n\r\n") + 4));
   EXPECT_EQ(sent["stream_options"]["include_usage"], true);
   EXPECT_EQ(sent["max_tokens"], 1000) << "the model's limit is always sent, so the reservation is a real bound";
-  EXPECT_NEAR(spent(c), 10 * 1e-6 + 2 * 2e-6, 1e-12);
+  EXPECT_EQ(spent(c), 10 * 1 + 2 * 2);
 }
 
 TEST_F(GatewayTest, BrokenStreamWithoutUsageIsChargedTheReservation) {
@@ -243,7 +285,7 @@ TEST_F(GatewayTest, BrokenStreamWithoutUsageIsChargedTheReservation) {
     write_all(fd, "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n");
   });
   auto gw = gateway(up.port());
-  auto c = caller(1.0);
+  auto c = caller(1'000'000);
   CollectSink sink;
   gw->handle(c, "POST", "/chat/completions",
              R"({"model":"b3os/test","stream":true,"max_tokens":50,"messages":[{"role":"user","content":"hi"}]})", sink);
@@ -252,8 +294,8 @@ TEST_F(GatewayTest, BrokenStreamWithoutUsageIsChargedTheReservation) {
   auto rows = store_->ledger(c.budget_id, 10);
   ASSERT_TRUE(rows && rows->size() == 1);
   EXPECT_EQ((*rows)[0].outcome, "broken_stream");
-  EXPECT_NEAR((*rows)[0].cost_usd, (*rows)[0].reserved_usd, 1e-15);
-  EXPECT_GT(spent(c), 50 * 2e-6);
+  EXPECT_EQ((*rows)[0].cost_micros, (*rows)[0].reserved_micros);
+  EXPECT_GT(spent(c), 50 * 2);
 }
 
 TEST_F(GatewayTest, CallerThatLeavesMidStreamIsChargedInputAndWhatWasRelayed) {
@@ -264,7 +306,7 @@ TEST_F(GatewayTest, CallerThatLeavesMidStreamIsChargedInputAndWhatWasRelayed) {
     write_all(fd, "data: {\"choices\":[{\"delta\":{\"content\":\"b\"}}]}\n\ndata: [DONE]\n\n");
   });
   auto gw = gateway(up.port());
-  auto c = caller(1.0);
+  auto c = caller(1'000'000);
   CollectSink sink;
   sink.leave = true;  // the first write fails: the client went away
   gw->handle(c, "POST", "/chat/completions",
@@ -273,14 +315,14 @@ TEST_F(GatewayTest, CallerThatLeavesMidStreamIsChargedInputAndWhatWasRelayed) {
   ASSERT_TRUE(rows && rows->size() == 1);
   EXPECT_EQ((*rows)[0].outcome, "client_gone");
   EXPECT_EQ((*rows)[0].completion_tokens, 1);
-  EXPECT_GT((*rows)[0].cost_usd, 0);
-  EXPECT_LT((*rows)[0].cost_usd, (*rows)[0].reserved_usd);
+  EXPECT_GT((*rows)[0].cost_micros, 0);
+  EXPECT_LT((*rows)[0].cost_micros, (*rows)[0].reserved_micros);
 }
 
 TEST_F(GatewayTest, CallOverTheCapIsRefusedBeforeTheUpstream) {
   ScriptedUpstream up([](int fd, const std::string&) { write_all(fd, http_json(200, json::object())); });
   auto gw = gateway(up.port());
-  auto c = caller(0.001);  // 1000 output tokens at $2/M is $0.002: over the cap
+  auto c = caller(1'000);  // $0.001; 1000 output tokens at $2/M are $0.002: over the cap
   CollectSink sink;
   gw->handle(c, "POST", "/chat/completions", R"({"model":"b3os/test","messages":[{"role":"user","content":"hi"}]})", sink);
   EXPECT_EQ(sink.status, 402);
@@ -318,13 +360,164 @@ TEST_F(GatewayTest, DeadSlowAndFailingUpstreamsGiveClearErrorsInTime) {
   CollectSink failed;
   gateway(failing.port())->handle(c, "POST", "/chat/completions", kHello, failed);
   EXPECT_EQ(failed.status, 502);
-  EXPECT_NE(failed.error()["message"].get<std::string>().find("out of memory"), std::string::npos);
+  EXPECT_EQ(failed.error()["code"], "upstream_error");
+  EXPECT_EQ(failed.error()["type"], "server_error");
+  EXPECT_NE(failed.error()["message"].get<std::string>().find("HTTP 500: out of memory"), std::string::npos);
   auto rows = store_->ledger(c.budget_id, 10);
   ASSERT_TRUE(rows && rows->size() == 3);
   EXPECT_EQ((*rows)[0].outcome, "upstream_error");
-  EXPECT_EQ((*rows)[0].cost_usd, 0);
+  EXPECT_EQ((*rows)[0].cost_micros, 0);
   EXPECT_EQ((*rows)[1].outcome, "upstream_timeout");
-  EXPECT_NEAR((*rows)[1].cost_usd, (*rows)[1].reserved_usd, 1e-15) << "sent, then no answer: the reservation";
+  EXPECT_EQ((*rows)[1].cost_micros, (*rows)[1].reserved_micros) << "sent, then no answer: the reservation";
+}
+
+TEST_F(GatewayTest, UpstreamRefusalsOfTheRequestPassOnAndItsOwnFaultsAre502) {
+  auto c = caller(std::nullopt);
+  // The upstream's 4xx: its status, type and code reach the caller, its message kept.
+  ScriptedUpstream too_long([](int fd, const std::string&) {
+    write_all(fd, http_json(400, {{"error", {{"message", "context too long"}, {"type", "invalid_request_error"},
+                                             {"code", "context_length_exceeded"}}}}));
+  });
+  CollectSink refused;
+  gateway(too_long.port())->handle(c, "POST", "/chat/completions", kHello, refused);
+  EXPECT_EQ(refused.status, 400);
+  EXPECT_EQ(refused.error()["code"], "context_length_exceeded");
+  EXPECT_EQ(refused.error()["type"], "invalid_request_error");
+  EXPECT_EQ(refused.error()["message"], "the model upstream answered HTTP 400: context too long");
+  ScriptedUpstream busy([](int fd, const std::string&) { write_all(fd, http_json(429, json::object())); });
+  CollectSink limited;
+  gateway(busy.port())->handle(c, "POST", "/chat/completions", kHello, limited);
+  EXPECT_EQ(limited.status, 429);
+  EXPECT_EQ(limited.error()["code"], "upstream_http_429") << "no code from the upstream: its status is named";
+  EXPECT_EQ(limited.error()["type"], "invalid_request_error");
+  // 401/403 are about the upstream's key, not the caller's: b3os's fault, 502.
+  ScriptedUpstream bad_key([](int fd, const std::string&) {
+    write_all(fd, http_json(401, {{"error", {{"message", "invalid api key"}, {"type", "authentication_error"},
+                                             {"code", "invalid_api_key"}}}}));
+  });
+  CollectSink upstream_key;
+  gateway(bad_key.port())->handle(c, "POST", "/chat/completions", kHello, upstream_key);
+  EXPECT_EQ(upstream_key.status, 502);
+  EXPECT_EQ(upstream_key.error()["code"], "upstream_error");
+  EXPECT_EQ(upstream_key.error()["type"], "server_error");
+  EXPECT_NE(upstream_key.error()["message"].get<std::string>().find("HTTP 401: invalid api key"), std::string::npos);
+  // Something that is not JSON: the reservation is charged (the upstream may have worked).
+  ScriptedUpstream garbage([](int fd, const std::string&) {
+    write_all(fd, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello");
+  });
+  CollectSink unreadable;
+  gateway(garbage.port())->handle(c, "POST", "/chat/completions", kHello, unreadable);
+  EXPECT_EQ(unreadable.status, 502);
+  EXPECT_EQ(unreadable.error()["code"], "upstream_error");
+  auto rows = store_->ledger(c.budget_id, 10);
+  ASSERT_TRUE(rows && rows->size() == 4);
+  EXPECT_EQ((*rows)[0].outcome, "upstream_unreadable");
+  EXPECT_EQ((*rows)[0].status, 502);
+  EXPECT_EQ((*rows)[0].cost_micros, (*rows)[0].reserved_micros);
+  EXPECT_EQ((*rows)[1].status, 401) << "the ledger keeps the upstream's own status";
+  EXPECT_EQ((*rows)[3].cost_micros, 0);
+}
+
+TEST_F(GatewayTest, AdmissionIsOneCheckForKeysAndSandboxes) {
+  auto gw = gateway(1);
+  auto key = store_->create_api_key("alpha");
+  ASSERT_TRUE(key);
+  const std::string project = key->record.project_id;
+  Caller from_key{key->record.id, project, "", key->record.id};
+  ASSERT_TRUE(store_->ensure_budget("grt_s", project, 1'000'000));
+  Caller sandbox{"grt_s", project, "sbx_s", "", true};
+
+  ASSERT_TRUE(gw->admit(from_key));
+  EXPECT_TRUE(*store_->get_budget(key->record.id)) << "a key's budget exists from its first call";
+  EXPECT_FALSE((*store_->get_budget(key->record.id))->cap_micros);
+  EXPECT_TRUE(gw->admit(sandbox));
+
+  Caller no_scope = sandbox;
+  no_scope.infer_scope = false;
+  auto r = gw->admit(no_scope);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, ErrorCode::kForbidden);
+  EXPECT_NE(r.error().message.find("without the infer:run scope"), std::string::npos);
+  Caller no_budget = sandbox;
+  no_budget.budget_id.clear();
+  EXPECT_EQ(gw->admit(no_budget).error().code, ErrorCode::kInternal);
+
+  ASSERT_TRUE(store_->set_project_infer("alpha", false));
+  r = gw->admit(from_key);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, ErrorCode::kForbidden);
+  EXPECT_NE(r.error().message.find("this key's project may not use the model gateway"), std::string::npos);
+  r = gw->admit(sandbox);
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("this sandbox's project may not use the model gateway"), std::string::npos);
+  ASSERT_TRUE(store_->set_project_infer("alpha", true));
+
+  Gateway none({}, *budgets_);
+  r = none.admit(sandbox);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, ErrorCode::kProductUnavailable);
+  EXPECT_NE(r.error().message.find("--model"), std::string::npos);
+}
+
+TEST(UpstreamCalls, SayHowTheyFailedAsATypedKind) {
+  using namespace std::chrono_literals;
+  auto soon = [](auto d) { return std::chrono::steady_clock::now() + d; };
+  auto request = [](int port) {
+    UpstreamRequest r;
+    r.host = "127.0.0.1";
+    r.port = std::to_string(port);
+    r.target = "/v1/chat/completions";
+    r.body = "{}";
+    return r;
+  };
+  int dead_port;
+  {
+    ScriptedUpstream gone([](int, const std::string&) {});
+    dead_port = gone.port();
+  }
+  bool sent = true;
+  auto dead = UpstreamCall::start(request(dead_port), soon(2s), nullptr, &sent);
+  ASSERT_FALSE(dead);
+  EXPECT_EQ(dead.error().kind, UpstreamFailure::kUnreachable) << dead.error().message;
+  EXPECT_NE(dead.error().message.find("connecting to 127.0.0.1:"), std::string::npos) << dead.error().message;
+
+  ScriptedUpstream slow([](int, const std::string&) { std::this_thread::sleep_for(1500ms); });
+  sent = false;
+  auto late = UpstreamCall::start(request(slow.port()), soon(300ms), nullptr, &sent);
+  ASSERT_FALSE(late);
+  EXPECT_EQ(late.error().kind, UpstreamFailure::kTimeout) << late.error().message;
+  EXPECT_TRUE(sent) << "the request left before the deadline passed";
+
+  std::atomic<bool> leave{false};
+  std::thread leaver([&] {
+    std::this_thread::sleep_for(200ms);
+    leave = true;
+  });
+  auto cancelled = UpstreamCall::start(request(slow.port()), soon(5s), [&] { return leave.load(); });
+  leaver.join();
+  ASSERT_FALSE(cancelled);
+  EXPECT_EQ(cancelled.error().kind, UpstreamFailure::kCancelled) << cancelled.error().message;
+
+  ScriptedUpstream cut([](int fd, const std::string&) {
+    write_all(fd, "HTTP/1.1 200 OK\r\nContent-Length: 100\r\nConnection: close\r\n\r\nonly this");
+  });
+  auto call = UpstreamCall::start(request(cut.port()), soon(5s), nullptr);
+  ASSERT_TRUE(call) << call.error().message;
+  EXPECT_EQ((*call)->status(), 200);
+  UpstreamResult<std::optional<std::string>> piece;
+  do piece = (*call)->read(soon(5s), nullptr);
+  while (piece && *piece);
+  ASSERT_FALSE(piece);
+  EXPECT_EQ(piece.error().kind, UpstreamFailure::kBroken) << piece.error().message;
+}
+
+TEST(ErrorAnswers, ComeFromTheOneTable) {
+  CollectSink sink;
+  answer_error(sink, {ErrorCode::kPaymentRequired, "spend cap $1.00 reached", 0});
+  EXPECT_EQ(sink.status, 402);
+  EXPECT_EQ(sink.content_type, "application/json");
+  EXPECT_EQ(json::parse(sink.body), json::parse(R"({"error":{"message":"spend cap $1.00 reached","type":"insufficient_quota","param":null,"code":"spend_cap_reached"}})"));
+  EXPECT_EQ(json::parse(openai_error_body(Error{ErrorCode::kUpstreamTimeout, "slow", 0}))["error"]["type"], "server_error");
 }
 
 TEST_F(GatewayTest, StalledChunkedStreamEndsAtTheDeadline) {
@@ -337,7 +530,7 @@ TEST_F(GatewayTest, StalledChunkedStreamEndsAtTheDeadline) {
     write_all(fd, len + ev + "\r\n");
     std::this_thread::sleep_for(std::chrono::milliseconds(3000));
   });
-  auto c = caller(1.0);
+  auto c = caller(1'000'000);
   CollectSink sink;
   auto t0 = std::chrono::steady_clock::now();
   gateway(up.port(), ",timeout=1")->handle(c, "POST", "/chat/completions",
@@ -351,7 +544,7 @@ TEST_F(GatewayTest, StalledChunkedStreamEndsAtTheDeadline) {
 
 TEST_F(GatewayTest, HostileRequestsAreRefusedNotFatal) {
   auto gw = gateway(1);
-  auto c = caller(1.0);
+  auto c = caller(1'000'000);
   for (const char* bad : {R"({"model":"b3os/test","messages":[{}],"stream":null,"stream_options":{}})",
                           R"({"model":"b3os/test","messages":[{}],"stream":"yes"})",
                           R"({"model":"b3os/test","messages":[{}],"stream":true,"stream_options":{"include_usage":1}})",
@@ -387,7 +580,7 @@ TEST_F(GatewayTest, LengthIsBoundInEveryFieldAndNeverChargedPastTheReservation) 
   EXPECT_FALSE(sent.contains("n_predict"));
   auto rows = store_->ledger(c.budget_id, 10);
   ASSERT_TRUE(rows && rows->size() == 1);
-  EXPECT_NEAR((*rows)[0].cost_usd, (*rows)[0].reserved_usd, 1e-15);
+  EXPECT_EQ((*rows)[0].cost_micros, (*rows)[0].reserved_micros);
   EXPECT_EQ((*rows)[0].outcome, "completed_over_reservation");
 }
 
@@ -397,7 +590,7 @@ TEST_F(GatewayTest, UpstreamKeyGoesUpstreamOnly) {
     write_all(fd, http_json(200, {{"choices", json::array()}, {"usage", {{"prompt_tokens", 1}, {"completion_tokens", 1}}}}));
   });
   CollectSink sink;
-  gateway(up.port(), ",key-env=B3OS_TEST_UPSTREAM_KEY")->handle(caller(1.0), "POST", "/chat/completions", kHello, sink);
+  gateway(up.port(), ",key-env=B3OS_TEST_UPSTREAM_KEY")->handle(caller(1'000'000), "POST", "/chat/completions", kHello, sink);
   EXPECT_EQ(sink.status, 200);
   EXPECT_NE(up.last_request().find("Authorization: Bearer sk-upstream-secret"), std::string::npos);
   EXPECT_EQ(sink.body.find("sk-upstream-secret"), std::string::npos);
@@ -406,7 +599,7 @@ TEST_F(GatewayTest, UpstreamKeyGoesUpstreamOnly) {
 
 TEST_F(GatewayTest, RequestsAreCheckedBeforeAnythingIsReserved) {
   auto gw = gateway(1);
-  auto c = caller(1.0);
+  auto c = caller(1'000'000);
   for (const char* bad : {"not json", "[]", R"({"model":"b3os/test"})", R"({"model":"b3os/test","messages":[]})",
                           R"({"model":"b3os/test","messages":[{}],"n":0})", R"({"model":"b3os/test","messages":[{}],"max_tokens":-5})",
                           R"({"model":"b3os/test","messages":[{}],"stream_options":{"include_usage":true}})"}) {
@@ -418,6 +611,19 @@ TEST_F(GatewayTest, RequestsAreCheckedBeforeAnythingIsReserved) {
   gw->handle(c, "POST", "/chat/completions", R"({"model":"nope","messages":[{}]})", unknown);
   EXPECT_EQ(unknown.status, 404);
   EXPECT_EQ(unknown.error()["code"], "model_not_found");
+  EXPECT_EQ(unknown.error()["type"], "invalid_request_error");
+  EXPECT_TRUE(unknown.error()["param"].is_null());
+  CollectSink not_json;
+  gw->handle(c, "POST", "/chat/completions", "not json", not_json);
+  EXPECT_EQ(not_json.error()["code"], "invalid_request") << "as the b3os API answers a body that is not JSON";
+  CollectSink wrong_method;
+  gw->handle(c, "GET", "/chat/completions", "", wrong_method);
+  EXPECT_EQ(wrong_method.status, 405);
+  EXPECT_EQ(wrong_method.error()["code"], "method_not_allowed");
+  CollectSink nowhere;
+  gw->handle(c, "GET", "/completions", "", nowhere);
+  EXPECT_EQ(nowhere.status, 404);
+  EXPECT_EQ(nowhere.error()["code"], "not_found");
   CollectSink models;
   gw->handle(c, "GET", "/models", "", models);
   EXPECT_EQ(json::parse(models.body)["data"][0]["id"], "b3os/test");
@@ -425,6 +631,8 @@ TEST_F(GatewayTest, RequestsAreCheckedBeforeAnythingIsReserved) {
   CollectSink off;
   none.handle(c, "POST", "/chat/completions", kHello, off);
   EXPECT_EQ(off.status, 503);
+  EXPECT_EQ(off.error()["code"], "product_unavailable");
+  EXPECT_EQ(off.error()["type"], "server_error");
   EXPECT_NE(off.error()["message"].get<std::string>().find("--model"), std::string::npos);
   EXPECT_EQ(spent(c), 0);
 }
@@ -437,7 +645,7 @@ TEST_F(GatewayTest, FiftyCallsRacingForTheLastDollarNeverPassTheCap) {
     write_all(fd, http_json(200, {{"choices", json::array()}, {"usage", {{"prompt_tokens", 0}, {"completion_tokens", 750}}}}));
   });
   auto gw = gateway(up.port());
-  auto c = caller(0.05);
+  auto c = caller(50'000);
   std::atomic<int> ok{0}, refused{0};
   std::vector<std::thread> ts;
   for (int i = 0; i < 50; ++i)
@@ -451,14 +659,14 @@ TEST_F(GatewayTest, FiftyCallsRacingForTheLastDollarNeverPassTheCap) {
   EXPECT_GT(ok, 0);
   EXPECT_GT(refused, 0);
   auto rows = store_->ledger(c.budget_id, 100);
-  double sum = 0;
-  for (auto& r : *rows) sum += r.cost_usd;
-  EXPECT_LE(sum, 0.05 + 1e-12);
-  EXPECT_NEAR(sum, spent(c), 1e-12);
+  Micros sum = 0;
+  for (auto& r : *rows) sum += r.cost_micros;
+  EXPECT_LE(sum, 50'000);
+  EXPECT_EQ(sum, spent(c));
   EXPECT_EQ(static_cast<int>(rows->size()), ok.load());
   // A new Budgets (a restart) sees the same spend.
   Budgets again(*store_);
-  EXPECT_NEAR(again.look(c.budget_id)->spent_usd, sum, 1e-12);
+  EXPECT_EQ(again.look(c.budget_id)->spent_micros, sum);
 }
 
 }  // namespace

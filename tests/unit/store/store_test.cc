@@ -130,5 +130,73 @@ TEST_F(StoreTest, IdempotencyReplayConflictAndAbort) {
   EXPECT_EQ(store_->idempotency_begin("p", "k1", "key_a", "POST", "/v1/sandboxes", "h1")->kind, K::kReplay);
 }
 
+TEST_F(StoreTest, MoneyIsKeptInExactMicroDollars) {
+  ASSERT_TRUE(store_->ensure_budget("grt_a", "prj_a", usd_to_micros(0.3)));
+  ASSERT_TRUE(store_->ensure_budget("grt_a", "prj_a", usd_to_micros(9)));  // exists: cap unchanged
+  ASSERT_TRUE(store_->ensure_budget("key_b", "prj_a", std::nullopt));
+  for (int i = 0; i < 3; ++i) {
+    LedgerRow row;
+    row.budget_id = "grt_a";
+    row.project_id = "prj_a";
+    row.sandbox_id = "sbx_a";
+    row.model = "m";
+    row.prompt_tokens = 10 + i;
+    row.cost_micros = usd_to_micros(0.1);
+    row.reserved_micros = 123'457;
+    row.outcome = "completed";
+    ASSERT_TRUE(store_->record_call(row));
+  }
+  auto b = store_->get_budget("grt_a");
+  ASSERT_TRUE(b && *b);
+  EXPECT_EQ((*b)->cap_micros, 300'000);
+  EXPECT_EQ((*b)->spent_micros, 300'000) << "three times 0.1 is exactly the cap of 0.3";
+  auto rows = store_->ledger("grt_a", 10);
+  ASSERT_TRUE(rows);
+  ASSERT_EQ(rows->size(), 3u);
+  EXPECT_EQ((*rows)[0].prompt_tokens, 12) << "newest first";
+  EXPECT_EQ((*rows)[0].cost_micros, 100'000);
+  EXPECT_EQ((*rows)[0].reserved_micros, 123'457);
+  EXPECT_EQ((*rows)[0].key_id, "");
+  ASSERT_TRUE(store_->set_budget_cap("key_b", "prj_a", 5));
+  EXPECT_EQ((*store_->get_budget("key_b"))->cap_micros, 5);
+  ASSERT_TRUE(store_->set_budget_cap("key_b", "prj_a", std::nullopt));
+  EXPECT_FALSE((*store_->get_budget("key_b"))->cap_micros);
+  EXPECT_FALSE(*store_->get_budget("nope"));
+}
+
+TEST_F(StoreTest, SchemaIsVersionedAndReopeningIsANoOp) {
+  auto version = [&] {
+    sqlite3* db = nullptr;
+    sqlite3_open_v2((dir_ / "b3os.db").c_str(), &db, SQLITE_OPEN_READONLY, nullptr);
+    sqlite3_stmt* st = nullptr;
+    sqlite3_prepare_v2(db, "PRAGMA user_version", -1, &st, nullptr);
+    int v = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int(st, 0) : -1;
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    return v;
+  };
+  EXPECT_GE(Store::latest_schema_version(), 2);
+  EXPECT_EQ(version(), Store::latest_schema_version());
+  auto key = store_->create_api_key("alpha");
+  ASSERT_TRUE(key);
+  store_.reset();
+  auto again = Store::open((dir_ / "b3os.db").string());
+  ASSERT_TRUE(again) << again.error().message;
+  EXPECT_EQ(version(), Store::latest_schema_version());
+  EXPECT_TRUE((*again)->find_api_key(key->key).value());
+}
+
+TEST_F(StoreTest, ADatabaseFromANewerB3osIsRefused) {
+  store_.reset();
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open((dir_ / "b3os.db").c_str(), &db), SQLITE_OK);
+  const std::string bump = "PRAGMA user_version = " + std::to_string(Store::latest_schema_version() + 1);
+  ASSERT_EQ(sqlite3_exec(db, bump.c_str(), nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(db);
+  auto s = Store::open((dir_ / "b3os.db").string());
+  ASSERT_FALSE(s);
+  EXPECT_NE(s.error().message.find("newer than this build"), std::string::npos) << s.error().message;
+}
+
 }  // namespace
 }  // namespace b3os::store
