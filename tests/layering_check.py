@@ -1,0 +1,77 @@
+#!/usr/bin/env python3
+"""Proves the build enforces the module arrows (docs/design.md): for each module, a file that
+includes a header of a module it must not use fails to compile with that module's own flags,
+and one that includes a header it may use compiles. Reads BUILD/compile_commands.json.
+
+Usage: tests/layering_check.py [BUILD_DIR]   (default: build)
+"""
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+
+# module library -> (a source file of it, headers it may include, headers it must not)
+RULES = {
+    "b3os_common": ("common/error.cc", ["common/result.h"], ["protocol/frame.h", "daemon/sys/process.h"]),
+    "b3os_sys": ("daemon/sys/process.cc", ["common/result.h"], ["daemon/store/store.h", "daemon/runtime/runtime.h"]),
+    "b3os_store": ("daemon/store/store.cc", ["common/money.h"], ["daemon/runtime/runtime.h", "daemon/sandbox/service.h"]),
+    "b3os_runtime": ("daemon/runtime/runsc.cc", ["daemon/sys/process.h"],
+                     ["daemon/store/store.h", "daemon/agentlink/channel.h", "daemon/sandbox/service.h"]),
+    "b3os_agentlink": ("daemon/agentlink/channel.cc", ["protocol/frame.h"],
+                       ["daemon/store/store.h", "daemon/runtime/runtime.h"]),
+    "b3os_sandbox": ("daemon/sandbox/lifecycle.cc", ["daemon/runtime/runtime.h", "daemon/store/store.h"],
+                     ["daemon/gateway/gateway.h", "daemon/api/api.h", "daemon/http/server.h"]),
+    "b3os_gateway": ("daemon/gateway/gateway.cc", ["daemon/store/store.h", "daemon/agentlink/channel.h"],
+                     ["daemon/sandbox/service.h", "daemon/api/api.h", "daemon/runtime/runsc.h", "daemon/http/server.h"]),
+    "b3os_http": ("daemon/http/server.cc", ["daemon/sys/deadline_stream.h"],
+                  ["daemon/sandbox/service.h", "daemon/gateway/gateway.h"]),
+    "b3os_api": ("daemon/api/api.cc", ["daemon/sandbox/service.h", "daemon/gateway/gateway.h"], []),
+    "b3os_agent_core": ("agent/http_head.cc", ["agent/request.h"], ["daemon/agentlink/channel.h", "protocol/frame.h"]),
+    "b3os_cli_core": ("cli/args.cc", ["common/result.h"], ["daemon/store/store.h", "daemon/sandbox/service.h"]),
+}
+
+
+def main():
+    build = sys.argv[1] if len(sys.argv) > 1 else "build"
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(build, "compile_commands.json")) as f:
+        commands = json.load(f)
+    by_file = {os.path.relpath(c["file"], root): c for c in commands}
+    failures = 0
+    checked = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        for module, (source, allowed, forbidden) in RULES.items():
+            entry = by_file.get(source)
+            if entry is None:
+                print(f"FAIL {module}: {source} is not in {build}/compile_commands.json")
+                failures += 1
+                continue
+            args = shlex.split(entry["command"])
+            flags = [a for a in args if a.startswith(("-I", "-isystem", "-std=", "-D"))]
+            # -isystem takes its path as the next argument
+            for i, a in enumerate(args):
+                if a == "-isystem" and i + 1 < len(args):
+                    flags += [a, args[i + 1]]
+            for header, want_ok in [(h, True) for h in allowed] + [(h, False) for h in forbidden]:
+                probe = os.path.join(tmp, "probe.cc")
+                with open(probe, "w") as f:
+                    f.write(f'#include "{header}"\n')
+                r = subprocess.run(["g++", *flags, "-fsyntax-only", probe], cwd=entry["directory"],
+                                   capture_output=True, text=True)
+                ok = r.returncode == 0
+                checked += 1
+                if ok != want_ok:
+                    failures += 1
+                    why = "compiled, but it runs against the arrows" if ok else "did not compile: " + r.stderr.strip()[:300]
+                    print(f"FAIL {module} including {header}: {why}")
+                elif not want_ok and "No such file" not in r.stderr:
+                    failures += 1
+                    print(f"FAIL {module} including {header}: refused, but not for the layering: {r.stderr.strip()[:300]}")
+    print(f"layering: {checked - failures} of {checked} include checks as the arrows say")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
