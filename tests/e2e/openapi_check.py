@@ -132,7 +132,7 @@ def error_cc_statuses(path):
     with open(path, encoding="utf-8") as f:
         text = f.read()
     return {code: int(status) for code, status in
-            re.findall(r'\{\s*ErrorCode::k\w+\s*,\s*"([a-z0-9_]+)"\s*,\s*(\d{3})\s*\}', text)}
+            re.findall(r'\{\s*ErrorCode::k\w+\s*,\s*"([a-z0-9_]+)"\s*,\s*(\d{3})\s*[,}]', text)}
 
 
 def check_refs_and_schemas(doc):
