@@ -112,9 +112,8 @@ struct SnapshotRecord {
 /// private "_b3os" keys) and a JSON object of secrets. Used by the migration.
 Result<SandboxRecord> sandbox_from_legacy(const nlohmann::json& doc, const nlohmann::json& secrets);
 Result<SnapshotRecord> snapshot_from_legacy(const nlohmann::json& doc, const nlohmann::json& secrets);
-/// The document form of a record (what sandbox_from_legacy reads), and the status column.
-nlohmann::json legacy_doc(const SandboxRecord& rec);
-nlohmann::json legacy_doc(const SnapshotRecord& rec);
+/// The state a record is stored with: the moments between (pausing, resuming, checkpointing)
+/// are not kept across a restart, which reconciles with the runtime instead.
 std::string_view legacy_status(State s);
 
 }  // namespace b3os::store

@@ -155,6 +155,8 @@ CREATE INDEX ledger_budget ON ledger(budget_id, id);
 )sql");
 }
 
+Result<void> typed_records_v3(sqlite3* db);
+
 struct Migration {
   int version;         // the user_version after this step
   const char* what;    // for errors and logs
@@ -164,6 +166,7 @@ struct Migration {
 constexpr Migration kMigrations[] = {
     {1, "the schema of b3os 0.1", schema_v1},
     {2, "money in integer micro-dollars", integer_money_v2},
+    {3, "sandboxes and snapshots in typed columns", typed_records_v3},
 };
 
 constexpr bool versions_are_consecutive() {
@@ -200,6 +203,11 @@ class Stmt {
   }
   /// SQLITE_ROW, SQLITE_DONE or an error code.
   int step() { return sqlite3_step(st_); }
+  /// Ready to step again with new bindings.
+  void reset() {
+    sqlite3_reset(st_);
+    sqlite3_clear_bindings(st_);
+  }
   std::string text(int col) {
     auto* p = reinterpret_cast<const char*>(sqlite3_column_text(st_, col));
     return p ? std::string(p, sqlite3_column_bytes(st_, col)) : std::string();
@@ -221,28 +229,279 @@ Error db_error(sqlite3* db, std::string_view what) {
   return Error{ErrorCode::kInternal, std::string("store: ") + std::string(what) + ": " + sqlite3_errmsg(db), 0};
 }
 
-Result<SandboxRecord> row_from(Stmt& st) {
-  const std::string id = st.text(0);
-  auto doc = nlohmann::json::parse(st.text(3), nullptr, false);
-  auto secrets = nlohmann::json::parse(st.text(4), nullptr, false);
-  if (doc.is_discarded() || secrets.is_discarded())
-    return fail(ErrorCode::kInternal, "store: sandbox " + id + " has a corrupt record");
-  auto r = sandbox_from_legacy(doc, secrets);
-  if (!r) return fail(r.error());
-  r->project_id = st.text(1);
+// ---- typed records (schema version 3) ----
+
+constexpr const char* kSandboxColumns =
+    "id, project_id, state, template, snapshot_id, vcpu, memory_mib, disk_gib, timeout_s, on_idle, env, secrets, "
+    "metadata, ports, api_scopes, spend_cap_micros, egress_mode, egress_allow, forkable, created_ms, started_ms, "
+    "paused_since_ms, paused_total_ms, stopped_ms, stop_reason, stop_message, last_activity_ms, hostname, rootfs, "
+    "budget_id, forked_from";
+constexpr const char* kSnapshotColumns =
+    "id, project_id, sandbox_id, template, vcpu, memory_mib, disk_gib, env, secrets, api_scopes, spend_cap_micros, "
+    "egress_mode, egress_allow, forkable, size_bytes, created_ms, rootfs, budget_id";
+
+std::string placeholders(const char* columns) {
+  std::string out = "?";
+  for (const char* c = columns; *c; ++c)
+    if (*c == ',') out += ", ?";
+  return out;
+}
+
+void bind_opt(Stmt& st, int i, const std::optional<int64_t>& v) {
+  if (v) st.bind(i, *v); else st.bind_null(i);
+}
+
+std::string ports_json(const std::vector<PortRecord>& ports) {
+  nlohmann::json j = nlohmann::json::array();
+  for (auto& p : ports) j.push_back({{"port", p.port}, {"public", p.is_public}});
+  return j.dump();
+}
+
+void bind_sandbox(Stmt& st, const SandboxRecord& r) {
+  int i = 0;
+  st.bind(++i, r.id).bind(++i, r.project_id).bind(++i, legacy_status(r.state)).bind(++i, r.template_name);
+  if (r.snapshot_id) st.bind(++i, *r.snapshot_id); else st.bind_null(++i);
+  st.bind(++i, int64_t{r.vcpu}).bind(++i, int64_t{r.memory_mib}).bind(++i, int64_t{r.disk_gib});
+  st.bind(++i, int64_t{r.timeout_s}).bind(++i, r.on_idle);
+  st.bind(++i, nlohmann::json(r.env).dump()).bind(++i, nlohmann::json(r.secrets).dump());
+  st.bind(++i, nlohmann::json(r.metadata).dump()).bind(++i, ports_json(r.ports));
+  st.bind(++i, nlohmann::json(r.api_scopes).dump());
+  bind_opt(st, ++i, r.spend_cap_micros);
+  st.bind(++i, r.egress_mode).bind(++i, nlohmann::json(r.egress_allow).dump()).bind(++i, int64_t{r.forkable});
+  st.bind(++i, r.created_ms).bind(++i, r.started_ms);
+  bind_opt(st, ++i, r.paused_since_ms);
+  st.bind(++i, r.paused_total_ms);
+  bind_opt(st, ++i, r.stopped_ms);
+  if (r.stop_reason) st.bind(++i, stop_reason_name(*r.stop_reason)); else st.bind_null(++i);
+  st.bind(++i, r.stop_message).bind(++i, r.last_activity_ms).bind(++i, r.hostname).bind(++i, r.rootfs);
+  st.bind(++i, r.budget_id).bind(++i, r.forked_from);
+}
+
+template <typename T>
+bool parse_into(const std::string& text, T& out) {
+  auto j = nlohmann::json::parse(text, nullptr, false);
+  if (j.is_discarded()) return false;
+  try {
+    out = j.get<T>();
+  } catch (const std::exception&) {
+    return false;
+  }
+  return true;
+}
+
+std::optional<int64_t> opt_i64(Stmt& st, int col) {
+  if (st.is_null(col)) return std::nullopt;
+  return st.i64(col);
+}
+
+Result<SandboxRecord> sandbox_from(Stmt& st) {
+  SandboxRecord r;
+  int c = 0;
+  r.id = st.text(c++);
+  r.project_id = st.text(c++);
+  auto corrupt = [&](const char* what) {
+    return fail(ErrorCode::kInternal, "store: sandbox " + r.id + " has a corrupt record (" + what + ")");
+  };
+  auto state = state_from_name(st.text(c++));
+  if (!state) return corrupt("state");
+  r.state = *state;
+  r.template_name = st.text(c++);
+  if (!st.is_null(c)) r.snapshot_id = st.text(c);
+  ++c;
+  r.vcpu = static_cast<int>(st.i64(c++));
+  r.memory_mib = static_cast<int>(st.i64(c++));
+  r.disk_gib = static_cast<int>(st.i64(c++));
+  r.timeout_s = static_cast<int>(st.i64(c++));
+  r.on_idle = st.text(c++);
+  if (!parse_into(st.text(c++), r.env) || !parse_into(st.text(c++), r.secrets) || !parse_into(st.text(c++), r.metadata))
+    return corrupt("env, secrets or metadata");
+  auto ports = nlohmann::json::parse(st.text(c++), nullptr, false);
+  if (!ports.is_array()) return corrupt("ports");
+  for (auto& p : ports)
+    if (p.is_object()) r.ports.push_back({p.value("port", 0), p.value("public", false)});
+  if (!parse_into(st.text(c++), r.api_scopes)) return corrupt("api_scopes");
+  r.spend_cap_micros = opt_i64(st, c++);
+  r.egress_mode = st.text(c++);
+  if (!parse_into(st.text(c++), r.egress_allow)) return corrupt("egress_allow");
+  r.forkable = st.i64(c++) != 0;
+  r.created_ms = st.i64(c++);
+  r.started_ms = st.i64(c++);
+  r.paused_since_ms = opt_i64(st, c++);
+  r.paused_total_ms = st.i64(c++);
+  r.stopped_ms = opt_i64(st, c++);
+  if (!st.is_null(c)) r.stop_reason = stop_reason_from_name(st.text(c));
+  ++c;
+  r.stop_message = st.text(c++);
+  r.last_activity_ms = st.i64(c++);
+  r.hostname = st.text(c++);
+  r.rootfs = st.text(c++);
+  r.budget_id = st.text(c++);
+  r.forked_from = st.text(c++);
   return r;
 }
 
-Result<std::vector<SandboxRecord>> all_rows(sqlite3* db, Stmt& st, std::string_view what) {
-  std::vector<SandboxRecord> out;
+void bind_snapshot(Stmt& st, const SnapshotRecord& r) {
+  int i = 0;
+  st.bind(++i, r.id).bind(++i, r.project_id).bind(++i, r.sandbox_id).bind(++i, r.template_name);
+  st.bind(++i, int64_t{r.vcpu}).bind(++i, int64_t{r.memory_mib}).bind(++i, int64_t{r.disk_gib});
+  st.bind(++i, nlohmann::json(r.env).dump()).bind(++i, nlohmann::json(r.secrets).dump());
+  st.bind(++i, nlohmann::json(r.api_scopes).dump());
+  bind_opt(st, ++i, r.spend_cap_micros);
+  st.bind(++i, r.egress_mode).bind(++i, nlohmann::json(r.egress_allow).dump()).bind(++i, int64_t{r.forkable});
+  st.bind(++i, static_cast<int64_t>(r.size_bytes)).bind(++i, r.created_ms).bind(++i, r.rootfs).bind(++i, r.budget_id);
+}
+
+Result<SnapshotRecord> snapshot_from(Stmt& st) {
+  SnapshotRecord r;
+  int c = 0;
+  r.id = st.text(c++);
+  r.project_id = st.text(c++);
+  r.sandbox_id = st.text(c++);
+  r.template_name = st.text(c++);
+  r.vcpu = static_cast<int>(st.i64(c++));
+  r.memory_mib = static_cast<int>(st.i64(c++));
+  r.disk_gib = static_cast<int>(st.i64(c++));
+  if (!parse_into(st.text(c++), r.env) || !parse_into(st.text(c++), r.secrets) ||
+      !parse_into(st.text(c++), r.api_scopes))
+    return fail(ErrorCode::kInternal, "store: snapshot " + r.id + " has a corrupt record");
+  r.spend_cap_micros = opt_i64(st, c++);
+  r.egress_mode = st.text(c++);
+  if (!parse_into(st.text(c++), r.egress_allow))
+    return fail(ErrorCode::kInternal, "store: snapshot " + r.id + " has a corrupt record");
+  r.forkable = st.i64(c++) != 0;
+  r.size_bytes = static_cast<uint64_t>(st.i64(c++));
+  r.created_ms = st.i64(c++);
+  r.rootfs = st.text(c++);
+  r.budget_id = st.text(c++);
+  return r;
+}
+
+template <typename Record, typename From>
+Result<std::vector<Record>> all_of(sqlite3* db, Stmt& st, std::string_view what, From from) {
+  std::vector<Record> out;
   int rc;
   while ((rc = st.step()) == SQLITE_ROW) {
-    auto r = row_from(st);
+    auto r = from(st);
     if (!r) return fail(r.error());
     out.push_back(std::move(*r));
   }
   if (rc != SQLITE_DONE) return fail(db_error(db, what));
   return out;
+}
+
+/// Version 3: sandboxes and snapshots in typed columns (their state, sizes, times, budget...)
+/// instead of a JSON document with private keys; maps and lists stay JSON text in their own
+/// columns. Each old document is read with the same code that read it before
+/// (records.cc, *_from_legacy), so nothing it held is lost.
+Result<void> typed_records_v3(sqlite3* db) {
+  if (auto r = exec_sql(db, R"sql(
+CREATE TABLE sandboxes_v3 (
+  id TEXT PRIMARY KEY,
+  project_id TEXT NOT NULL,
+  state TEXT NOT NULL,
+  template TEXT NOT NULL,
+  snapshot_id TEXT,
+  vcpu INTEGER NOT NULL,
+  memory_mib INTEGER NOT NULL,
+  disk_gib INTEGER NOT NULL,
+  timeout_s INTEGER NOT NULL,
+  on_idle TEXT NOT NULL,
+  env TEXT NOT NULL,
+  secrets TEXT NOT NULL,
+  metadata TEXT NOT NULL,
+  ports TEXT NOT NULL,
+  api_scopes TEXT NOT NULL,
+  spend_cap_micros INTEGER,
+  egress_mode TEXT NOT NULL,
+  egress_allow TEXT NOT NULL,
+  forkable INTEGER NOT NULL,
+  created_ms INTEGER NOT NULL,
+  started_ms INTEGER NOT NULL,
+  paused_since_ms INTEGER,
+  paused_total_ms INTEGER NOT NULL,
+  stopped_ms INTEGER,
+  stop_reason TEXT,
+  stop_message TEXT NOT NULL,
+  last_activity_ms INTEGER NOT NULL,
+  hostname TEXT NOT NULL,
+  rootfs TEXT NOT NULL,
+  budget_id TEXT NOT NULL,
+  forked_from TEXT NOT NULL
+);
+CREATE TABLE snapshots_v3 (
+  id TEXT PRIMARY KEY,
+  project_id TEXT NOT NULL,
+  sandbox_id TEXT NOT NULL,
+  template TEXT NOT NULL,
+  vcpu INTEGER NOT NULL,
+  memory_mib INTEGER NOT NULL,
+  disk_gib INTEGER NOT NULL,
+  env TEXT NOT NULL,
+  secrets TEXT NOT NULL,
+  api_scopes TEXT NOT NULL,
+  spend_cap_micros INTEGER,
+  egress_mode TEXT NOT NULL,
+  egress_allow TEXT NOT NULL,
+  forkable INTEGER NOT NULL,
+  size_bytes INTEGER NOT NULL,
+  created_ms INTEGER NOT NULL,
+  rootfs TEXT NOT NULL,
+  budget_id TEXT NOT NULL
+);
+)sql");
+      !r)
+    return r;
+  {
+    Stmt read(db, "SELECT id, project_id, doc, secrets FROM sandboxes");
+    Stmt write(db, (std::string("INSERT INTO sandboxes_v3(") + kSandboxColumns + ") VALUES (" +
+                    placeholders(kSandboxColumns) + ")").c_str());
+    if (!read.ok() || !write.ok()) return fail(db_error(db, "preparing the sandbox migration"));
+    int rc;
+    while ((rc = read.step()) == SQLITE_ROW) {
+      const std::string id = read.text(0);
+      auto doc = nlohmann::json::parse(read.text(2), nullptr, false);
+      auto secrets = nlohmann::json::parse(read.text(3), nullptr, false);
+      if (doc.is_discarded() || secrets.is_discarded())
+        return fail(ErrorCode::kInternal, "store: sandbox " + id + " has a corrupt record");
+      auto rec = sandbox_from_legacy(doc, secrets);
+      if (!rec) return fail(rec.error());
+      rec->project_id = read.text(1);
+      bind_sandbox(write, *rec);
+      if (write.step() != SQLITE_DONE) return fail(db_error(db, "migrating sandbox " + id));
+      write.reset();
+    }
+    if (rc != SQLITE_DONE) return fail(db_error(db, "reading sandboxes"));
+  }
+  {
+    Stmt read(db, "SELECT id, project_id, doc, secrets FROM snapshots");
+    Stmt write(db, (std::string("INSERT INTO snapshots_v3(") + kSnapshotColumns + ") VALUES (" +
+                    placeholders(kSnapshotColumns) + ")").c_str());
+    if (!read.ok() || !write.ok()) return fail(db_error(db, "preparing the snapshot migration"));
+    int rc;
+    while ((rc = read.step()) == SQLITE_ROW) {
+      const std::string id = read.text(0);
+      auto doc = nlohmann::json::parse(read.text(2), nullptr, false);
+      auto secrets = nlohmann::json::parse(read.text(3), nullptr, false);
+      if (doc.is_discarded() || secrets.is_discarded())
+        return fail(ErrorCode::kInternal, "store: snapshot " + id + " has a corrupt record");
+      auto rec = snapshot_from_legacy(doc, secrets);
+      if (!rec) return fail(rec.error());
+      rec->project_id = read.text(1);
+      bind_snapshot(write, *rec);
+      if (write.step() != SQLITE_DONE) return fail(db_error(db, "migrating snapshot " + id));
+      write.reset();
+    }
+    if (rc != SQLITE_DONE) return fail(db_error(db, "reading snapshots"));
+  }
+  return exec_sql(db, R"sql(
+DROP TABLE sandboxes;
+ALTER TABLE sandboxes_v3 RENAME TO sandboxes;
+CREATE INDEX sandboxes_project ON sandboxes(project_id, id);
+CREATE INDEX sandboxes_state ON sandboxes(state);
+DROP TABLE snapshots;
+ALTER TABLE snapshots_v3 RENAME TO snapshots;
+CREATE INDEX snapshots_project ON snapshots(project_id, id);
+)sql");
 }
 
 }  // namespace
@@ -364,37 +623,35 @@ Result<std::vector<ApiKeyRecord>> Store::list_api_keys() {
 }
 
 Result<void> Store::put_sandbox(const SandboxRecord& rec) {
-  const std::string status(legacy_status(rec.state));
-  const std::string doc = legacy_doc(rec).dump(), secrets = nlohmann::json(rec.secrets).dump();
+  static const std::string sql = std::string("INSERT OR REPLACE INTO sandboxes(") + kSandboxColumns + ") VALUES (" +
+                                 placeholders(kSandboxColumns) + ")";
   std::lock_guard lk(mu_);
-  Stmt st(db_,
-          "INSERT INTO sandboxes(id, project_id, status, doc, secrets) VALUES (?, ?, ?, ?, ?) "
-          "ON CONFLICT(id) DO UPDATE SET status = excluded.status, doc = excluded.doc, secrets = excluded.secrets");
-  st.bind(1, rec.id).bind(2, rec.project_id).bind(3, status).bind(4, doc).bind(5, secrets);
+  Stmt st(db_, sql.c_str());
+  bind_sandbox(st, rec);
   if (st.step() != SQLITE_DONE) return fail(db_error(db_, "saving sandbox " + rec.id));
   return {};
 }
 
 Result<std::optional<SandboxRecord>> Store::get_sandbox(const std::string& project_id, const std::string& id) {
+  static const std::string sql =
+      std::string("SELECT ") + kSandboxColumns + " FROM sandboxes WHERE id = ? AND project_id = ?";
   std::lock_guard lk(mu_);
-  Stmt st(db_, "SELECT id, project_id, status, doc, secrets FROM sandboxes WHERE id = ? AND project_id = ?");
+  Stmt st(db_, sql.c_str());
   st.bind(1, id).bind(2, project_id);
   int rc = st.step();
   if (rc == SQLITE_DONE) return std::optional<SandboxRecord>();
   if (rc != SQLITE_ROW) return fail(db_error(db_, "reading sandbox"));
-  auto r = row_from(st);
+  auto r = sandbox_from(st);
   if (!r) return fail(r.error());
   return std::optional<SandboxRecord>(std::move(*r));
 }
 
 Result<std::vector<SandboxRecord>> Store::list_sandboxes(const SandboxQuery& q) {
-  std::string sql =
-      "SELECT id, project_id, status, doc, secrets FROM sandboxes WHERE project_id = ?1 "
-      "AND (?2 IS NULL OR status = ?2) AND (?3 IS NULL OR id < ?3)";
+  std::string sql = std::string("SELECT ") + kSandboxColumns +
+                    " FROM sandboxes WHERE project_id = ?1 AND (?2 IS NULL OR state = ?2) AND (?3 IS NULL OR id < ?3)";
   for (size_t i = 0; i < q.metadata.size(); ++i) {
     const int k = static_cast<int>(4 + 2 * i);
-    sql += " AND json_extract(doc, '$.metadata.' || json_quote(?" + std::to_string(k) + ")) = ?" +
-           std::to_string(k + 1);
+    sql += " AND json_extract(metadata, '$.' || json_quote(?" + std::to_string(k) + ")) = ?" + std::to_string(k + 1);
   }
   sql += " ORDER BY id DESC LIMIT " + std::to_string(q.limit + 1);
   std::lock_guard lk(mu_);
@@ -407,41 +664,32 @@ Result<std::vector<SandboxRecord>> Store::list_sandboxes(const SandboxQuery& q) 
     st.bind(static_cast<int>(4 + 2 * i), q.metadata[i].first);
     st.bind(static_cast<int>(5 + 2 * i), q.metadata[i].second);
   }
-  return all_rows(db_, st, "listing sandboxes");
+  return all_of<SandboxRecord>(db_, st, "listing sandboxes", sandbox_from);
 }
 
 Result<std::vector<SandboxRecord>> Store::active_sandboxes() {
+  static const std::string sql =
+      std::string("SELECT ") + kSandboxColumns + " FROM sandboxes WHERE state IN ('running', 'paused')";
   std::lock_guard lk(mu_);
-  Stmt st(db_, "SELECT id, project_id, status, doc, secrets FROM sandboxes WHERE status IN ('running', 'paused')");
-  return all_rows(db_, st, "listing active sandboxes");
+  Stmt st(db_, sql.c_str());
+  return all_of<SandboxRecord>(db_, st, "listing active sandboxes", sandbox_from);
 }
-
-namespace {
-Result<SnapshotRecord> snapshot_from(Stmt& st) {
-  const std::string id = st.text(0);
-  auto doc = nlohmann::json::parse(st.text(2), nullptr, false);
-  auto secrets = nlohmann::json::parse(st.text(3), nullptr, false);
-  if (doc.is_discarded() || secrets.is_discarded())
-    return fail(ErrorCode::kInternal, "store: snapshot " + id + " has a corrupt record");
-  auto r = snapshot_from_legacy(doc, secrets);
-  if (!r) return fail(r.error());
-  r->project_id = st.text(1);
-  return r;
-}
-}  // namespace
 
 Result<void> Store::put_snapshot(const SnapshotRecord& rec) {
-  const std::string doc = legacy_doc(rec).dump(), secrets = nlohmann::json(rec.secrets).dump();
+  static const std::string sql = std::string("INSERT OR REPLACE INTO snapshots(") + kSnapshotColumns + ") VALUES (" +
+                                 placeholders(kSnapshotColumns) + ")";
   std::lock_guard lk(mu_);
-  Stmt st(db_, "INSERT OR REPLACE INTO snapshots(id, project_id, doc, secrets) VALUES (?, ?, ?, ?)");
-  st.bind(1, rec.id).bind(2, rec.project_id).bind(3, doc).bind(4, secrets);
+  Stmt st(db_, sql.c_str());
+  bind_snapshot(st, rec);
   if (st.step() != SQLITE_DONE) return fail(db_error(db_, "saving snapshot " + rec.id));
   return {};
 }
 
 Result<std::optional<SnapshotRecord>> Store::get_snapshot(const std::string& project_id, const std::string& id) {
+  static const std::string sql =
+      std::string("SELECT ") + kSnapshotColumns + " FROM snapshots WHERE id = ? AND project_id = ?";
   std::lock_guard lk(mu_);
-  Stmt st(db_, "SELECT id, project_id, doc, secrets FROM snapshots WHERE id = ? AND project_id = ?");
+  Stmt st(db_, sql.c_str());
   st.bind(1, id).bind(2, project_id);
   int rc = st.step();
   if (rc == SQLITE_DONE) return std::optional<SnapshotRecord>();
@@ -452,22 +700,15 @@ Result<std::optional<SnapshotRecord>> Store::get_snapshot(const std::string& pro
 }
 
 Result<std::vector<SnapshotRecord>> Store::list_snapshots(const std::string& project_id,
-                                                       const std::optional<std::string>& after_id, int limit) {
+                                                          const std::optional<std::string>& after_id, int limit) {
+  std::string sql = std::string("SELECT ") + kSnapshotColumns +
+                    " FROM snapshots WHERE project_id = ?1 AND (?2 IS NULL OR id < ?2) ORDER BY id DESC LIMIT " +
+                    std::to_string(limit + 1);
   std::lock_guard lk(mu_);
-  std::string sql = "SELECT id, project_id, doc, secrets FROM snapshots WHERE project_id = ?1 AND (?2 IS NULL OR id < ?2) "
-                    "ORDER BY id DESC LIMIT " + std::to_string(limit + 1);
   Stmt st(db_, sql.c_str());
   st.bind(1, project_id);
   if (after_id) st.bind(2, *after_id); else st.bind_null(2);
-  std::vector<SnapshotRecord> out;
-  int rc;
-  while ((rc = st.step()) == SQLITE_ROW) {
-    auto r = snapshot_from(st);
-    if (!r) return fail(r.error());
-    out.push_back(std::move(*r));
-  }
-  if (rc != SQLITE_DONE) return fail(db_error(db_, "listing snapshots"));
-  return out;
+  return all_of<SnapshotRecord>(db_, st, "listing snapshots", snapshot_from);
 }
 
 Result<void> Store::delete_snapshot(const std::string& project_id, const std::string& id) {

@@ -128,9 +128,16 @@ TEST_F(MigrateTest, EveryValueSurvivesAndMoneyBecomesExactMicroDollars) {
   auto old_tables = dump(before_), new_tables = dump(db_);
 
   // Tables the migration does not touch are identical, row for row and value for value.
-  for (const char* t : {"projects", "api_keys", "sandboxes", "snapshots", "idempotency", "project_settings"}) {
+  for (const char* t : {"projects", "api_keys", "idempotency", "project_settings"}) {
     ASSERT_FALSE(old_tables.at(t).empty()) << t << ": the fixture should hold rows of every table";
     EXPECT_EQ(old_tables.at(t), new_tables.at(t)) << t;
+  }
+  // Sandboxes and snapshots leave their JSON documents for typed columns (version 3), one row
+  // for each old row; their values are checked through the store below.
+  for (const char* t : {"sandboxes", "snapshots"}) {
+    ASSERT_FALSE(old_tables.at(t).empty()) << t;
+    EXPECT_EQ(old_tables.at(t).size(), new_tables.at(t).size()) << t;
+    for (auto& row : new_tables.at(t)) EXPECT_EQ(row.count("doc"), 0u) << t << " still has its document column";
   }
   // Money columns: REAL dollars become INTEGER micro-dollars, rounded to the nearest;
   // every other column is the same.

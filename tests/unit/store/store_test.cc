@@ -200,3 +200,105 @@ TEST_F(StoreTest, ADatabaseFromANewerB3osIsRefused) {
 
 }  // namespace
 }  // namespace b3os::store
+
+namespace b3os::store {
+namespace {
+
+TEST(TypedRecords, EveryFieldOfASandboxAndASnapshotRoundTrips) {
+  auto dir = std::filesystem::temp_directory_path() / ("b3os-rec-" + random_base32(8));
+  std::filesystem::create_directories(dir);
+  auto s = Store::open((dir / "b3os.db").string());
+  ASSERT_TRUE(s);
+  SandboxRecord r;
+  r.id = new_id("sbx");
+  r.project_id = "prj_a";
+  r.state = State::kPaused;
+  r.template_name = "base";
+  r.snapshot_id = "snp_x";
+  r.vcpu = 2;
+  r.memory_mib = 1024;
+  r.disk_gib = 3;
+  r.timeout_s = 77;
+  r.on_idle = "pause";
+  r.env = {{"A", "1"}, {"B", "two words"}};
+  r.secrets = {{"T", "s3cret"}};
+  r.metadata = {{"k", "v"}};
+  r.ports = {{8080, true}, {9000, false}};
+  r.api_scopes = {"infer:run"};
+  r.spend_cap_micros = 2'500'000;
+  r.egress_mode = "allowlist";
+  r.egress_allow = {"pypi.org", "*.github.com:443"};
+  r.forkable = true;
+  r.created_ms = 1000;
+  r.started_ms = 1001;
+  r.paused_since_ms = 5000;
+  r.paused_total_ms = 42;
+  r.stop_message = "";
+  r.last_activity_ms = 4999;
+  r.hostname = "sbx-abc";
+  r.rootfs = "/r";
+  r.budget_id = "grt_x";
+  r.forked_from = "sbx_src";
+  ASSERT_TRUE((*s)->put_sandbox(r));
+  auto g = (*s)->get_sandbox("prj_a", r.id);
+  ASSERT_TRUE(g && *g);
+  const SandboxRecord& b = **g;
+  EXPECT_EQ(b.state, r.state);
+  EXPECT_EQ(b.snapshot_id, r.snapshot_id);
+  EXPECT_EQ(std::tie(b.vcpu, b.memory_mib, b.disk_gib, b.timeout_s, b.on_idle),
+            std::tie(r.vcpu, r.memory_mib, r.disk_gib, r.timeout_s, r.on_idle));
+  EXPECT_EQ(b.env, r.env);
+  EXPECT_EQ(b.secrets, r.secrets);
+  EXPECT_EQ(b.metadata, r.metadata);
+  ASSERT_EQ(b.ports.size(), 2u);
+  EXPECT_EQ(b.ports[0].port, 8080);
+  EXPECT_TRUE(b.ports[0].is_public);
+  EXPECT_EQ(b.api_scopes, r.api_scopes);
+  EXPECT_EQ(b.spend_cap_micros, r.spend_cap_micros);
+  EXPECT_EQ(b.egress_mode, r.egress_mode);
+  EXPECT_EQ(b.egress_allow, r.egress_allow);
+  EXPECT_TRUE(b.forkable);
+  EXPECT_EQ(std::tie(b.created_ms, b.started_ms, b.paused_since_ms, b.paused_total_ms, b.stopped_ms, b.last_activity_ms),
+            std::tie(r.created_ms, r.started_ms, r.paused_since_ms, r.paused_total_ms, r.stopped_ms, r.last_activity_ms));
+  EXPECT_EQ(std::tie(b.hostname, b.rootfs, b.budget_id, b.forked_from),
+            std::tie(r.hostname, r.rootfs, r.budget_id, r.forked_from));
+  // A moment between states is stored as where it settles: checkpointing is running.
+  r.state = State::kCheckpointing;
+  ASSERT_TRUE((*s)->put_sandbox(r));
+  EXPECT_EQ((*(*s)->get_sandbox("prj_a", r.id))->state, State::kRunning);
+  r.state = State::kStopped;
+  r.stop_reason = StopReason::kTimeout;
+  r.stopped_ms = 9000;
+  ASSERT_TRUE((*s)->put_sandbox(r));
+  auto stopped = *(*s)->get_sandbox("prj_a", r.id);
+  EXPECT_EQ(stopped->stop_reason, StopReason::kTimeout);
+  EXPECT_EQ(stopped->stopped_ms, 9000);
+  EXPECT_TRUE((*s)->active_sandboxes()->empty());
+
+  SnapshotRecord n;
+  n.id = new_id("snp");
+  n.project_id = "prj_a";
+  n.sandbox_id = r.id;
+  n.env = r.env;
+  n.secrets = r.secrets;
+  n.api_scopes = r.api_scopes;
+  n.spend_cap_micros = 7;
+  n.egress_allow = {"x.org"};
+  n.forkable = true;
+  n.size_bytes = 5'000'000'000ULL;
+  n.created_ms = 123;
+  n.rootfs = "/r";
+  n.budget_id = "grt_x";
+  ASSERT_TRUE((*s)->put_snapshot(n));
+  auto sn = (*s)->get_snapshot("prj_a", n.id);
+  ASSERT_TRUE(sn && *sn);
+  EXPECT_EQ((*sn)->size_bytes, n.size_bytes);
+  EXPECT_EQ((*sn)->spend_cap_micros, 7);
+  EXPECT_EQ((*sn)->secrets, n.secrets);
+  EXPECT_EQ((*sn)->egress_allow, n.egress_allow);
+  EXPECT_EQ((*sn)->budget_id, "grt_x");
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace b3os::store
