@@ -32,6 +32,10 @@ step "unit tests"
 ./build/bin/unit_tests --gtest_brief=1
 record unit $?
 
+step "layering: an #include against the module arrows fails to compile (docs/design.md)"
+python3 tests/layering_check.py build
+record layering $?
+
 step "docs: openapi.yaml's error codes agree with docs/api.md and common/error.cc"
 python3 tests/e2e/openapi_check.py check-docs
 record openapi-docs $?
