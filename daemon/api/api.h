@@ -2,6 +2,9 @@
 // The REST API: authentication, rate limits, idempotency, routing, errors and timing, then
 // a call into the service layer. HTTP stops here.
 
+#include <string_view>
+#include <vector>
+
 #include <nlohmann/json.hpp>
 
 #include "daemon/api/rate_limit.h"
@@ -36,18 +39,41 @@ class Api {
 
  private:
   struct Call;
+  /// One operation of the API: a method and a path pattern, and its handler.
+  struct Route {
+    std::string_view method;
+    std::string_view pattern;
+    Result<Reply> (Api::*json)(Call&);  // JSON in and out
+    void (Api::*stream)(Call&);         // or: it reads and answers the request itself
+  };
+  /// The route of a request, or the refusal (404, 405 with Allow, 501).
+  struct Match {
+    const Route* route = nullptr;
+    Reply refusal;
+  };
+  static const std::vector<Route>& routes();
+  Match route(Call& c);
   Result<sandbox::Principal> authenticate(http::Exchange& ex);
-  Result<Reply> dispatch_json(Call& c);
-  bool dispatch_stream(Call& c);
   /// /v1/infer/...: the model gateway, paid from the calling key's budget.
   bool dispatch_infer(Call& c);
   void send(Call& c, Reply r);
   void send_error(Call& c, const Error& e);
 
+  Result<Reply> list_templates(Call& c);
+  Result<Reply> list_snapshots(Call& c);
+  Result<Reply> get_snapshot(Call& c);
+  Result<Reply> delete_snapshot(Call& c);
   Result<Reply> create_sandbox(Call& c);
   Result<Reply> list_sandboxes(Call& c);
+  Result<Reply> get_sandbox(Call& c);
+  Result<Reply> delete_sandbox(Call& c);
   Result<Reply> exec(Call& c);
-  Result<Reply> snapshots(Call& c);
+  Result<Reply> remove_file(Call& c);
+  Result<Reply> list_files(Call& c);
+  Result<Reply> fork(Call& c);
+  Result<Reply> pause(Call& c);
+  Result<Reply> resume(Call& c);
+  Result<Reply> snapshot(Call& c);
   void upload(Call& c);
   void download(Call& c);
 
