@@ -64,13 +64,8 @@ Result<State> next_state(State from, Transition t, const std::string& sandbox_id
 }
 
 std::string_view api_status(State s) {
-  switch (s) {
-    case State::kPaused:
-    case State::kResuming: return "paused";
-    case State::kStopped: return "stopped";
-    case State::kFailed: return "failed";
-    default: return "running";
-  }
+  // kCreating is never shown (a sandbox is visible from running on); it would read "creating".
+  return store::state_name(store::settled(s));
 }
 
 bool is_live(State s) {

@@ -66,6 +66,15 @@ std::string_view state_name(State s) {
   return "failed";
 }
 
+State settled(State s) {
+  switch (s) {
+    case State::kPausing:
+    case State::kCheckpointing: return State::kRunning;
+    case State::kResuming: return State::kPaused;
+    default: return s;
+  }
+}
+
 std::optional<State> state_from_name(std::string_view name) {
   for (auto& [v, n] : kStates)
     if (n == name) return v;
@@ -160,16 +169,6 @@ Result<SnapshotRecord> snapshot_from_legacy(const json& doc, const json& secrets
   r.rootfs = str(in, "rootfs");
   r.budget_id = str(in, "budget_id");
   return r;
-}
-
-std::string_view legacy_status(State s) {
-  switch (s) {
-    case State::kPaused:
-    case State::kResuming: return "paused";
-    case State::kStopped: return "stopped";
-    case State::kFailed: return "failed";
-    default: return "running";
-  }
 }
 
 }  // namespace b3os::store

@@ -34,6 +34,10 @@ enum class State {
 };
 
 std::string_view state_name(State s);
+/// Where a state settles: the moments between become the state they show (pausing and
+/// checkpointing are running, resuming is paused). It is what the API shows as `status` and
+/// what the store keeps (a restart reconciles with the runtime instead of resuming a moment).
+State settled(State s);
 /// The state with this stored name; nullopt for an unknown one.
 std::optional<State> state_from_name(std::string_view name);
 
@@ -112,8 +116,6 @@ struct SnapshotRecord {
 /// private "_b3os" keys) and a JSON object of secrets. Used by the migration.
 Result<SandboxRecord> sandbox_from_legacy(const nlohmann::json& doc, const nlohmann::json& secrets);
 Result<SnapshotRecord> snapshot_from_legacy(const nlohmann::json& doc, const nlohmann::json& secrets);
-/// The state a record is stored with: the moments between (pausing, resuming, checkpointing)
-/// are not kept across a restart, which reconciles with the runtime instead.
-std::string_view legacy_status(State s);
+
 
 }  // namespace b3os::store

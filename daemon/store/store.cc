@@ -259,7 +259,7 @@ std::string ports_json(const std::vector<PortRecord>& ports) {
 
 void bind_sandbox(Stmt& st, const SandboxRecord& r) {
   int i = 0;
-  st.bind(++i, r.id).bind(++i, r.project_id).bind(++i, legacy_status(r.state)).bind(++i, r.template_name);
+  st.bind(++i, r.id).bind(++i, r.project_id).bind(++i, state_name(settled(r.state))).bind(++i, r.template_name);
   if (r.snapshot_id) st.bind(++i, *r.snapshot_id); else st.bind_null(++i);
   st.bind(++i, int64_t{r.vcpu}).bind(++i, int64_t{r.memory_mib}).bind(++i, int64_t{r.disk_gib});
   st.bind(++i, int64_t{r.timeout_s}).bind(++i, r.on_idle);

@@ -33,7 +33,7 @@ Result<std::vector<SandboxRecord>> FakeStore::list_sandboxes(const store::Sandbo
   for (auto it = sandboxes_.rbegin(); it != sandboxes_.rend(); ++it) {
     const SandboxRecord& r = it->second;
     if (r.project_id != q.project_id) continue;
-    if (q.status && store::legacy_status(r.state) != *q.status) continue;
+    if (q.status && store::state_name(store::settled(r.state)) != *q.status) continue;
     if (q.after_id && !(r.id < *q.after_id)) continue;
     bool match = true;
     for (auto& [k, v] : q.metadata) {
