@@ -233,7 +233,10 @@ void serve_connection(tcp::socket sock, const Handler& handler) {
     } catch (const std::exception& e) {
       spdlog::error("handler threw: {}", e.what());
       if (!ex.responded())
-        ex.respond(500, "application/json", R"({"error":{"code":"internal","message":"unexpected error in b3osd"}})", {});
+        ex.respond(error_http_status(ErrorCode::kInternal), "application/json",
+                   std::string(R"({"error":{"code":")") + std::string(error_code_name(ErrorCode::kInternal)) +
+                       R"(","message":"unexpected error in b3osd"}})",
+                   {});
       return;
     }
     if (!ex.reusable()) return;

@@ -63,6 +63,31 @@ class ImageRoom {
   bool held_ = false;
 };
 
+// The directory of one image, removed on every path unless kept (a snapshot's, once recorded).
+// Declared after the sandbox's ImageRoom, so the image goes before the room is given back.
+class ImageDir {
+ public:
+  explicit ImageDir(std::string path) : path_(std::move(path)) {}
+  ImageDir(const ImageDir&) = delete;
+  ImageDir& operator=(const ImageDir&) = delete;
+  ~ImageDir() {
+    std::error_code ec;
+    if (!kept_) fs::remove_all(path_, ec);
+  }
+  Result<void> create() {
+    std::error_code ec;
+    fs::create_directories(path_, ec);
+    if (ec) return fail(ErrorCode::kInternal, "creating " + path_ + ": " + ec.message());
+    return {};
+  }
+  void keep() { kept_ = true; }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  bool kept_ = false;
+};
+
 // Writes a finished image to disk (data, then the directory entry) and drops its pages from the
 // cache, so they are no longer charged to the source and a snapshot survives a host crash.
 Result<void> sync_image(const std::string& dir) {
@@ -135,16 +160,10 @@ Result<json> Checkpoints::fork(const Principal& p, const std::string& id, int co
 
   // One checkpoint of the source, restored into each fork; the image is removed at the end,
   // and then the source's memory limit is set back (the room outlives the image).
-  const std::string image = cfg_.fork_images_dir() + "/" + new_id("img");
-  std::error_code ec;
-  fs::create_directories(image, ec);
-  if (ec) return fail(ErrorCode::kInternal, "creating " + image + ": " + ec.message());
   ImageRoom room(rt_, *src, base.memory_mib);
-  ScopeExit remove_image([&] {
-    std::error_code e;
-    fs::remove_all(image, e);
-  });
-  if (auto r = checkpoint_into(*src, image, t, sw); !r) return fail(r.error().wrap("forking " + id));
+  ImageDir image(cfg_.fork_images_dir() + "/" + new_id("img"));
+  if (auto r = image.create(); !r) return fail(r.error());
+  if (auto r = checkpoint_into(*src, image.path(), t, sw); !r) return fail(r.error().wrap("forking " + id));
 
   struct Outcome {
     Result<std::shared_ptr<LiveSandbox>> sandbox = fail(ErrorCode::kInternal, "not started");
@@ -161,7 +180,7 @@ Result<json> Checkpoints::fork(const Principal& p, const std::string& id, int co
         l.rootfs = base.rootfs.empty() ? lifecycle_.template_rootfs(base.template_name) + "/rootfs" : base.rootfs;
         l.vcpu = base.vcpu;
         l.memory_mib = base.memory_mib;
-        l.image = image;
+        l.image = image.path();
         Stopwatch w;
         outcomes[i].sandbox = pools_.launch(l, outcomes[i].timing, w);
       });
@@ -228,22 +247,16 @@ Result<json> Checkpoints::snapshot(const Principal& p, const std::string& id, Ti
                                                    "; snapshots are taken of running sandboxes");
   ActiveOp busy(*src);
   const std::string snap_id = new_id("snp");
-  const std::string dir = cfg_.snapshots_dir() + "/" + snap_id;
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) return fail(ErrorCode::kInternal, "creating " + dir + ": " + ec.message());
-  // Declared before the directory's removal, so that on failure the image goes first.
   ImageRoom room(rt_, *src, base.memory_mib);
-  ScopeExit remove_dir([&] {
-    std::error_code e;
-    fs::remove_all(dir, e);
-  });
-  if (auto r = checkpoint_into(*src, dir, t, sw); !r) return fail(r.error().wrap("snapshotting " + id));
-  if (auto r = sync_image(dir); !r) return fail(r.error().wrap("snapshotting " + id));
+  ImageDir dir(cfg_.snapshots_dir() + "/" + snap_id);
+  if (auto r = dir.create(); !r) return fail(r.error());
+  if (auto r = checkpoint_into(*src, dir.path(), t, sw); !r) return fail(r.error().wrap("snapshotting " + id));
+  if (auto r = sync_image(dir.path()); !r) return fail(r.error().wrap("snapshotting " + id));
   room.release();
   t.lap("sync", sw);
   uint64_t size = 0;
-  for (auto& e : fs::directory_iterator(dir, ec))
+  std::error_code ec;
+  for (auto& e : fs::directory_iterator(dir.path(), ec))
     if (e.is_regular_file()) size += e.file_size();
   store::SnapshotRecord snap;
   snap.id = snap_id;
@@ -265,7 +278,7 @@ Result<json> Checkpoints::snapshot(const Principal& p, const std::string& id, Ti
   snap.rootfs = base.rootfs;
   snap.budget_id = base.budget_id;
   if (auto r = store_.put_snapshot(snap); !r) return fail(r.error());
-  remove_dir.dismiss();
+  dir.keep();
   t.lap("store", sw);
   lifecycle_.touch(*src);
   spdlog::info("sandbox {}: snapshot {} ({} MB)", id, snap_id, size >> 20);

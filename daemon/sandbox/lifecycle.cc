@@ -343,7 +343,8 @@ Result<json> Lifecycle::resume(const Principal& p, const std::string& id, Timing
   bool resumed = false;
   {
     std::lock_guard lk(s.mu);
-    if (s.rec.state != State::kRunning) {
+    // Resuming a running sandbox changes nothing, also while it is being saved (it runs on).
+    if (s.rec.state != State::kRunning && s.rec.state != State::kCheckpointing) {
       auto next = next_state(s.rec.state, Transition::kBeginResume, s.id);
       if (!next) return fail(next.error());
       s.rec.state = *next;

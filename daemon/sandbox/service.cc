@@ -11,7 +11,6 @@ namespace fs = std::filesystem;
 SandboxService::SandboxService(Config cfg, runtime::Runtime& rt, runtime::Shims& shims, store::SandboxStore& store,
                                ModelHooks hooks)
     : cfg_(std::move(cfg)),
-      rt_(rt),
       hooks_(std::move(hooks)),
       registry_(cfg_.max_sandboxes_per_project, cfg_.max_sandboxes_per_node),
       launcher_(cfg_, rt, shims),

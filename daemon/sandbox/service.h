@@ -118,7 +118,6 @@ class SandboxService {
 
  private:
   Config cfg_;
-  runtime::Runtime& rt_;
   ModelHooks hooks_;
   Registry registry_;
   Launcher launcher_;

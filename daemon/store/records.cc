@@ -58,6 +58,17 @@ std::optional<int64_t> cap_micros(const json& api) {
   return usd_to_micros(api["spend_cap_usd"].get<double>());
 }
 
+/// The api grant and the egress of an old document (a sandbox's or a snapshot's).
+template <typename Record>
+void read_grant_and_egress(const json& doc, Record& r) {
+  const json api = doc.value("api", json::object());
+  r.api_scopes = string_list(api.is_object() ? api.value("scopes", json::array()) : json::array());
+  r.spend_cap_micros = cap_micros(api);
+  const json egress = doc.value("egress", json::object());
+  r.egress_mode = egress.is_object() ? egress.value("mode", "deny") : "deny";
+  r.egress_allow = string_list(egress.is_object() ? egress.value("allow", json::array()) : json::array());
+}
+
 }  // namespace
 
 std::string_view state_name(State s) {
@@ -116,12 +127,7 @@ Result<SandboxRecord> sandbox_from_legacy(const json& doc, const json& secrets) 
   if (doc.contains("ports") && doc["ports"].is_array())
     for (auto& p : doc["ports"])
       if (p.is_object()) r.ports.push_back({p.value("port", 0), p.value("public", false)});
-  const json api = doc.value("api", json::object());
-  r.api_scopes = string_list(api.is_object() ? api.value("scopes", json::array()) : json::array());
-  r.spend_cap_micros = cap_micros(api);
-  const json egress = doc.value("egress", json::object());
-  r.egress_mode = egress.is_object() ? egress.value("mode", "deny") : "deny";
-  r.egress_allow = string_list(egress.is_object() ? egress.value("allow", json::array()) : json::array());
+  read_grant_and_egress(doc, r);
   r.forkable = doc.value("forkable", false);
   r.started_ms = opt_i64(in, "started_ms").value_or(0);
   r.created_ms = r.started_ms;
@@ -156,12 +162,7 @@ Result<SnapshotRecord> snapshot_from_legacy(const json& doc, const json& secrets
   r.disk_gib = doc.value("disk_gib", 1);
   r.env = string_map(doc.value("env", json::object()));
   r.secrets = string_map(secrets);
-  const json api = doc.value("api", json::object());
-  r.api_scopes = string_list(api.is_object() ? api.value("scopes", json::array()) : json::array());
-  r.spend_cap_micros = cap_micros(api);
-  const json egress = doc.value("egress", json::object());
-  r.egress_mode = egress.is_object() ? egress.value("mode", "deny") : "deny";
-  r.egress_allow = string_list(egress.is_object() ? egress.value("allow", json::array()) : json::array());
+  read_grant_and_egress(doc, r);
   r.forkable = doc.value("forkable", false);
   r.size_bytes = doc.value("size_bytes", uint64_t{0});
   if (doc.contains("created_at") && doc["created_at"].is_string())

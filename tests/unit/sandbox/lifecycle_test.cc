@@ -295,6 +295,10 @@ TEST_F(LifecycleTest, ACheckpointHoldsOffAPauseWithAClearConflict) {
   EXPECT_EQ(p.error().code, ErrorCode::kSandboxNotRunning);
   EXPECT_NE(p.error().message.find("forked or snapshotted"), std::string::npos) << p.error().message;
   EXPECT_EQ(status(id), "running");  // checkpointing shows as running
+  auto r = svc_->resume(p_, id, t);    // resuming a running sandbox changes nothing, saved or not
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ((*r)["status"], "running");
+  EXPECT_EQ(rt_.calls("resume"), 0);
   ASSERT_TRUE(fork.get());
   rt_.clear_faults();
   EXPECT_TRUE(svc_->pause(p_, id, t));
