@@ -59,6 +59,9 @@ int main() {
   }
   set_nonblocking(0);
   set_nonblocking(1);
+  // The log is a pipe the host drains at a capped rate; code inside can fill it (through
+  // /proc/1/fd/2), and then a log line is dropped rather than the agent blocked.
+  set_nonblocking(2);
   // The channel fds stay open in the agent only: children get their own stdio.
   ::fcntl(0, F_SETFD, FD_CLOEXEC);
   ::fcntl(1, F_SETFD, FD_CLOEXEC);

@@ -4,6 +4,7 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -37,6 +38,17 @@ Result<void> write_cgroup(const std::string& file, const std::string& value, std
     return fail(errno_error(ErrorCode::kInternal, std::string(what) + " (" + file + ")", errno));
   }
   return {};
+}
+
+// Waits (briefly) until a shim has taken what runsc wrote to the log pipe, so the file holds it.
+void wait_drained(int pipe_rd) {
+  if (pipe_rd < 0) return;
+  for (int i = 0; i < 50; ++i) {
+    int pending = 0;
+    if (::ioctl(pipe_rd, FIONREAD, &pending) != 0 || pending == 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the shim's write after its read
 }
 
 std::string tail_of_file(const std::string& path, size_t max) {
@@ -102,8 +114,12 @@ Result<void> Runsc::create(const ContainerSpec& spec, int stdio_fd) {
     f << oci_config(spec, cfg_);
     if (!f) return fail(ErrorCode::kInternal, "writing " + spec.bundle_dir + "/config.json");
   }
-  UniqueFd log(::open(spec.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600));
-  if (!log) return fail(errno_error(ErrorCode::kInternal, "open " + spec.log_path, errno));
+  UniqueFd opened;
+  if (spec.log_fd < 0) {
+    opened.reset(::open(spec.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600));
+    if (!opened) return fail(errno_error(ErrorCode::kInternal, "open " + spec.log_path, errno));
+  }
+  const int log = spec.log_fd >= 0 ? spec.log_fd : opened.get();
 
   auto argv = base_argv();
   if (cfg_.debug) {
@@ -111,11 +127,12 @@ Result<void> Runsc::create(const ContainerSpec& spec, int stdio_fd) {
     argv.push_back("--debug-log=" + spec.bundle_dir + "/runsc-debug/");
   }
   argv.insert(argv.end(), {"create", "--bundle", spec.bundle_dir, spec.id});
-  auto pid = sys::spawn({argv, {stdio_fd, stdio_fd, log.get()}, true});
+  auto pid = sys::spawn({argv, {stdio_fd, stdio_fd, log}, true});
   if (!pid) return fail(pid.error());
   auto code = sys::wait_exit(*pid);
   if (!code) return fail(code.error());
   if (*code != 0) {
+    wait_drained(spec.log_drain_fd);
     std::string why = tail_of_file(spec.log_path, 600);
     (void)destroy(spec.id);
     return fail(ErrorCode::kInternal, "runsc create failed (exit " + std::to_string(*code) + "): " + why);

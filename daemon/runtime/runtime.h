@@ -23,7 +23,10 @@ struct ContainerSpec {
   std::string hostname;
   int vcpu = 1;
   int memory_mib = 512;
-  std::string log_path;    // runsc's and the agent's stderr
+  std::string log_path;    // where runsc's and the agent's stderr end up (read on failure)
+  int log_fd = -1;         // the write end of the stderr pipe a shim drains into log_path;
+                           // -1: log_path is opened and written directly
+  int log_drain_fd = -1;   // the read end of that pipe, to see it drained before reading log_path
 };
 
 /// What the runtime says of a container.
@@ -85,8 +88,10 @@ class Runtime {
 class Shims {
  public:
   virtual ~Shims() = default;
-  /// Starts a holder of `fd` in `dir`; returns its pid.
-  virtual Result<pid_t> start(const std::string& dir, int fd) = 0;
+  /// Starts a holder of `fd` in `dir`; returns its pid. With `log_fd` (the read end of the
+  /// sandbox's stderr pipe) it also drains that pipe into `dir`/sandbox.log, capped in size
+  /// and rate.
+  virtual Result<pid_t> start(const std::string& dir, int fd, int log_fd = -1) = 0;
   /// Stops the holder (`pid`, or the one recorded in `dir` when pid <= 0).
   virtual void stop(const std::string& dir, pid_t pid) = 0;
   /// The pid recorded in `dir` (-1 when none).

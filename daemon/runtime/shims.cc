@@ -28,11 +28,17 @@ bool is_shim_process(pid_t pid) {
 
 }  // namespace
 
-Result<pid_t> ShimProcesses::start(const std::string& dir, int fd) {
+Result<pid_t> ShimProcesses::start(const std::string& dir, int fd, int log_fd) {
   int p[2];
   if (::pipe2(p, O_CLOEXEC) != 0) return fail(errno_error(ErrorCode::kInternal, "pipe", errno));
   UniqueFd rd(p[0]), wr(p[1]);
-  auto pid = sys::spawn({{shim_path_, dir + "/shim.sock"}, {-1, wr.get(), -1, fd}, true});
+  std::vector<std::string> argv = {shim_path_, dir + "/shim.sock"};
+  std::vector<int> fds = {-1, wr.get(), -1, fd};
+  if (log_fd >= 0) {
+    argv.push_back(dir + "/sandbox.log");
+    fds.push_back(log_fd);
+  }
+  auto pid = sys::spawn({argv, fds, true});
   if (!pid) return fail(pid.error().wrap("starting b3os-shim"));
   wr.reset();
   pollfd pfd{rd.get(), POLLIN, 0};

@@ -11,7 +11,7 @@ namespace b3os::runtime {
 class ShimProcesses : public Shims {
  public:
   explicit ShimProcesses(std::string shim_path) : shim_path_(std::move(shim_path)) {}
-  Result<pid_t> start(const std::string& dir, int fd) override;
+  Result<pid_t> start(const std::string& dir, int fd, int log_fd = -1) override;
   void stop(const std::string& dir, pid_t pid) override;
   pid_t recorded_pid(const std::string& dir) override;
   Result<UniqueFd> reclaim(const std::string& dir) override;

@@ -1,5 +1,6 @@
 #include "daemon/sandbox/launcher.h"
 
+#include <fcntl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 
@@ -76,7 +77,12 @@ Result<Precreated> Launcher::precreate(const LaunchRequest& l, Timing& t, Stopwa
     return undo(errno_error(ErrorCode::kInternal, "socketpair", errno));
   UniqueFd agent_end(sp[1]);
   pc.daemon_end.reset(sp[0]);
-  auto shim = shims_.start(dir, pc.daemon_end.get());
+  // The sandbox's stderr goes to a pipe the shim drains into a capped log, never to a file
+  // that code inside could grow through /proc/1/fd/2.
+  int lp[2];
+  if (::pipe2(lp, O_CLOEXEC) != 0) return undo(errno_error(ErrorCode::kInternal, "pipe", errno));
+  UniqueFd log_rd(lp[0]), log_wr(lp[1]);
+  auto shim = shims_.start(dir, pc.daemon_end.get(), log_rd.get());
   if (!shim) return undo(shim.error());
   s->shim_pid = *shim;
   t.lap("prepare", sw);
@@ -90,6 +96,8 @@ Result<Precreated> Launcher::precreate(const LaunchRequest& l, Timing& t, Stopwa
   cs.vcpu = l.vcpu;
   cs.memory_mib = l.memory_mib;
   cs.log_path = dir + "/sandbox.log";
+  cs.log_fd = log_wr.get();
+  cs.log_drain_fd = log_rd.get();
   s->hostname = cs.hostname;
   s->rec.hostname = cs.hostname;
   if (auto r = rt_.create(cs, agent_end.get()); !r) return undo(r.error());

@@ -189,7 +189,7 @@ Result<void> FakeRuntime::set_memory_limit(const std::string& id, int64_t bytes)
   return {};
 }
 
-Result<pid_t> FakeShims::start(const std::string& dir, int fd) {
+Result<pid_t> FakeShims::start(const std::string& dir, int fd, int /*log_fd*/) {
   std::lock_guard lk(mu_);
   if (fail_start_) {
     fail_start_ = false;

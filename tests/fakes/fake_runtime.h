@@ -73,7 +73,7 @@ class FakeRuntime : public runtime::Runtime {
 /// Holds a copy of each daemon end, as b3os-shim does, and gives it back on reclaim.
 class FakeShims : public runtime::Shims {
  public:
-  Result<pid_t> start(const std::string& dir, int fd) override;
+  Result<pid_t> start(const std::string& dir, int fd, int log_fd = -1) override;
   void stop(const std::string& dir, pid_t pid) override;
   pid_t recorded_pid(const std::string& dir) override;
   Result<UniqueFd> reclaim(const std::string& dir) override;
