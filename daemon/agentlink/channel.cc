@@ -125,8 +125,17 @@ bool Stream::cancelled() {
 
 // ---- AgentChannel ----
 
+namespace {
+constexpr std::string_view kProbePayload = "probe";
+int64_t steady_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
 AgentChannel::AgentChannel(UniqueFd fd, std::string name, std::function<void(const std::string&)> on_close)
-    : fd_(std::move(fd)), wake_(::eventfd(0, EFD_CLOEXEC)), name_(std::move(name)), on_close_(std::move(on_close)) {}
+    : fd_(std::move(fd)), wake_(::eventfd(0, EFD_CLOEXEC)), name_(std::move(name)), on_close_(std::move(on_close)) {
+  last_heard_ms_ = steady_ms();
+}
 
 std::shared_ptr<AgentChannel> AgentChannel::start(UniqueFd fd, std::string name,
                                                   std::function<void(const std::string&)> on_close,
@@ -220,6 +229,8 @@ void AgentChannel::reader_loop() {
       if (r < 0) reason = std::string("read failed: ") + std::strerror(errno);
       break;
     }
+    last_heard_ms_ = steady_ms();
+    probe_sent_ms_ = 0;
     std::vector<std::pair<std::shared_ptr<Stream>, Frame>> deliveries;
     std::vector<Frame> controls;
     std::vector<std::shared_ptr<Stream>> opened;
@@ -278,6 +289,7 @@ void AgentChannel::reader_loop() {
 }
 
 void AgentChannel::handle_control(Frame f) {
+  if (f.type == FrameType::kPong && f.payload == kProbePayload) return;  // heard: enough
   if (f.type == FrameType::kPing) {
     // On the reader thread: never wait long for a writer (the PONG is dropped instead).
     (void)write_frame(FrameType::kPong, 0, f.payload, std::chrono::steady_clock::now() + std::chrono::seconds(1));
@@ -347,6 +359,20 @@ Result<void> AgentChannel::send_identity(const nlohmann::json& identity, std::ch
     return fail(channel_error(name_, "the agent refused its identity: " + f->payload));
   }
   return {};
+}
+
+std::chrono::milliseconds AgentChannel::probe(std::chrono::milliseconds quiet) {
+  const int64_t now = steady_ms();
+  if (const int64_t sent = probe_sent_ms_.load(); sent != 0) return std::chrono::milliseconds(now - sent);
+  if (now - last_heard_ms_.load() < quiet.count()) return std::chrono::milliseconds(0);
+  if (write_frame(FrameType::kPing, 0, kProbePayload, std::chrono::steady_clock::now() + std::chrono::milliseconds(50)))
+    probe_sent_ms_ = now;
+  return std::chrono::milliseconds(0);
+}
+
+void AgentChannel::reset_probe() {
+  probe_sent_ms_ = 0;
+  last_heard_ms_ = steady_ms();
 }
 
 Result<double> AgentChannel::ping(std::chrono::milliseconds timeout) {

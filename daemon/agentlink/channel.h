@@ -95,6 +95,14 @@ class AgentChannel : public std::enable_shared_from_this<AgentChannel> {
   /// Round trip of a PING (for health checks and the channel benchmark).
   Result<double> ping(std::chrono::milliseconds timeout);
 
+  /// Liveness without waiting (for a watchdog): when the agent has sent nothing for `quiet`
+  /// and no probe is out, sends a PING (giving up at once if a writer holds the channel).
+  /// Returns how long the probe that is out has gone unanswered (0 when none is out); any
+  /// frame from the agent answers it.
+  std::chrono::milliseconds probe(std::chrono::milliseconds quiet);
+  /// Forgets the probe that is out: the agent could not answer it (paused, frozen).
+  void reset_probe();
+
   /// Opens a stream with `request` as the OPEN payload.
   Result<std::shared_ptr<Stream>> open(const nlohmann::json& request);
 
@@ -138,6 +146,8 @@ class AgentChannel : public std::enable_shared_from_this<AgentChannel> {
   std::thread reader_;
   std::atomic<bool> closed_{false};
   std::atomic<bool> stopping_{false};
+  std::atomic<int64_t> last_heard_ms_{0};  // steady clock: the agent's last bytes
+  std::atomic<int64_t> probe_sent_ms_{0};  // steady clock: the probe that is out (0: none)
   std::timed_mutex write_mu_;
   std::mutex break_mu_;
   std::string break_reason_;  // why a writer broke the channel (guarded by break_mu_)

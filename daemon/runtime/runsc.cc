@@ -395,6 +395,21 @@ void Runsc::sweep_state_temporaries() {
   }
 }
 
+// runsc's state file names the sandbox process; the orphan reaper kept how it ended (it is
+// b3osd's orphan when this b3osd created it).
+std::optional<int> Runsc::exit_status(const std::string& id, std::chrono::milliseconds wait) {
+  auto text = read_small_file(state_path(id), 1 << 20);
+  if (!text) return std::nullopt;
+  pid_t pid = 0;
+  try {
+    pid = json::parse(*text).at("sandbox").value("pid", 0);
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+  if (pid <= 0) return std::nullopt;
+  return sys::orphan_status(pid, wait);
+}
+
 void Runsc::prepare() {
   sweep_state_temporaries();
   (void)direct_control();

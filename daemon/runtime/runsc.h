@@ -69,6 +69,7 @@ class Runsc : public Runtime {
   /// Ids of every container under our root.
   Result<std::vector<std::string>> list() override;
   /// Sweeps state temporaries and decides how runsc is driven (runsc --version, once).
+  std::optional<int> exit_status(const std::string& id, std::chrono::milliseconds wait) override;
   void prepare() override;
 
   const RuntimeConfig& config() const { return cfg_; }

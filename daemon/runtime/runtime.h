@@ -5,7 +5,9 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -77,6 +79,12 @@ class Runtime {
   virtual void reset_memory_peak(const std::string& id) = 0;
   /// The memory cgroup's limit and peak (zeros when unknown), to tell an OOM from a crash.
   virtual MemoryUse memory_use(const std::string& id) = 0;
+
+  /// How a container's sandbox process ended, as a wait status, when this process reaped it
+  /// (waiting up to `wait`); nullopt when unknown (not ours, not yet reaped, or still alive).
+  virtual std::optional<int> exit_status(const std::string& /*id*/, std::chrono::milliseconds /*wait*/) {
+    return std::nullopt;
+  }
 
   /// Start-up housekeeping before any request: temporaries a crash left, and deciding once
   /// how the runtime is driven.

@@ -24,6 +24,10 @@ struct Config {
   // Template checkpoints: "auto" builds one per template at start and restores it for creates
   // when a restore measured faster than a boot; "on" always restores it; "off" never builds one.
   std::string template_checkpoints = "auto";
+  // Liveness: an agent silent for liveness_quiet_ms is sent a PING; one that then answers
+  // nothing for liveness_timeout_ms fails its sandbox.
+  int liveness_quiet_ms = 3000;
+  int liveness_timeout_ms = 8000;
   /// The gateway's default model, set in sandboxes granted infer:run as B3OS_MODEL ("" when
   /// no model is configured).
   std::string default_model;

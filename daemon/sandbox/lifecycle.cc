@@ -1,5 +1,9 @@
 #include "daemon/sandbox/lifecycle.h"
 
+#include <sys/wait.h>
+
+#include <cstring>
+
 #include <chrono>
 #include <filesystem>
 #include <set>
@@ -382,6 +386,18 @@ std::string Lifecycle::diagnose_exit(const std::string& id) {
   if (m.limit_bytes > 0 && m.peak_bytes >= m.limit_bytes - (4 << 20)) {
     return "the sandbox used all of its memory (limit " + std::to_string(m.limit_bytes >> 20) +
            " MiB including the runtime) and was stopped; create it with a larger memory_mib";
+  }
+  // gVisor's sandbox process exits with the agent's status when the agent (PID 1) dies, and
+  // is killed by a signal only when something on the host killed it.
+  if (auto st = rt_.exit_status(id, 1s)) {
+    if (WIFEXITED(*st) && WEXITSTATUS(*st) > 128)
+      return "the agent (PID 1) was killed by signal " + std::to_string(WEXITSTATUS(*st) - 128) +
+             " (" + strsignal(WEXITSTATUS(*st) - 128) + "), which stops the sandbox";
+    if (WIFEXITED(*st))
+      return "the agent (PID 1) exited with status " + std::to_string(WEXITSTATUS(*st)) + ", which stops the sandbox";
+    if (WIFSIGNALED(*st))
+      return "the sandbox's runtime process was killed on the host by signal " + std::to_string(WTERMSIG(*st)) +
+             " (" + strsignal(WTERMSIG(*st)) + ")";
   }
   return "the sandbox's runtime exited unexpectedly";
 }

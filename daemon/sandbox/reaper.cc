@@ -32,6 +32,19 @@ void Reaper::stop() {
   if (thread_.joinable()) thread_.join();
 }
 
+// An agent that sends nothing for quiet_ is sent a PING; one that then answers nothing for
+// unanswered_ (stopped with SIGSTOP, or hung) fails the sandbox, so no request waits on it.
+bool Reaper::alive(const std::shared_ptr<LiveSandbox>& s) {
+  if (!s->channel) return true;
+  const auto unanswered = s->channel->probe(quiet_);
+  if (unanswered < unanswered_) return true;
+  spdlog::warn("sandbox {}: the agent has not answered for {} ms", s->id, unanswered.count());
+  lifecycle_.finish(s, Transition::kFail, store::StopReason::kFailed,
+                    "the agent (PID 1) stopped answering for " + std::to_string(unanswered.count() / 1000) +
+                        " s (stopped with SIGSTOP, or hung), so the sandbox was stopped");
+  return false;
+}
+
 void Reaper::sweep(int64_t now_ms) {
   for (auto& s : registry_.all()) {
     State state;
@@ -45,7 +58,11 @@ void Reaper::sweep(int64_t now_ms) {
     }
     // Only a running sandbox expires: a paused one does not, and one in the middle of a
     // pause, resume or checkpoint is in use.
-    if (state != State::kRunning) continue;
+    if (state != State::kRunning) {
+      if (s->channel) s->channel->reset_probe();  // it cannot answer until it runs again
+      continue;
+    }
+    if (!alive(s)) continue;
     if (s->active_ops.load() > 0 || now_ms < s->last_activity_ms.load() + timeout_ms) continue;
     if (pause) {
       if (auto r = lifecycle_.pause_live(*s, "idle"); !r)

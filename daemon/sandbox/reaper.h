@@ -1,8 +1,9 @@
 #pragma once
 // Reaper: one thread that ends (or, with on_idle: pause, pauses) sandboxes whose timeout_s
-// passed with no API activity. It decides from a copy of each record and acts outside every
+// passed with no API activity, and fails those whose agent stopped answering. It decides from a copy of each record and acts outside every
 // lock, so a slow runtime call for one sandbox holds up no request.
 
+#include <chrono>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
@@ -13,16 +14,21 @@ namespace b3os::sandbox {
 
 class Reaper {
  public:
-  Reaper(Registry& registry, Lifecycle& lifecycle) : registry_(registry), lifecycle_(lifecycle) {}
+  Reaper(Registry& registry, Lifecycle& lifecycle, std::chrono::milliseconds quiet, std::chrono::milliseconds unanswered)
+      : registry_(registry), lifecycle_(lifecycle), quiet_(quiet), unanswered_(unanswered) {}
   ~Reaper() { stop(); }
   void start();
   void stop();
   /// One pass over the live sandboxes at `now_ms` (the thread calls it every 500 ms).
   void sweep(int64_t now_ms);
 
+
  private:
+  bool alive(const std::shared_ptr<LiveSandbox>& s);
   Registry& registry_;
   Lifecycle& lifecycle_;
+  const std::chrono::milliseconds quiet_;       // silence before a PING
+  const std::chrono::milliseconds unanswered_;  // an unanswered PING that fails the sandbox
   std::mutex mu_;
   std::condition_variable cv_;
   bool stopping_ = false;

@@ -21,7 +21,8 @@ SandboxService::SandboxService(Config cfg, runtime::Runtime& rt, runtime::Shims&
       life_(cfg_, rt, shims, store, registry_, launcher_, pools_, hooks_.spent_usd),
       checkpoints_(cfg_, rt, store, registry_, pools_, life_),
       exec_(cfg_, life_),
-      reaper_(registry_, life_) {
+      reaper_(registry_, life_, std::chrono::milliseconds(cfg.liveness_quiet_ms),
+              std::chrono::milliseconds(cfg.liveness_timeout_ms)) {
   Launcher::IncomingHandler incoming;
   if (hooks_.incoming)
     incoming = [this](const std::string& id, std::shared_ptr<agentlink::Stream> st) {

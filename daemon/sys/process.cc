@@ -12,7 +12,9 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <condition_variable>
 #include <cstdlib>
+#include <deque>
 #include <fstream>
 #include <mutex>
 #include <set>
@@ -30,6 +32,19 @@ constexpr size_t kMaxCapturedOutput = 64 * 1024;
 // Children that some caller will reap itself; the orphan reaper leaves them alone.
 std::mutex g_owned_mu;
 std::set<pid_t> g_owned;
+
+// Wait statuses of reaped orphans, oldest first, so a sandbox's death can be explained.
+std::mutex g_reaped_mu;
+std::condition_variable g_reaped_cv;
+std::deque<std::pair<pid_t, int>> g_reaped;
+constexpr size_t kReapedKept = 1024;
+
+void remember_reaped(pid_t pid, int status) {
+  std::lock_guard lk(g_reaped_mu);
+  g_reaped.emplace_back(pid, status);
+  if (g_reaped.size() > kReapedKept) g_reaped.pop_front();
+  g_reaped_cv.notify_all();
+}
 
 void forget(pid_t pid) {
   std::lock_guard lk(g_owned_mu);
@@ -131,8 +146,13 @@ void start_orphan_reaper() {
         size_t ppid_at = close + 4;
         if (stat.compare(ppid_at, self.size() + 1, self + " ") != 0) continue;
         pid_t pid = static_cast<pid_t>(std::atoi(e->d_name));
-        std::lock_guard lk(g_owned_mu);
-        if (!g_owned.count(pid)) ::waitpid(pid, nullptr, WNOHANG);
+        int status = 0;
+        bool reaped = false;
+        {
+          std::lock_guard lk(g_owned_mu);
+          reaped = !g_owned.count(pid) && ::waitpid(pid, &status, WNOHANG) == pid;
+        }
+        if (reaped) remember_reaped(pid, status);
       }
       ::closedir(d);
     }
@@ -188,6 +208,20 @@ Result<CommandResult> run(const std::vector<std::string>& argv, std::chrono::mil
   res.exit_code = *code;
   while (!res.output.empty() && (res.output.back() == '\n' || res.output.back() == ' ')) res.output.pop_back();
   return res;
+}
+
+std::optional<int> orphan_status(pid_t pid, std::chrono::milliseconds wait) {
+  std::unique_lock lk(g_reaped_mu);
+  std::optional<int> found;
+  g_reaped_cv.wait_for(lk, wait, [&] {
+    for (auto it = g_reaped.rbegin(); it != g_reaped.rend(); ++it)
+      if (it->first == pid) {
+        found = it->second;
+        return true;
+      }
+    return false;
+  });
+  return found;
 }
 
 }  // namespace b3os::sys

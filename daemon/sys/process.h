@@ -6,6 +6,8 @@
 
 #include <chrono>
 #include <string>
+#include <chrono>
+#include <optional>
 #include <vector>
 
 #include "common/result.h"
@@ -43,6 +45,10 @@ bool try_reap(pid_t pid);
 /// exit, so a deleted sandbox leaves no zombie and `runsc delete` need not wait for init.
 /// SIGCHLD must be blocked in every thread (b3osd blocks it before starting any).
 void start_orphan_reaper();
+
+/// The wait status of an orphan the reaper took (the last 1,024 are kept), waiting up to
+/// `wait` for it to be reaped; nullopt when it was not (yet), or was never our orphan.
+std::optional<int> orphan_status(pid_t pid, std::chrono::milliseconds wait);
 
 /// Joins argv for messages and logs.
 std::string join_argv(const std::vector<std::string>& argv);

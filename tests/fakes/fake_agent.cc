@@ -54,6 +54,7 @@ void FakeAgent::loop(bool booted) {
     if (pfds[1].revents || stop_) break;
     ssize_t r = ::read(fd_.get(), buf, sizeof buf);
     if (r <= 0) break;
+    if (stalled_) continue;
     parser.feed(buf, static_cast<size_t>(r));
     while (auto f = parser.next()) {
       switch (f->type) {

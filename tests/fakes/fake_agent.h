@@ -23,6 +23,8 @@ class FakeAgent {
 
   /// Stops answering and closes its end: the daemon sees the agent die.
   void crash();
+  /// Stops answering but keeps its end open, as a stopped (SIGSTOP) or hung agent does.
+  void stall() { stalled_ = true; }
 
  private:
   void loop(bool booted);
@@ -31,6 +33,7 @@ class FakeAgent {
   UniqueFd fd_;
   UniqueFd wake_;
   std::atomic<bool> stop_{false};
+  std::atomic<bool> stalled_{false};
   std::thread thread_;
 };
 

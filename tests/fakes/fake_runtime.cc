@@ -46,6 +46,11 @@ Result<void> FakeRuntime::enter(const std::string& verb, const std::string& id) 
   return {};
 }
 
+void FakeRuntime::stall(const std::string& id) {
+  std::lock_guard lk(mu_);
+  if (auto it = containers_.find(id); it != containers_.end() && it->second.agent) it->second.agent->stall();
+}
+
 void FakeRuntime::crash(const std::string& id) {
   std::unique_ptr<FakeAgent> agent;
   {

@@ -35,6 +35,8 @@ class FakeRuntime : public runtime::Runtime {
   void clear_faults();
   /// The agent of `id` dies (its channel reaches EOF).
   void crash(const std::string& id);
+  /// The container's agent stops answering without dying.
+  void stall(const std::string& id);
 
   std::set<std::string> ids() const;
   std::optional<runtime::ContainerState> state_of(const std::string& id) const;

@@ -259,6 +259,29 @@ TEST_F(LifecycleTest, AnAgentThatDiesFailsItsSandboxAndFreesItsHost) {
   expect_only({});
 }
 
+TEST_F(LifecycleTest, AnAgentThatStopsAnsweringFailsItsSandboxButAPausedOneIsLeftAlone) {
+  cfg_.liveness_quiet_ms = 100;
+  cfg_.liveness_timeout_ms = 500;
+  start();
+  const std::string hung = create();
+  const std::string paused = create();
+  const std::string fine = create();
+  Timing t;
+  ASSERT_TRUE(svc_->pause(p_, paused, t));
+  rt_.stall(hung);
+  for (int i = 0; i < 300 && status(hung) != "failed"; ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(status(hung), "failed");
+  EXPECT_NE(store_.sandboxes().at(hung).stop_message.find("stopped answering"), std::string::npos)
+      << store_.sandboxes().at(hung).stop_message;
+  std::this_thread::sleep_for(800ms);  // long past the timeout for the others too
+  EXPECT_EQ(status(paused), "paused");
+  EXPECT_EQ(status(fine), "running");
+  ASSERT_TRUE(svc_->resume(p_, paused, t));
+  std::this_thread::sleep_for(800ms);
+  EXPECT_EQ(status(paused), "running");
+  expect_only({paused, fine});
+}
+
 TEST_F(LifecycleTest, ARestartReattachesPausedAndRunningSandboxes) {
   start();
   const std::string a = create(), b = create();
