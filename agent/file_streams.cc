@@ -21,6 +21,25 @@ std::string parent_dir(const std::string& path) {
 
 Error cancelled_error() { return Error{ErrorCode::kInvalidRequest, "cancelled", 0}; }
 
+// Files under /proc and /sys say size 0 and hold whatever a read gives; such a file is read
+// whole (up to kMaxSizeless) so the download declares its true length.
+constexpr size_t kMaxSizeless = 4 << 20;
+
+Result<std::string> read_sizeless(int fd, const std::string& path) {
+  std::string out;
+  char buf[64 << 10];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return fail(fs_error("read", path, errno));
+    if (n == 0) return out;
+    out.append(buf, static_cast<size_t>(n));
+    if (out.size() > kMaxSizeless)
+      return fail(ErrorCode::kInvalidRequest, "read " + path + ": a file that reports no size (as under /proc) and holds more than " +
+                                                  std::to_string(kMaxSizeless >> 20) + " MiB; copy it to a regular file first");
+  }
+}
+
 }  // namespace
 
 Result<std::unique_ptr<Stream>> FileWriteStream::open(Channel& channel, uint32_t id,
@@ -124,10 +143,19 @@ Result<std::unique_ptr<Stream>> FileReadStream::open(Channel& channel, uint32_t 
   if (!S_ISREG(st.st_mode)) {
     return fail(ErrorCode::kInvalidRequest, "read " + *path + ": not a regular file");
   }
+  uint64_t size = static_cast<uint64_t>(st.st_size);
+  std::string ahead;
+  if (size == 0) {
+    auto whole = read_sizeless(fd.get(), *path);
+    if (!whole) return fail(whole.error());
+    ahead = std::move(*whole);
+    size = ahead.size();
+    fd.reset();
+  }
   auto s = std::unique_ptr<FileReadStream>(new FileReadStream(channel, id, *path, std::move(fd)));
+  s->ahead_ = std::move(ahead);
   s->send(protocol::FrameType::kHeader,
-          dump_json(Json{{"size", static_cast<uint64_t>(st.st_size)},
-                         {"mode", static_cast<unsigned>(st.st_mode & 07777)}}));
+          dump_json(Json{{"size", size}, {"mode", static_cast<unsigned>(st.st_mode & 07777)}}));
   return std::unique_ptr<Stream>(std::move(s));
 }
 
@@ -136,6 +164,19 @@ FileReadStream::FileReadStream(Channel& channel, uint32_t id, std::string path, 
 
 void FileReadStream::pump() {
   if (finished_ || credit_ == 0) return;
+  if (!fd_) {  // read at open: send what is left of it, then the end
+    const size_t n = static_cast<size_t>(std::min<uint64_t>({protocol::kMaxData, credit_, ahead_.size() - ahead_sent_}));
+    if (n > 0) {
+      send(protocol::FrameType::kData, std::string_view(ahead_).substr(ahead_sent_, n));
+      ahead_sent_ += n;
+      credit_ -= n;
+      bytes_ += n;
+      return;
+    }
+    send(protocol::FrameType::kEof, {});
+    end(Json{{"ok", true}, {"bytes", bytes_}});
+    return;
+  }
   static char buf[protocol::kMaxData];
   const size_t want = static_cast<size_t>(std::min<uint64_t>(sizeof(buf), credit_));
   const ssize_t n = ::read(fd_.get(), buf, want);

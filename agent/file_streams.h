@@ -50,6 +50,10 @@ class FileReadStream : public Stream {
   std::string path_;
   UniqueFd fd_;
   uint64_t bytes_ = 0;
+  // A file that reports size 0 (under /proc or /sys) is read whole at open, since its size
+  // is known only then; its bytes are sent from here.
+  std::string ahead_;
+  size_t ahead_sent_ = 0;
 };
 
 }  // namespace b3os::agent

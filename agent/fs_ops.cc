@@ -91,6 +91,10 @@ Error fs_error(std::string_view what, std::string_view path, int err, bool enoen
     case ETXTBSY:
       code = ErrorCode::kInvalidRequest;
       break;
+    case ENXIO:  // a socket, or a device or FIFO end with nothing behind it
+    case ENODEV:
+      return Error{ErrorCode::kInvalidRequest,
+                   std::string(what) + " " + std::string(path) + ": not a regular file (a socket or a device)", err};
     case EACCES:
     case EPERM:
     case EROFS:

@@ -93,9 +93,15 @@ Result<std::shared_ptr<LiveSandbox>> Lifecycle::running(const Principal& p, cons
 }
 
 Error Lifecycle::explain(LiveSandbox& s, Error e) {
-  if (!s.channel || !s.channel->closed()) return e;
-  // The reader thread is recording why the sandbox died; give it a moment.
-  for (int i = 0; i < 200; ++i) {
+  if (!s.channel) return e;
+  // A write that found the agent's end gone (EPIPE, ECONNRESET) races the reader, which is
+  // about to see the channel close and record why the sandbox died.
+  if (e.err_no == EPIPE || e.err_no == ECONNRESET)
+    for (int i = 0; i < 300 && !s.channel->closed(); ++i) std::this_thread::sleep_for(10ms);
+  if (!s.channel->closed()) return e;
+  // The reader thread is recording why the sandbox died (which may take a second); give it
+  // the time.
+  for (int i = 0; i < 300; ++i) {
     {
       std::lock_guard lk(s.mu);
       if (s.rec.ended()) {
