@@ -204,10 +204,15 @@ int main(int argc, char** argv) {
     std::cerr << "b3osd: " << r.error().message << "\n";
     return 1;
   }
-  if (auto r = sandboxes.recover(); !r) {
-    std::cerr << "b3osd: recovering sandboxes: " << r.error().message << "\n";
-    return 1;
-  }
+  // The API answers from the first moment (503 with Retry-After until the sandboxes of a
+  // previous b3osd are reattached), so a restart never looks like a dead node.
+  std::thread([&] {
+    if (auto r = sandboxes.recover(); !r) {
+      spdlog::critical("b3osd: recovering sandboxes: {}", r.error().message);
+      std::_Exit(1);
+    }
+    spdlog::info("b3osd: ready");
+  }).detach();
 
   // SIGTERM/SIGINT end the process; sandboxes keep running and a restart reattaches them.
   std::thread([&] {

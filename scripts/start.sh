@@ -14,15 +14,26 @@ fi
 : >"$log"
 setsid "$bin/b3osd" "$@" >>"$log" 2>&1 </dev/null &
 echo $! >"$pidfile"
-for _ in $(seq 100); do
-  if grep -q '^b3osd listening' "$log"; then
-    grep -E '^(b3osd listening|API key|  export)' "$log"
-    echo "log: $log   stop: kill \$(cat $pidfile)"
-    exit 0
-  fi
+# Ready means /healthz answers 200: b3osd answers at once (503 "starting" while it reattaches the
+# sandboxes of a previous run), so wait on what it says, not on its log.
+url=""
+for _ in $(seq 3000); do
   kill -0 "$(cat "$pidfile")" 2>/dev/null || break
+  [ -n "$url" ] || url=$(sed -n 's/^b3osd listening on \(http[^ ]*\).*/\1/p' "$log" | head -n 1)
+  if [ -n "$url" ]; then
+    code=$(curl -s -o /dev/null -w '%{http_code}' -m 2 "$url/healthz" || true)
+    if [ "$code" = 200 ]; then
+      grep -E '^(b3osd listening|API key|  export)' "$log"
+      echo "log: $log   stop: kill \$(cat $pidfile)"
+      exit 0
+    fi
+  fi
   sleep 0.1
 done
-echo "b3osd did not start; its log:" >&2
+if kill -0 "$(cat "$pidfile")" 2>/dev/null; then
+  echo "b3osd is running but not ready after 300 s (/healthz: ${code:-no answer}); its log:" >&2
+else
+  echo "b3osd did not start; its log:" >&2
+fi
 cat "$log" >&2
 exit 1

@@ -175,7 +175,11 @@ void Api::handle(http::Exchange& ex) {
   auto target = parse_target(ex.target());
   if (!target) return send_error(c, target.error());
   c.target = std::move(*target);
-  if (c.target.path == "/healthz" && c.method == "GET") return send(c, {200, {{"ok", true}}, {}});
+  if (c.target.path == "/healthz" && c.method == "GET") {
+    if (sandboxes_.ready()) return send(c, {200, {{"ok", true}, {"status", "ready"}}, {}});
+    return send(c, {503, {{"ok", false}, {"status", "starting"}, {"message", "reattaching the sandboxes of the previous b3osd"}},
+                    {{"Retry-After", "1"}}});
+  }
 
   auto principal = authenticate(ex);
   if (!principal) return send_error(c, principal.error());
@@ -187,6 +191,11 @@ void Api::handle(http::Exchange& ex) {
     return send(c, std::move(r));
   }
   if (dispatch_infer(c)) return;
+  if (!sandboxes_.ready()) {
+    Reply r = error_reply({ErrorCode::kNodeUnavailable, "b3osd is starting (reattaching sandboxes); retry shortly", 0});
+    r.headers.emplace_back("Retry-After", "1");
+    return send(c, std::move(r));
+  }
   const Match match = route(c);
   if (match.route && match.route->stream) return (this->*match.route->stream)(c);
 

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <cstring>
 #include <filesystem>
 #include <thread>
 #include <fstream>
@@ -269,6 +270,22 @@ Result<ContainerState> Runsc::state(const std::string& id) {
   }
 }
 
+// runsc removes a container's cgroups when it deletes a container it knows; one whose
+// processes died while b3osd was down is unknown to it, and its cgroups stay unless removed
+// here (only this id's: another node's b3os/ cgroups are not ours to touch).
+static void remove_cgroups(const std::string& id) {
+  std::vector<std::string> dirs = {"/sys/fs/cgroup/b3os/" + id};
+  std::error_code ec;
+  for (auto& ctrl : std::filesystem::directory_iterator("/sys/fs/cgroup", ec))
+    dirs.push_back(ctrl.path().string() + "/b3os/" + id);
+  for (auto& d : dirs) {
+    if (::access(d.c_str(), F_OK) != 0) continue;
+    for (int i = 0; i < 20 && ::rmdir(d.c_str()) != 0 && errno == EBUSY; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));  // its last processes are exiting
+    if (::access(d.c_str(), F_OK) == 0) spdlog::warn("could not remove the cgroup {}: {}", d, std::strerror(errno));
+  }
+}
+
 Result<void> Runsc::destroy(const std::string& id) {
   set_frozen(id, false);  // a frozen process cannot die
   if (auto st = state(id); st && *st == ContainerState::kPaused) (void)resume(id);
@@ -283,6 +300,7 @@ Result<void> Runsc::destroy(const std::string& id) {
       r->output.find("not found") == std::string::npos) {
     return fail(ErrorCode::kInternal, "runsc delete " + id + " failed: " + r->output);
   }
+  remove_cgroups(id);
   return {};
 }
 

@@ -49,9 +49,57 @@ void Launcher::release(const std::string& id, pid_t shim_pid) {
   if (ec) spdlog::warn("sandbox {}: removing {}: {}", id, dir, ec.message());
 }
 
+Launcher::Launcher(const Config& cfg, runtime::Runtime& rt, runtime::Shims& shims) : cfg_(cfg), rt_(rt), shims_(shims) {
+  for (size_t i = 0; i < kCleaners; ++i) cleaners_.emplace_back([this] { clean(); });
+}
+
+Launcher::~Launcher() {
+  {
+    std::lock_guard lk(clean_mu_);
+    stopping_ = true;
+  }
+  clean_cv_.notify_all();
+  for (auto& t : cleaners_) t.join();  // what is queued is released first
+}
+
 void Launcher::discard(LiveSandbox& s) {
   if (s.channel) s.channel->shutdown();
   release(s.id, s.shim_pid);
+}
+
+void Launcher::end(LiveSandbox& s) {
+  if (s.channel) s.channel->shutdown();
+  rt_.set_frozen(s.id, true);
+  {
+    std::lock_guard lk(clean_mu_);
+    if (to_release_.size() < kMaxBacklog) {
+      to_release_.emplace_back(s.id, s.shim_pid);
+      clean_cv_.notify_one();
+      return;
+    }
+  }
+  release(s.id, s.shim_pid);
+}
+
+void Launcher::settle() {
+  std::unique_lock lk(clean_mu_);
+  clean_cv_.wait(lk, [&] { return to_release_.empty() && releasing_ == 0; });
+}
+
+void Launcher::clean() {
+  std::unique_lock lk(clean_mu_);
+  for (;;) {
+    clean_cv_.wait(lk, [&] { return stopping_ || !to_release_.empty(); });
+    if (to_release_.empty()) return;  // stopping, and nothing left
+    auto [id, shim_pid] = to_release_.front();
+    to_release_.pop_front();
+    ++releasing_;
+    lk.unlock();
+    release(id, shim_pid);
+    lk.lock();
+    --releasing_;
+    clean_cv_.notify_all();
+  }
 }
 
 Result<Precreated> Launcher::precreate(const LaunchRequest& l, Timing& t, Stopwatch& sw) {

@@ -3,7 +3,12 @@
 // checkpoint image), and takes it all down again. Nothing it leaves half-made survives a
 // failure: every path that fails undoes what it did.
 
+#include <condition_variable>
+#include <deque>
 #include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
 #include <memory>
 #include <string>
 
@@ -38,7 +43,8 @@ class Launcher {
   /// thread); `incoming(id, stream)` takes streams the agent opens.
   using ClosedHandler = std::function<void(const std::string& id, const std::string& why)>;
   using IncomingHandler = std::function<void(const std::string& id, std::shared_ptr<agentlink::Stream>)>;
-  Launcher(const Config& cfg, runtime::Runtime& rt, runtime::Shims& shims) : cfg_(cfg), rt_(rt), shims_(shims) {}
+  Launcher(const Config& cfg, runtime::Runtime& rt, runtime::Shims& shims);
+  ~Launcher();
   void set_handlers(ClosedHandler closed, IncomingHandler incoming) {
     closed_ = std::move(closed);
     incoming_ = std::move(incoming);
@@ -53,17 +59,35 @@ class Launcher {
   std::shared_ptr<agentlink::AgentChannel> attach(UniqueFd fd, const std::string& id);
   /// Undoes a launch that will not become a sandbox, or ends one: channel, container, shim, files.
   void discard(LiveSandbox& s);
+  /// Ends a sandbox at once and releases it afterwards: its channel closes and its cgroup is
+  /// frozen now (nothing in it runs or answers from here); a cleaner thread then removes the
+  /// container, shim and files. Past kMaxBacklog releases waiting, it releases here instead,
+  /// so a storm of deletes cannot pile up host resources.
+  void end(LiveSandbox& s);
+  /// Waits until every release that end() queued is done.
+  void settle();
   /// Releases the host resources of `id` (container, shim, directory); `shim_pid` <= 0: the
   /// one recorded in its directory.
   void release(const std::string& id, pid_t shim_pid);
   std::string dir_of(const std::string& id) const { return cfg_.sandboxes_dir() + "/" + id; }
 
  private:
+  static constexpr size_t kCleaners = 2;
+  static constexpr size_t kMaxBacklog = 32;
+  void clean();
+
   const Config& cfg_;
   runtime::Runtime& rt_;
   runtime::Shims& shims_;
   ClosedHandler closed_;
   IncomingHandler incoming_;
+
+  std::mutex clean_mu_;
+  std::condition_variable clean_cv_;
+  std::deque<std::pair<std::string, pid_t>> to_release_;  // guarded by clean_mu_
+  size_t releasing_ = 0;                                   // guarded by clean_mu_
+  bool stopping_ = false;                                  // guarded by clean_mu_
+  std::vector<std::thread> cleaners_;
 };
 
 }  // namespace b3os::sandbox

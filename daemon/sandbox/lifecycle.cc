@@ -132,7 +132,7 @@ bool Lifecycle::finish(const std::shared_ptr<LiveSandbox>& s, Transition end, st
   // next start sweeps what is left of it.
   if (auto r = persist(*s); !r) spdlog::error("sandbox {}: {}", s->id, r.error().message);
   registry_.remove(s->id);
-  launcher_.discard(*s);
+  launcher_.end(*s);
   spdlog::info("sandbox {}: {} ({}){}", s->id, end == Transition::kStop ? "stopped" : "failed",
                store::stop_reason_name(reason), message.empty() ? "" : ": " + message);
   return true;
@@ -435,59 +435,82 @@ Result<void> Lifecycle::recover() {
   rt_.prepare();
   auto rows = store_.active_sandboxes();
   if (!rows) return fail(rows.error());
-  for (auto& row : *rows) {
-    auto s = std::make_shared<LiveSandbox>();
-    s->id = row.id;
-    s->hostname = row.hostname;
-    s->rec = row;
-    s->last_activity_ms = row.last_activity_ms;
-    s->persisted_activity_ms = row.last_activity_ms;
-    const std::string dir = launcher_.dir_of(row.id);
-    s->shim_pid = shims_.recorded_pid(dir);
-    std::string why;
-    auto st = rt_.state(row.id);
-    const bool paused = st && *st == runtime::ContainerState::kPaused;
-    if (!st || (*st != runtime::ContainerState::kRunning && !paused)) {
-      why = "its container was gone when b3osd restarted";
-    } else if (paused && !rt_.resume(row.id)) {
-      why = "its paused container could not be thawed after b3osd restarted";
-    } else if (auto fd = shims_.reclaim(dir); !fd) {
-      why = "its agent channel could not be recovered after b3osd restarted (" + fd.error().message + ")";
-    } else {
-      s->channel = launcher_.attach(std::move(*fd), row.id);
-      if (auto r = s->channel->resync(3s); !r) {
-        why = "its agent did not answer after b3osd restarted (" + r.error().message + ")";
-      } else if (paused && !rt_.pause(row.id)) {
-        why = "its container could not be paused again after b3osd restarted";
-      }
-    }
-    if (why.empty()) {
-      // A b3osd that died mid-fork may have left the limit raised for the fork's image.
-      if (auto r = rt_.limit_memory(row.id, row.memory_mib); !r) spdlog::warn("sandbox {}: {}", row.id, r.error().message);
-      registry_.add(s);
-      spdlog::info("sandbox {}: reattached", row.id);
-    } else {
-      finish(s, Transition::kFail, store::StopReason::kFailed, why);
+  // Each reattach waits on its own runtime and agent; a few at a time keep a restart with
+  // many sandboxes short.
+  std::atomic<size_t> next{0};
+  std::vector<std::thread> workers;
+  const size_t n = std::min<size_t>(kReattachThreads, rows->size());
+  for (size_t w = 0; w < n; ++w)
+    workers.emplace_back([&] {
+      for (size_t i = next++; i < rows->size(); i = next++) reattach((*rows)[i]);
+    });
+  for (auto& t : workers) t.join();
+  return {};
+}
+
+void Lifecycle::reattach(const store::SandboxRecord& row) {
+  auto s = std::make_shared<LiveSandbox>();
+  s->id = row.id;
+  s->hostname = row.hostname;
+  s->rec = row;
+  s->last_activity_ms = row.last_activity_ms;
+  s->persisted_activity_ms = row.last_activity_ms;
+  const std::string dir = launcher_.dir_of(row.id);
+  s->shim_pid = shims_.recorded_pid(dir);
+  std::string why;
+  auto st = rt_.state(row.id);
+  const bool paused = st && *st == runtime::ContainerState::kPaused;
+  if (!st || (*st != runtime::ContainerState::kRunning && !paused)) {
+    why = "its container was gone when b3osd restarted";
+  } else if (paused && !rt_.resume(row.id)) {
+    why = "its paused container could not be thawed after b3osd restarted";
+  } else if (auto fd = shims_.reclaim(dir); !fd) {
+    why = "its agent channel could not be recovered after b3osd restarted (" + fd.error().message + ")";
+  } else {
+    s->channel = launcher_.attach(std::move(*fd), row.id);
+    if (auto r = s->channel->resync(3s); !r) {
+      why = "its agent did not answer after b3osd restarted (" + r.error().message + ")";
+    } else if (paused && !rt_.pause(row.id)) {
+      why = "its container could not be paused again after b3osd restarted";
     }
   }
-  // Containers and directories no record owns (a create cut short by a crash).
-  std::set<std::string> keep;
+  if (why.empty()) {
+    // A b3osd that died mid-fork may have left the limit raised for the fork's image.
+    if (auto r = rt_.limit_memory(row.id, row.memory_mib); !r) spdlog::warn("sandbox {}: {}", row.id, r.error().message);
+    registry_.add(s);
+    spdlog::info("sandbox {}: reattached", row.id);
+  } else {
+    finish(s, Transition::kFail, store::StopReason::kFailed, why);
+  }
+}
+
+std::vector<std::string> Lifecycle::orphans() {
+  // Containers and directories no record owns (a create cut short by a crash, pool members
+  // of the b3osd that died). Taken before anything new is created, so nothing new is in it.
+  std::set<std::string> keep, found;
   for (auto& s : registry_.all()) keep.insert(s->id);
-  if (auto ids = rt_.list()) {
+  if (auto ids = rt_.list())
     for (auto& id : *ids)
-      if (!keep.count(id)) {
-        spdlog::warn("removing orphaned container {}", id);
-        launcher_.release(id, -1);
-      }
-  }
+      if (!keep.count(id)) found.insert(id);
+  std::error_code ec;
   for (auto& e : fs::directory_iterator(cfg_.sandboxes_dir(), ec)) {
     std::string id = e.path().filename().string();
-    if (!keep.count(id)) {
-      spdlog::warn("removing orphaned sandbox directory {}", id);
-      launcher_.release(id, -1);
-    }
+    if (!keep.count(id)) found.insert(id);
   }
-  return {};
+  return {found.begin(), found.end()};
+}
+
+void Lifecycle::release_orphans(const std::vector<std::string>& ids) {
+  std::atomic<size_t> next{0};
+  std::vector<std::thread> workers;
+  for (size_t w = 0; w < std::min<size_t>(kReattachThreads, ids.size()); ++w)
+    workers.emplace_back([&] {
+      for (size_t i = next++; i < ids.size(); i = next++) {
+        spdlog::warn("removing orphaned sandbox {} (no record owns it)", ids[i]);
+        launcher_.release(ids[i], -1);
+      }
+    });
+  for (auto& t : workers) t.join();
 }
 
 }  // namespace b3os::sandbox

@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -42,8 +43,13 @@ class Lifecycle {
   Result<nlohmann::json> remove(const Principal& p, const std::string& id, Timing& t);
   Result<nlohmann::json> pause(const Principal& p, const std::string& id, Timing& t);
   Result<nlohmann::json> resume(const Principal& p, const std::string& id, Timing& t);
-  /// Reattaches to sandboxes that survived a restart, fails the rest, removes what no record owns.
+  /// Reattaches to sandboxes that survived a restart and fails the rest.
   Result<void> recover();
+  /// What no record owns (containers, sandbox directories): to call after recover(), before
+  /// anything new is created.
+  std::vector<std::string> orphans();
+  /// Removes them (their containers, cgroups, shims, directories), a few at a time.
+  void release_orphans(const std::vector<std::string>& ids);
 
   // ---- for the other parts of the module ----
 
@@ -77,6 +83,8 @@ class Lifecycle {
   std::string template_rootfs(const std::string& name) const;
 
  private:
+  static constexpr size_t kReattachThreads = 4;
+  void reattach(const store::SandboxRecord& row);
   Result<nlohmann::json> create_launched(const Principal& p, const SandboxSpec& spec, const std::string& tname,
                                          const std::string& rootfs, const std::optional<std::string>& snapshot_id,
                                          Timing& t, Stopwatch& sw, const std::string& inherited_budget);

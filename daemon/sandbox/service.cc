@@ -48,6 +48,9 @@ SandboxService::~SandboxService() { stop(); }
 
 Result<void> SandboxService::recover() {
   if (auto r = life_.recover(); !r) return r;
+  // Orphans are removed behind the API (each takes seconds), never before it answers.
+  sweeper_ = std::thread([this, ids = life_.orphans()] { life_.release_orphans(ids); });
+  ready_ = true;
   reaper_.start();
   pools_.start();
   return {};
@@ -56,6 +59,7 @@ Result<void> SandboxService::recover() {
 void SandboxService::stop() {
   reaper_.stop();
   pools_.stop();
+  if (sweeper_.joinable()) sweeper_.join();
   {
     std::unique_lock lk(callbacks_mu_);
     callbacks_closed_ = true;

@@ -11,6 +11,7 @@
 //   Reaper       idle timeouts                         reaper.h
 // over the Runtime, Shims and SandboxStore interfaces (fakes in tests/fakes/).
 
+#include <atomic>
 #include <condition_variable>
 #include <functional>
 #include <mutex>
@@ -18,6 +19,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -59,11 +61,19 @@ class SandboxService {
                  ModelHooks hooks = {});
   ~SandboxService();
 
-  /// Reattaches to sandboxes that survived a b3osd restart, fails the rest, removes
-  /// containers and files nobody owns, and starts the reaper and the pools.
+  /// Reattaches to sandboxes that survived a b3osd restart, fails the rest, and starts the
+  /// reaper, the pools and (in the background) the removal of containers and files nobody owns.
   Result<void> recover();
+  /// True once recover() has reattached every sandbox: requests can be served.
+  bool ready() const { return ready_.load(); }
   /// Stops the reaper and the pools; running sandboxes keep running (a restart reattaches them).
   void stop();
+  /// Waits until the host resources of every ended sandbox, and the orphans a restart found,
+  /// are released (both happen behind the API). For tests and benchmarks; one caller at a time.
+  void settle() {
+    if (sweeper_.joinable()) sweeper_.join();
+    launcher_.settle();
+  }
 
   Result<nlohmann::json> create(const Principal& p, const SandboxSpec& spec, Timing& t) { return life_.create(p, spec, t); }
   Result<nlohmann::json> get(const Principal& p, const std::string& id) { return life_.get(p, id); }
@@ -126,6 +136,8 @@ class SandboxService {
   Checkpoints checkpoints_;
   Exec exec_;
   Reaper reaper_;
+  std::atomic<bool> ready_{false};
+  std::thread sweeper_;  // removes orphans after a restart
 
   // Channel callbacks run on the channels' reader threads; stop() waits for those in flight
   // and turns later ones away, so none reaches a part that is being destroyed.

@@ -132,6 +132,7 @@ TEST_F(ServiceTest, CreateExecFilesDelete) {
   EXPECT_EQ((*d)["status"], "stopped");
   EXPECT_EQ((*d)["stop_reason"], "deleted");
   EXPECT_EQ(svc.exec(principal_, id, e, t, nullptr).error().code, ErrorCode::kSandboxNotRunning);
+  svc.settle();
   expect_no_leftovers(id);
 }
 
@@ -190,6 +191,7 @@ TEST_F(ServiceTest, RestartReattachesRunningSandboxes) {
   ASSERT_TRUE(r) << r.error().message;
   EXPECT_EQ(r->stdout_data, "kept\n");
   ASSERT_TRUE(second.remove(principal_, id, t));
+  second.settle();
   expect_no_leftovers(id);
 }
 
@@ -237,6 +239,7 @@ TEST_P(ControlPathTest, ForksRunAndAreFullCitizens) {
   ASSERT_TRUE(grand) << grand.error().message;
   std::vector<std::string> all = {id, f0, (*forks)["data"][1]["id"], (*grand)["data"][0]["id"]};
   for (auto& x : all) ASSERT_TRUE(svc.remove(principal_, x, t));
+  svc.settle();
   for (auto& x : all) expect_no_leftovers(x);
 }
 
@@ -275,6 +278,7 @@ TEST_F(ServiceTest, DirectRestoreRefusesAContainerThatIsNotCreated) {
   ASSERT_FALSE(none);
   EXPECT_NE(none.error().message.find("no container"), std::string::npos) << none.error().message;
   ASSERT_TRUE(svc.remove(principal_, id, t));
+  svc.settle();
   expect_no_leftovers(id);
 }
 

@@ -56,6 +56,7 @@ class LifecycleTest : public ::testing::Test {
   }
   /// Nothing of any sandbox but `keep` is on the (fake) host: containers, shims, directories.
   void expect_only(const std::set<std::string>& keep) {
+    if (svc_) svc_->settle();  // an ended sandbox is released just after the answer
     EXPECT_EQ(rt_.ids(), keep) << "containers";
     std::set<std::string> dirs;
     std::error_code ec;
@@ -242,9 +243,11 @@ TEST_F(LifecycleTest, ADeleteWhoseRuntimeFailsIsStillADeleteAndTheNextStartSweep
   ASSERT_TRUE(d);
   EXPECT_EQ((*d)["status"], "stopped");
   EXPECT_EQ(store_.sandboxes().at(id).state, State::kStopped);
+  svc_->settle();
   EXPECT_EQ(rt_.ids(), std::set<std::string>{id});  // the runtime kept it
   svc_.reset();
   start();  // a restart removes what no record owns
+  svc_->settle();
   EXPECT_TRUE(rt_.ids().empty());
 }
 
