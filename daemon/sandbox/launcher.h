@@ -22,6 +22,7 @@ namespace b3os::sandbox {
 struct LaunchRequest {
   std::string id, project_id, rootfs;
   int vcpu = 1, memory_mib = 512;
+  int disk_gib = 1;       // the size of its disk (when the root overlay is on disk)
   std::string image;      // checkpoint directory to restore; empty: boot
   bool from_pool = true;  // may take a pre-created container (the pool's own refills may not)
 };
@@ -53,10 +54,12 @@ class Launcher {
   std::shared_ptr<agentlink::AgentChannel> attach(UniqueFd fd, const std::string& id);
   /// Undoes a launch that will not become a sandbox, or ends one: channel, container, shim, files.
   void discard(LiveSandbox& s);
-  /// Releases the host resources of `id` (container, shim, directory); `shim_pid` <= 0: the
-  /// one recorded in its directory.
+  /// Releases the host resources of `id` (container, disk, shim, directory); `shim_pid` <= 0:
+  /// the one recorded in its directory.
   void release(const std::string& id, pid_t shim_pid);
   std::string dir_of(const std::string& id) const { return cfg_.sandboxes_dir() + "/" + id; }
+  /// The disk a launch of `l` gets: disk_gib, or 0 when the root overlay is in memory.
+  int disk_for(const LaunchRequest& l) const { return cfg_.runtime.root_overlay == "memory" ? 0 : l.disk_gib; }
 
  private:
   const Config& cfg_;
