@@ -101,5 +101,12 @@ class PrivateDaemon:
                     subprocess.run(["runsc", "--root", root, "delete", "--force", i], stderr=subprocess.DEVNULL,
                                    timeout=60)
         subprocess.run(["pkill", "-f", f"b3os-shim {self.tmp}"], stderr=subprocess.DEVNULL)
+        # The disks of sandboxes b3osd left running (it stops without deleting them): unmounted
+        # (their loop devices go with them) before the tree is removed, never walked into.
+        with open("/proc/mounts") as f:
+            for line in f:
+                mnt = line.split()[1]
+                if mnt.startswith(f"{self.tmp}/"):
+                    subprocess.run(["umount", "-l", mnt], stderr=subprocess.DEVNULL)
         shutil.rmtree(self.tmp, ignore_errors=True)
         return False

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -78,6 +79,13 @@ int main(int argc, char** argv) {
                  "CLI), auto (direct for runsc versions whose messages are known)")
       ->check(CLI::IsMember({"auto", "direct", "cli"}))
       ->capture_default_str();
+  app.add_option("--root-overlay", cfg.runtime.root_overlay,
+                 "where a sandbox's root filesystem writes go: disk (a filesystem of disk_gib of its own under "
+                 "DISKS_DIR, the limit enforced) or memory (the sandbox's memory; disk_gib not enforced)")
+      ->check(CLI::IsMember({"disk", "memory"}))
+      ->capture_default_str();
+  app.add_option("--disks-dir", cfg.runtime.disks.dir, "per-sandbox disk images and mounts (default: DATA_DIR/disks)");
+  app.add_option("--mkfs", cfg.runtime.disks.mkfs, "mkfs of the sandboxes' disks (ext4)")->capture_default_str();
   app.add_option("--memory-overhead-mib", cfg.runtime.memory_overhead_mib, "cgroup memory added to memory_mib for the runtime")->capture_default_str();
   app.add_option("--max-upload-bytes", api_cfg.max_upload_bytes, "largest file upload")->capture_default_str();
   app.add_option("--max-exec-output", cfg.max_exec_output, "bytes of stdout and of stderr kept per exec")->capture_default_str();
@@ -117,6 +125,12 @@ int main(int argc, char** argv) {
   }
   if (geteuid() != 0) {
     std::cerr << "b3osd: must run as root (runsc needs it)\n";
+    return 1;
+  }
+  if (cfg.runtime.disks.dir.empty()) cfg.runtime.disks.dir = cfg.data_dir + "/disks";
+  if (cfg.runtime.root_overlay == "disk" && ::access("/dev/loop-control", R_OK | W_OK) != 0) {
+    std::cerr << "b3osd: --root-overlay disk needs loop devices (/dev/loop-control: " << std::strerror(errno)
+              << "; modprobe loop), or pass --root-overlay memory\n";
     return 1;
   }
   ::signal(SIGPIPE, SIG_IGN);

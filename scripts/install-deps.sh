@@ -33,7 +33,7 @@ pkgs=(
   libcli11-dev libexpected-dev libgtest-dev libgmock-dev libssl-dev
   clang libclang-rt-14-dev
   runsc debootstrap iproute2 nftables ethtool
-  curl jq python3 ca-certificates procps psmisc util-linux
+  curl jq python3 ca-certificates procps psmisc util-linux e2fsprogs
   python3-yaml python3-jsonschema  # tests/e2e/openapi_check.py: responses against docs/openapi.yaml
   nodejs  # the recipes' TypeScript tab (run.mjs); needs node 20, else those checks say SKIP and why
 )

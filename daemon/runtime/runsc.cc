@@ -103,11 +103,16 @@ std::string oci_config(const ContainerSpec& spec, const RuntimeConfig& cfg) {
   return c.dump(2);
 }
 
-std::vector<std::string> Runsc::base_argv() const {
+std::vector<std::string> Runsc::base_argv(const std::string& disk_dir) const {
   std::vector<std::string> a = {cfg_.runsc, "--root", cfg_.root_dir, "--platform", cfg_.platform,
-                                "--overlay2", "root:memory", "--network", "none"};
+                                "--overlay2", disk_dir.empty() ? "root:memory" : "root:dir=" + disk_dir,
+                                "--network", "none"};
   return a;
 }
+
+Result<std::string> Runsc::make_disk(const std::string& id, int gib) { return runtime::make_disk(cfg_.disks, id, gib); }
+Result<void> Runsc::remove_disk(const std::string& id) { return runtime::remove_disk(cfg_.disks, id); }
+Result<std::vector<std::string>> Runsc::list_disks() { return runtime::list_disks(cfg_.disks); }
 
 Result<void> Runsc::create(const ContainerSpec& spec, int stdio_fd) {
   {
@@ -122,7 +127,9 @@ Result<void> Runsc::create(const ContainerSpec& spec, int stdio_fd) {
   }
   const int log = spec.log_fd >= 0 ? spec.log_fd : opened.get();
 
-  auto argv = base_argv();
+  // The overlay's medium is fixed here, for the sandbox's life: runsc create opens the
+  // overlay's file in disk_dir and hands it to the sandbox (a restore later reuses it).
+  auto argv = base_argv(spec.disk_dir);
   if (cfg_.debug) {
     argv.push_back("--debug");
     argv.push_back("--debug-log=" + spec.bundle_dir + "/runsc-debug/");
@@ -183,11 +190,19 @@ MemoryUse Runsc::memory_use(const std::string& id) {
     auto text = read_small_file(path, 64);
     return text ? std::strtoll(text->c_str(), nullptr, 10) : 0;
   };
+  // "oom_kill N" in v1's memory.oom_control (kernel 4.13+) and v2's memory.events.
+  auto oom_kills = [](const std::string& path) -> int64_t {
+    auto text = read_small_file(path, 4096);
+    if (!text) return -1;
+    const auto at = text->find("oom_kill ");
+    return at == std::string::npos ? -1 : std::strtoll(text->c_str() + at + 9, nullptr, 10);
+  };
   const std::string v1 = "/sys/fs/cgroup/memory/b3os/" + id;
   if (::access(v1.c_str(), F_OK) == 0)
-    return {number(v1 + "/memory.limit_in_bytes"), number(v1 + "/memory.max_usage_in_bytes")};
+    return {number(v1 + "/memory.limit_in_bytes"), number(v1 + "/memory.max_usage_in_bytes"),
+            oom_kills(v1 + "/memory.oom_control")};
   const std::string v2 = "/sys/fs/cgroup/b3os/" + id;
-  return {number(v2 + "/memory.max"), number(v2 + "/memory.peak")};
+  return {number(v2 + "/memory.max"), number(v2 + "/memory.peak"), oom_kills(v2 + "/memory.events")};
 }
 
 Result<void> Runsc::checkpoint(const std::string& id, const std::string& image_dir) {
@@ -202,7 +217,9 @@ Result<void> Runsc::checkpoint(const std::string& id, const std::string& image_d
 
 Result<void> Runsc::restore(const std::string& id, const std::string& bundle_dir, const std::string& image_dir) {
   if (direct_control()) return restore_direct(id, image_dir);
-  auto argv = base_argv();
+  // The CLI's restore makes the sandbox itself: the same medium as the create.
+  const DiskPaths disk = disk_paths(cfg_.disks, id);
+  auto argv = base_argv(::access(disk.image.c_str(), F_OK) == 0 ? disk.mount : "");
   argv.insert(argv.end(), {"restore", "--detach", "--image-path", image_dir, "--bundle", bundle_dir, id});
   auto r = sys::run(argv, 120s);
   if (!r) return fail(r.error());

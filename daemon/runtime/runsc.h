@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/result.h"
+#include "daemon/runtime/disk.h"
 #include "daemon/runtime/runtime.h"
 
 namespace b3os::runtime {
@@ -29,6 +30,11 @@ struct RuntimeConfig {
   /// calls the sandbox's control socket itself (control.h), "auto" is direct for the runsc
   /// versions whose messages are known and the CLI otherwise.
   std::string control = "auto";
+  /// Where the root overlay's writable layer lives: "disk" (a disk of disk_gib per sandbox,
+  /// disk.h) or "memory" (the sandbox's memory, as before; disk_gib is not enforced).
+  std::string root_overlay = "disk";
+  /// The per-sandbox disks (DATA_DIR/disks).
+  DiskConfig disks;
 };
 
 class Runsc : public Runtime {
@@ -71,6 +77,10 @@ class Runsc : public Runtime {
   /// Sweeps state temporaries and decides how runsc is driven (runsc --version, once).
   std::optional<int> exit_status(const std::string& id, std::chrono::milliseconds wait) override;
   void prepare() override;
+  /// A disk of `gib` GiB for `id` under cfg.disks.dir (disk.h).
+  Result<std::string> make_disk(const std::string& id, int gib) override;
+  Result<void> remove_disk(const std::string& id) override;
+  Result<std::vector<std::string>> list_disks() override;
 
   const RuntimeConfig& config() const { return cfg_; }
   /// Whether start, checkpoint and restore go to the control socket (decided once, from
@@ -79,8 +89,11 @@ class Runsc : public Runtime {
   /// Removes state-file temporaries a crash left mid-rewrite (runsc never removes them: its
   /// own files end in .state and .lock). Only while no start or restore is running.
   void sweep_state_temporaries();
-  /// The global flags before a verb (root, platform, overlay, network).
-  std::vector<std::string> base_argv() const;
+  /// The global flags before a verb (root, platform, overlay, network). `disk_dir` is where
+  /// the root overlay's writable layer goes (`--overlay2 root:dir=...`), empty for memory: it
+  /// matters to the verbs that make a sandbox (create, and restore by the CLI); the others
+  /// only find the container and are given the memory form.
+  std::vector<std::string> base_argv(const std::string& disk_dir = "") const;
 
  private:
   // The direct forms of start, restore and checkpoint (control.h).

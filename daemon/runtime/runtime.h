@@ -29,6 +29,9 @@ struct ContainerSpec {
   int log_fd = -1;         // the write end of the stderr pipe a shim drains into log_path;
                            // -1: log_path is opened and written directly
   int log_drain_fd = -1;   // the read end of that pipe, to see it drained before reading log_path
+  /// Where the root overlay's writable layer lives: the directory make_disk returned (a
+  /// filesystem of the sandbox's own, sized disk_gib). Empty: in the sandbox's memory.
+  std::string disk_dir;
 };
 
 /// What the runtime says of a container.
@@ -38,6 +41,10 @@ enum class ContainerState { kMissing, kCreated, kRunning, kPaused, kStopped };
 struct MemoryUse {
   int64_t limit_bytes = 0;
   int64_t peak_bytes = 0;
+  /// Processes the kernel killed for the limit (-1: not known). File data on disk is page
+  /// cache the cgroup fills to its limit and reclaims, so a peak at the limit is no sign of
+  /// an OOM; this count is.
+  int64_t oom_kills = -1;
 };
 
 class Runtime {
@@ -62,6 +69,16 @@ class Runtime {
   virtual Result<ContainerState> state(const std::string& id) = 0;
   /// Ids of every container this runtime holds.
   virtual Result<std::vector<std::string>> list() = 0;
+
+  /// Makes a disk for container `id`: a filesystem of `gib` GiB of its own, mounted, for its
+  /// root overlay's writable layer (a write past it gets ENOSPC inside). Returns the directory
+  /// to put in ContainerSpec::disk_dir. On failure nothing is left.
+  virtual Result<std::string> make_disk(const std::string& id, int gib) = 0;
+  /// Unmounts and deletes the disk of `id`; a missing disk is not an error. After destroy:
+  /// the container's sentry holds its file until it is gone.
+  virtual Result<void> remove_disk(const std::string& id) = 0;
+  /// Ids of every disk there is (to sweep those no sandbox owns).
+  virtual Result<std::vector<std::string>> list_disks() = 0;
 
   /// Freezes or thaws with the cgroup freezer alone (pool members wait frozen).
   virtual void set_frozen(const std::string& id, bool frozen) = 0;

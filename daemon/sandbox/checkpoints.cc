@@ -180,6 +180,7 @@ Result<json> Checkpoints::fork(const Principal& p, const std::string& id, int co
         l.rootfs = base.rootfs.empty() ? lifecycle_.template_rootfs(base.template_name) + "/rootfs" : base.rootfs;
         l.vcpu = base.vcpu;
         l.memory_mib = base.memory_mib;
+        l.disk_gib = base.disk_gib;  // its own disk, as large as the source's, filled by the restore
         l.image = image.path();
         Stopwatch w;
         outcomes[i].sandbox = pools_.launch(l, outcomes[i].timing, w);

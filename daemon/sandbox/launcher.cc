@@ -42,6 +42,9 @@ std::shared_ptr<agentlink::AgentChannel> Launcher::attach(UniqueFd fd, const std
 
 void Launcher::release(const std::string& id, pid_t shim_pid) {
   if (auto r = rt_.destroy(id); !r) spdlog::warn("sandbox {}: {}", id, r.error().message);
+  // After the container: its sentry holds the overlay's file on the disk until it is gone. A
+  // disk whose container could not be destroyed is detached and freed when that one ends.
+  if (auto r = rt_.remove_disk(id); !r) spdlog::warn("sandbox {}: {}", id, r.error().message);
   const std::string dir = dir_of(id);
   shims_.stop(dir, shim_pid);
   std::error_code ec;
@@ -148,6 +151,15 @@ Result<Precreated> Launcher::precreate(const LaunchRequest& l, Timing& t, Stopwa
   cs.log_drain_fd = log_rd.get();
   s->hostname = cs.hostname;
   s->rec.hostname = cs.hostname;
+  // The root overlay's writable layer goes on a disk of the sandbox's own: made before the
+  // container, whose create opens the overlay's file on it.
+  if (const int gib = disk_for(l); gib > 0) {
+    auto disk = rt_.make_disk(s->id, gib);
+    if (!disk) return undo(disk.error());
+    cs.disk_dir = *disk;
+    s->disk_gib = gib;
+    t.lap("disk", sw);
+  }
   if (auto r = rt_.create(cs, agent_end.get()); !r) return undo(r.error());
   t.lap("create", sw);
   return pc;

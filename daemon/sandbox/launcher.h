@@ -27,6 +27,7 @@ namespace b3os::sandbox {
 struct LaunchRequest {
   std::string id, project_id, rootfs;
   int vcpu = 1, memory_mib = 512;
+  int disk_gib = 1;       // the size of its disk (when the root overlay is on disk)
   std::string image;      // checkpoint directory to restore; empty: boot
   bool from_pool = true;  // may take a pre-created container (the pool's own refills may not)
 };
@@ -66,10 +67,12 @@ class Launcher {
   void end(LiveSandbox& s);
   /// Waits until every release that end() queued is done.
   void settle();
-  /// Releases the host resources of `id` (container, shim, directory); `shim_pid` <= 0: the
-  /// one recorded in its directory.
+  /// Releases the host resources of `id` (container, disk, shim, directory); `shim_pid` <= 0:
+  /// the one recorded in its directory.
   void release(const std::string& id, pid_t shim_pid);
   std::string dir_of(const std::string& id) const { return cfg_.sandboxes_dir() + "/" + id; }
+  /// The disk a launch of `l` gets: disk_gib, or 0 when the root overlay is in memory.
+  int disk_for(const LaunchRequest& l) const { return cfg_.runtime.root_overlay == "memory" ? 0 : l.disk_gib; }
 
  private:
   static constexpr size_t kCleaners = 2;

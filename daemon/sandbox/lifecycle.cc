@@ -232,7 +232,7 @@ Result<json> Lifecycle::create_launched(const Principal& p, const SandboxSpec& s
   Reservation reserved(registry_, p.project_id, 1);
   t.lap("validate", sw);
 
-  std::shared_ptr<LiveSandbox> s = snapshot_id ? nullptr : pools_.claim_warm(tname, spec.forkable);
+  std::shared_ptr<LiveSandbox> s = snapshot_id ? nullptr : pools_.claim_warm(tname, spec.forkable, spec.disk_gib);
   if (s) {
     t.lap("claim", sw);
     auto limited = rt_.limit_cpu(s->id, spec.vcpu);
@@ -250,6 +250,7 @@ Result<json> Lifecycle::create_launched(const Principal& p, const SandboxSpec& s
     if (snapshot_id) l.image = cfg_.snapshots_dir() + "/" + *snapshot_id;
     l.vcpu = spec.vcpu;
     l.memory_mib = spec.memory_mib;
+    l.disk_gib = spec.disk_gib;
     auto launched = pools_.launch(l, t, sw);
     if (!launched) return fail(launched.error());
     s = *launched;
@@ -389,7 +390,10 @@ Result<json> Lifecycle::resume(const Principal& p, const std::string& id, Timing
 std::string Lifecycle::diagnose_exit(const std::string& id) {
   // A cgroup that hit its memory limit is the common cause; say so plainly.
   const runtime::MemoryUse m = rt_.memory_use(id);
-  if (m.limit_bytes > 0 && m.peak_bytes >= m.limit_bytes - (4 << 20)) {
+  // The kernel's count of OOM kills when it has one: with file data on disk the cgroup fills
+  // to its limit with page cache and reclaims it, so a peak at the limit proves nothing.
+  const bool oom = m.oom_kills >= 0 ? m.oom_kills > 0 : m.limit_bytes > 0 && m.peak_bytes >= m.limit_bytes - (4 << 20);
+  if (oom) {
     return "the sandbox used all of its memory (limit " + std::to_string(m.limit_bytes >> 20) +
            " MiB including the runtime) and was stopped; create it with a larger memory_mib";
   }
@@ -497,6 +501,11 @@ std::vector<std::string> Lifecycle::orphans() {
     std::string id = e.path().filename().string();
     if (!keep.count(id)) found.insert(id);
   }
+  // Disks too (a create cut short between its disk and its container); the disks of
+  // reattached sandboxes stay mounted across the restart (mounts outlive b3osd).
+  if (auto disks = rt_.list_disks())
+    for (auto& id : *disks)
+      if (!keep.count(id)) found.insert(id);
   return {found.begin(), found.end()};
 }
 

@@ -26,6 +26,7 @@ struct LiveSandbox {
   std::string id;
   std::string hostname;
   pid_t shim_pid = -1;
+  int disk_gib = 0;  // the size of its container's disk; 0: its root overlay is in memory
   std::shared_ptr<agentlink::AgentChannel> channel;
 
   // Guarded by mu: the record (state included) and the count of checkpoints in flight.

@@ -74,10 +74,12 @@ Result<std::shared_ptr<LiveSandbox>> Pools::launch(LaunchRequest l, Timing& t, S
   if (l.image.empty()) l.image = image_for(l);
   // A launch of the base template's shape can take a container created ahead of time: any
   // restore (the image fixes the memory), or a boot with the pool's default memory size.
+  // Its disk was made with it, of the default size (a mounted ext4 cannot shrink, and growing
+  // it online needs CAP_SYS_RESOURCE): a launch that asks for another size makes its own.
   std::optional<Precreated> pc;
   if (l.from_pool && l.rootfs == base_rootfs() && (!l.image.empty() || l.memory_mib == LaunchRequest{}.memory_mib)) {
     std::lock_guard lk(mu_);
-    if (!precreated_.empty()) {
+    if (!precreated_.empty() && precreated_.front().sandbox->disk_gib == launcher_.disk_for(l)) {
       pc = std::move(precreated_.front());
       precreated_.pop_front();
     }
@@ -89,9 +91,12 @@ Result<std::shared_ptr<LiveSandbox>> Pools::launch(LaunchRequest l, Timing& t, S
   return launcher_.launch(l, std::move(pc), t, sw);
 }
 
-std::shared_ptr<LiveSandbox> Pools::claim_warm(const std::string& template_name, bool forkable) {
+std::shared_ptr<LiveSandbox> Pools::claim_warm(const std::string& template_name, bool forkable, int disk_gib) {
   // Forkable sandboxes are restored for themselves, never claimed; the pool holds `base`.
   if (forkable || template_name != "base" || cfg_.warm_pool_size <= 0) return nullptr;
+  LaunchRequest shape;  // what the members were launched with
+  shape.disk_gib = disk_gib;
+  if (launcher_.disk_for(shape) != launcher_.disk_for(LaunchRequest{})) return nullptr;
   for (;;) {
     std::shared_ptr<LiveSandbox> s;
     {

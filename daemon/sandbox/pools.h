@@ -47,7 +47,8 @@ class Pools {
   /// container when one fits. While it runs, refills wait.
   Result<std::shared_ptr<LiveSandbox>> launch(LaunchRequest l, Timing& t, Stopwatch& sw);
   /// A ready sandbox from the warm pool for a create of `template_name`, or nullptr.
-  std::shared_ptr<LiveSandbox> claim_warm(const std::string& template_name, bool forkable);
+  /// Members have disks of the default disk_gib; a request for another size is not served.
+  std::shared_ptr<LiveSandbox> claim_warm(const std::string& template_name, bool forkable, int disk_gib);
   /// What is known of a template's checkpoint (nullopt: not built yet).
   std::optional<TemplateImage> template_image(const std::string& name) const;
 

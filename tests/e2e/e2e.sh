@@ -82,6 +82,8 @@ trap on_signal INT TERM
 . "$HERE/sections/pause_snapshot.sh"
 # shellcheck source=tests/e2e/sections/pools.sh
 . "$HERE/sections/pools.sh"
+# shellcheck source=tests/e2e/sections/disk.sh
+. "$HERE/sections/disk.sh"
 # shellcheck source=tests/e2e/sections/leaks.sh
 . "$HERE/sections/leaks.sh"
 
@@ -128,6 +130,8 @@ run_section s_snapshot
 run_section s_files_big
 run_section s_warm_pool
 run_section s_template_checkpoint
+run_section s_disk_limit
+run_section s_disk_big
 delete_sandbox "$SBX" || fail delete.main "$(snip)"
 run_section s_leaks
 

@@ -281,7 +281,7 @@ start_daemon() {
            echo "b3osd exited with status $? at $(date +%T.%3N)"' b3osd-e2e-wrapper \
     "$B3OS_BIN/b3osd" --listen "127.0.0.1:$PORT" --data-dir "$T/data" --run-dir "$T/run" \
     --runsc-root "$T/run/runsc" --templates-dir "$TEMPLATES" --quiet-key --max-sandboxes-per-project 12 --warm-pool "${E2E_WARM_POOL:-0}" --fork-pool "${E2E_FORK_POOL:-0}" \
-    --template-checkpoints "${E2E_TEMPLATE_CHECKPOINTS:-off}" "${extra[@]}" \
+    --template-checkpoints "${E2E_TEMPLATE_CHECKPOINTS:-off}" --root-overlay "${E2E_ROOT_OVERLAY:-disk}" "${extra[@]}" \
     >>"$T/daemon.log" 2>&1 </dev/null &
   disown $! 2>/dev/null || true
   local pid=""
@@ -334,6 +334,12 @@ cleanup_everything() {
   # Shims of this run only: their command line names a socket under $T.
   for pid in $(pgrep -f "b3os-shim $T/" 2>/dev/null || true); do
     kill "$pid" 2>/dev/null || true
+  done
+  # Disks still mounted (a daemon killed before it deleted them): unmounted, so that removing
+  # $T never walks into one; their loop devices go with the mounts.
+  local m
+  for m in $(awk -v p="$T/data/disks/" 'index($2, p) == 1 {print $2}' /proc/mounts 2>/dev/null); do
+    umount -l "$m" 2>/dev/null || true
   done
   if [ -f "$T/ids" ]; then
     while read -r id; do

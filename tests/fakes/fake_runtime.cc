@@ -91,7 +91,47 @@ Result<void> FakeRuntime::create(const runtime::ContainerSpec& spec, int stdio_f
   Container& c = containers_[spec.id];
   c.agent_end.reset(fd);
   c.vcpu = spec.vcpu;
+  c.disk_dir = spec.disk_dir;
   return {};
+}
+
+Result<std::string> FakeRuntime::make_disk(const std::string& id, int gib) {
+  if (auto r = enter("make_disk", id); !r) return b3os::fail(r.error());
+  std::lock_guard lk(mu_);
+  if (disks_.count(id)) return b3os::fail(ErrorCode::kInternal, "fake runtime: disk " + id + " exists");
+  disks_[id] = gib;
+  return "/fake/disks/" + id + "/mnt";
+}
+
+Result<void> FakeRuntime::remove_disk(const std::string& id) {
+  auto r = enter("remove_disk", id);
+  // A removal that fails leaves the disk, as a busy mount might.
+  std::lock_guard lk(mu_);
+  if (r) disks_.erase(id);
+  return r;
+}
+
+Result<std::vector<std::string>> FakeRuntime::list_disks() {
+  std::lock_guard lk(mu_);
+  std::vector<std::string> out;
+  for (auto& [id, gib] : disks_) out.push_back(id);
+  return out;
+}
+
+void FakeRuntime::leave_disk(const std::string& id, int gib) {
+  std::lock_guard lk(mu_);
+  disks_[id] = gib;
+}
+
+std::map<std::string, int> FakeRuntime::disks() const {
+  std::lock_guard lk(mu_);
+  return disks_;
+}
+
+std::string FakeRuntime::disk_dir_of(const std::string& id) const {
+  std::lock_guard lk(mu_);
+  auto it = containers_.find(id);
+  return it == containers_.end() ? "" : it->second.disk_dir;
 }
 
 Result<void> FakeRuntime::start(const std::string& id) {

@@ -26,6 +26,7 @@ class FakeRuntime : public runtime::Runtime {
     bool frozen = false;
     int vcpu = 0;
     int64_t memory_limit = 0;
+    std::string disk_dir;  // what create was given
   };
 
   /// The next `times` calls of `verb` (for container `id`, or any when empty) fail.
@@ -39,6 +40,10 @@ class FakeRuntime : public runtime::Runtime {
   void stall(const std::string& id);
 
   std::set<std::string> ids() const;
+  /// Ids of the disks made and not removed, and their sizes.
+  std::map<std::string, int> disks() const;
+  /// The disk_dir container `id` was created with ("" when none or no such container).
+  std::string disk_dir_of(const std::string& id) const;
   std::optional<runtime::ContainerState> state_of(const std::string& id) const;
   int calls(const std::string& verb) const;
 
@@ -57,6 +62,11 @@ class FakeRuntime : public runtime::Runtime {
   Result<void> set_memory_limit(const std::string& id, int64_t bytes) override;
   void reset_memory_peak(const std::string&) override {}
   runtime::MemoryUse memory_use(const std::string&) override { return {}; }
+  Result<std::string> make_disk(const std::string& id, int gib) override;
+  Result<void> remove_disk(const std::string& id) override;
+  Result<std::vector<std::string>> list_disks() override;
+  /// Puts a disk for `id` as a crash would have left it (no container, no record).
+  void leave_disk(const std::string& id, int gib);
 
  private:
   /// Counts the call, waits out a hang, and fails when a fault says so.
@@ -64,6 +74,7 @@ class FakeRuntime : public runtime::Runtime {
 
   mutable std::mutex mu_;
   std::map<std::string, Container> containers_;
+  std::map<std::string, int> disks_;
   struct Fault {
     int times = 0;
     std::chrono::milliseconds hang{0};

@@ -70,7 +70,8 @@ s_files_big() {
   fi
   local pid id up down peak
   pid=$(daemon_pid)
-  create_sandbox '{"memory_mib":2048}'
+  # 1 GiB does not fit the default disk (disk_gib 1 is enforced: ~990 MB usable).
+  create_sandbox '{"memory_mib":2048,"disk_gib":2}'
   id=$CID
   [ -n "$id" ] || { fail files_big.create "$(snip)"; return 0; }
   dd if=/dev/urandom of="$T/big.bin" bs=1M count=1024 status=none

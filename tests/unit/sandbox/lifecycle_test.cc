@@ -65,6 +65,9 @@ class LifecycleTest : public ::testing::Test {
     std::set<std::string> held;
     for (auto& d : shims_.held()) held.insert(fs::path(d).filename().string());
     EXPECT_EQ(held, keep) << "shims";
+    std::set<std::string> disks;
+    for (auto& [id, gib] : rt_.disks()) disks.insert(id);
+    EXPECT_EQ(disks, keep) << "disks";
   }
   size_t records() { return store_.sandboxes().size(); }
 
@@ -132,7 +135,7 @@ TEST_F(LifecycleTest, EveryTransitionOfAHappyLife) {
 
 TEST_F(LifecycleTest, ACreateThatFailsAtAnyStepLeavesNothing) {
   start();
-  for (const char* verb : {"create", "start", "limit_cpu"}) {
+  for (const char* verb : {"make_disk", "create", "start", "limit_cpu"}) {
     rt_.fail(verb);
     Timing t;
     auto r = svc_->create(p_, {}, t);
@@ -164,7 +167,7 @@ TEST_F(LifecycleTest, AForkThatFailsAtAnyStepLeavesTheSourceAloneAndNoFork) {
   SandboxSpec spec;
   spec.forkable = true;
   const std::string src = create(spec);
-  for (const char* verb : {"checkpoint", "create", "restore", "limit_cpu"}) {
+  for (const char* verb : {"checkpoint", "make_disk", "create", "restore", "limit_cpu"}) {
     rt_.fail(verb);
     Timing t;
     auto r = svc_->fork(p_, src, 3, std::nullopt, t);
@@ -214,6 +217,85 @@ TEST_F(LifecycleTest, ASnapshotThatFailsLeavesNoSnapshot) {
   EXPECT_FALSE(svc_->create(p_, from, t));
   expect_only({id});
   EXPECT_EQ(records(), 1u);
+}
+
+TEST_F(LifecycleTest, EachSandboxHasADiskOfItsOwnSizeAndForksAndRestoresGetTheirOwn) {
+  start();
+  SandboxSpec spec;
+  spec.forkable = true;
+  spec.disk_gib = 4;
+  const std::string src = create(spec);
+  EXPECT_EQ(rt_.disks().at(src), 4);
+  EXPECT_EQ(rt_.disk_dir_of(src), "/fake/disks/" + src + "/mnt");
+  Timing t;
+  auto forks = svc_->fork(p_, src, 2, std::nullopt, t);
+  ASSERT_TRUE(forks) << forks.error().message;
+  auto snap = svc_->snapshot(p_, src, t);
+  ASSERT_TRUE(snap);
+  SandboxSpec from;
+  from.snapshot = (*snap)["id"].get<std::string>();
+  const std::string restored = create(from);
+  std::set<std::string> all = {src, restored};
+  for (auto& f : (*forks)["data"]) all.insert(f["id"].get<std::string>());
+  ASSERT_EQ(all.size(), 4u);
+  for (auto& id : all) {
+    EXPECT_EQ(rt_.disks().at(id), 4) << id;
+    EXPECT_EQ(rt_.disk_dir_of(id), "/fake/disks/" + id + "/mnt") << id;
+  }
+  // A disk that cannot be removed does not hold up the delete; the next start sweeps it.
+  rt_.fail("remove_disk", 1, restored);
+  for (auto& id : all) ASSERT_TRUE(svc_->remove(p_, id, t));
+  svc_->settle();
+  EXPECT_EQ(rt_.disks().size(), 1u);
+  svc_.reset();
+  start();
+  expect_only({});
+}
+
+TEST_F(LifecycleTest, WithTheOverlayInMemoryThereAreNoDisks) {
+  cfg_.runtime.root_overlay = "memory";
+  start();
+  SandboxSpec spec;
+  spec.disk_gib = 4;
+  const std::string id = create(spec);
+  EXPECT_TRUE(rt_.disks().empty());
+  EXPECT_EQ(rt_.disk_dir_of(id), "");
+  EXPECT_EQ(rt_.calls("make_disk"), 0);
+}
+
+TEST_F(LifecycleTest, ARestartSweepsADiskNoRecordOwns) {
+  start();
+  const std::string id = create();
+  svc_.reset();
+  rt_.leave_disk("sbx_orphan", 2);  // a create cut short between its disk and its container
+  start();
+  EXPECT_EQ(status(id), "running");
+  expect_only({id});
+}
+
+TEST_F(LifecycleTest, PoolMembersServeOnlyLaunchesOfTheirDiskSize) {
+  cfg_.warm_pool_size = 1;
+  cfg_.fork_pool_size = 1;
+  start();
+  auto pooled = [&] {
+    return rt_.ids().size();
+  };
+  for (int i = 0; i < 300 && pooled() < 2; ++i) std::this_thread::sleep_for(10ms);
+  ASSERT_EQ(pooled(), 2u);
+  std::this_thread::sleep_for(100ms);  // both members are up and sit in their pools
+  const std::set<std::string> members = rt_.ids();
+  for (auto& id : members) EXPECT_EQ(rt_.disks().at(id), 1);
+  SandboxSpec big;
+  big.disk_gib = 3;
+  const std::string a = create(big);  // not the warm member: it has 1 GiB
+  EXPECT_FALSE(members.count(a));
+  EXPECT_EQ(rt_.disks().at(a), 3);
+  big.forkable = true;
+  const std::string b = create(big);  // not the fork pool's either
+  EXPECT_FALSE(members.count(b));
+  EXPECT_EQ(rt_.disks().at(b), 3);
+  const std::string c = create();  // the default size takes the warm member
+  EXPECT_TRUE(members.count(c));
 }
 
 TEST_F(LifecycleTest, PauseAndResumeFailuresLeaveTheStateTheyFound) {
