@@ -39,6 +39,7 @@ constexpr CodeInfo kCodes[] = {
     {ErrorCode::kSnapshotNotFound, "snapshot_not_found", 404, kInvalidRequestError},
     {ErrorCode::kModelNotFound, "model_not_found", 404, kInvalidRequestError},
     {ErrorCode::kMethodNotAllowed, "method_not_allowed", 405, kInvalidRequestError},
+    {ErrorCode::kRequestTimeout, "request_timeout", 408, kInvalidRequestError},
     {ErrorCode::kConflict, "conflict", 409, kInvalidRequestError},
     {ErrorCode::kSandboxNotRunning, "sandbox_not_running", 409, kInvalidRequestError},
     {ErrorCode::kForkUnavailable, "fork_unavailable", 409, kInvalidRequestError},

@@ -22,6 +22,7 @@ enum class ErrorCode {
   kSnapshotNotFound,        // 404
   kModelNotFound,           // 404 (model gateway: no such model)
   kMethodNotAllowed,        // 405
+  kRequestTimeout,          // 408 (a request body that stopped coming)
   kConflict,                // 409 (state conflicts: sandbox not running, ...)
   kSandboxNotRunning,       // 409
   kForkUnavailable,         // 409

@@ -1,10 +1,13 @@
 // b3osd: the b3os daemon. Serves the sandbox API on one node.
 
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -51,6 +54,31 @@ Result<std::string> admin_key(store::Store& store, const std::string& data_dir) 
   return k->key;
 }
 
+/// Raises the soft limit on open files to the hard one (every idle client connection holds a
+/// descriptor) and returns it.
+rlim_t raise_fd_limit() {
+  rlimit r{};
+  if (::getrlimit(RLIMIT_NOFILE, &r) != 0) return 1024;
+  if (r.rlim_cur < r.rlim_max) {
+    r.rlim_cur = r.rlim_max;
+    if (::setrlimit(RLIMIT_NOFILE, &r) != 0) ::getrlimit(RLIMIT_NOFILE, &r);
+  }
+  return r.rlim_cur;
+}
+
+/// Client connections may take at most half of the descriptors: the rest are for sandboxes
+/// (channels, shims), SQLite and runsc.
+int connection_cap(int wanted, rlim_t fd_limit) {
+  const auto room = static_cast<int>(std::min<rlim_t>(fd_limit / 2, 1 << 30));
+  if (wanted <= room) return wanted;
+  spdlog::warn("--max-connections {} lowered to {}: half of the {} open files allowed (RLIMIT_NOFILE)", wanted, room,
+               fd_limit);
+  return room;
+}
+
+/// Seconds from a flag, as the server's milliseconds.
+std::chrono::milliseconds ms(double seconds) { return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000)); }
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -59,7 +87,8 @@ int main(int argc, char** argv) {
   api::Config api_cfg;
   std::string listen_host = "127.0.0.1";
   int listen_port = 7070;
-  int max_connections = 1024;
+  http::Config http_cfg;
+  double idle_timeout_s = 60, head_timeout_s = 15, body_timeout_s = 30;
   std::string shim_path;
   CLI::App app{"b3osd: the b3os sandbox daemon"};
   std::string listen = "127.0.0.1:7070";
@@ -99,6 +128,31 @@ int main(int argc, char** argv) {
   app.add_option("--fork-pool", cfg.fork_pool_size, "created, not started containers kept for forks and snapshot restores (0: none)")->capture_default_str();
   app.add_option("--rate", api_cfg.rate_per_second, "requests per second per API key")->capture_default_str();
   app.add_option("--burst", api_cfg.rate_burst, "burst of requests per API key")->capture_default_str();
+  app.add_option("--max-requests-per-key", api_cfg.max_requests_per_key,
+                 "requests of one API key in flight at once (429 concurrency_limited above)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--max-requests-per-project", api_cfg.max_requests_per_project,
+                 "requests of one project in flight at once (429 concurrency_limited above)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--max-connections", http_cfg.max_connections,
+                 "open client connections, idle ones included (at the cap the longest wait for a request is closed)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--max-requests", http_cfg.max_requests, "requests handled at once on the node (503 above)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--http-idle-timeout", idle_timeout_s, "seconds a connection may wait for its next request")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--http-head-timeout", head_timeout_s, "seconds a request head may take once its first byte came")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--http-body-timeout", body_timeout_s,
+                 "seconds a request body may go without a byte (408 request_timeout)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   app.add_flag("--quiet-key", quiet_key, "do not print the admin API key at start");
   std::vector<std::string> model_flags;
   std::string models_file;
@@ -115,6 +169,9 @@ int main(int argc, char** argv) {
   }
   listen_host = listen.substr(0, colon);
   listen_port = std::atoi(listen.c_str() + colon + 1);
+  http_cfg.idle_timeout = ms(idle_timeout_s);
+  http_cfg.head_timeout = ms(head_timeout_s);
+  http_cfg.body_timeout = ms(body_timeout_s);
   if (cfg.agent_path.empty()) cfg.agent_path = beside_self("b3os-agent");
   if (shim_path.empty()) shim_path = beside_self("b3os-shim");
   for (auto* p : {&cfg.agent_path, &shim_path}) {
@@ -145,6 +202,7 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &blocked, nullptr);
   sys::start_orphan_reaper();
   spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
+  http_cfg.max_connections = connection_cap(http_cfg.max_connections, raise_fd_limit());
 
   std::vector<gateway::ModelConfig> models;
   if (!models_file.empty()) {
@@ -213,7 +271,7 @@ int main(int argc, char** argv) {
   });
   relay_ptr = &relay;  // before recover(): no channel exists until then
   api::Api api(api_cfg, **store, sandboxes, gw);
-  http::Server server(listen_host, listen_port, max_connections, [&](http::Exchange& ex) { api.handle(ex); });
+  http::Server server(listen_host, listen_port, http_cfg, [&](http::Exchange& ex) { api.handle(ex); });
   if (auto r = server.listen(); !r) {
     std::cerr << "b3osd: " << r.error().message << "\n";
     return 1;

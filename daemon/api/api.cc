@@ -1,5 +1,6 @@
 #include "daemon/api/api.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include <spdlog/spdlog.h>
@@ -24,15 +25,27 @@ bool starts_with_ci(std::string_view s, std::string_view prefix) {
   return true;
 }
 
+bool equals_ci(std::string_view a, std::string_view b) { return a.size() == b.size() && starts_with_ci(a, b); }
+
 bool media_type_is(std::string_view content_type, std::string_view want) {
   size_t semi = content_type.find(';');
   std::string_view t = content_type.substr(0, semi);
   while (!t.empty() && t.back() == ' ') t.remove_suffix(1);
-  return t.size() == want.size() && starts_with_ci(t, want);
+  return equals_ci(t, want);
 }
 
 tl::unexpected<Error> not_found(const std::string& id) {
   return fail(ErrorCode::kSandboxNotFound, "no sandbox " + id + " in this project");
+}
+
+/// Every answer of the API leaves here. Each 429 and 503 says when to try again (Retry-After,
+/// seconds), so clients back off instead of hammering; one that knows better (the rate
+/// limit's empty bucket) has set it already.
+void respond(http::Exchange& ex, int status, std::string_view content_type, std::string body, http::Headers headers) {
+  const bool has_retry =
+      std::any_of(headers.begin(), headers.end(), [](auto& h) { return equals_ci(h.first, "Retry-After"); });
+  if ((status == 429 || status == 503) && !has_retry) headers.emplace_back("Retry-After", "1");
+  ex.respond(status, content_type, std::move(body), headers);
 }
 
 }  // namespace
@@ -72,7 +85,12 @@ std::string server_timing(const sandbox::Timing& t, double total_ms) {
 }
 
 Api::Api(const Config& cfg, store::Store& store, sandbox::SandboxService& sandboxes, gateway::Gateway& gw)
-    : cfg_(cfg), store_(store), sandboxes_(sandboxes), gw_(gw), limiter_(cfg.rate_per_second, cfg.rate_burst) {}
+    : cfg_(cfg),
+      store_(store),
+      sandboxes_(sandboxes),
+      gw_(gw),
+      limiter_(cfg.rate_per_second, cfg.rate_burst),
+      in_flight_(cfg.max_requests_per_key, cfg.max_requests_per_project) {}
 
 namespace {
 /// Gateway answers written straight to the HTTP client (chunked when streamed).
@@ -80,7 +98,7 @@ class HttpSink : public gateway::Sink {
  public:
   HttpSink(http::Exchange& ex, http::Headers extra) : ex_(ex), extra_(std::move(extra)) {}
   Result<void> respond(int status, const std::string& content_type, const std::string& body) override {
-    ex_.respond(status, content_type, body, extra_);
+    api::respond(ex_, status, content_type, body, extra_);
     return {};
   }
   Result<void> begin_stream(int status, const std::string& content_type) override {
@@ -147,7 +165,7 @@ void Api::send(Call& c, Reply r) {
                     : store_.idempotency_abort(c.principal.project_id, *c.idempotency_key);
     if (!done) spdlog::warn("idempotency: {}", done.error().message);
   }
-  c.ex.respond(r.status, "application/json", std::move(body), r.headers);
+  respond(c.ex, r.status, "application/json", std::move(body), std::move(r.headers));
 }
 
 void Api::send_error(Call& c, const Error& e) {
@@ -190,12 +208,12 @@ void Api::handle(http::Exchange& ex) {
     r.headers.emplace_back("Retry-After", std::to_string(static_cast<int>(std::ceil(retry))));
     return send(c, std::move(r));
   }
+  // Held until the request is answered, whichever way it ends.
+  auto slot = in_flight_.enter(c.principal.key_id, c.principal.project_id);
+  if (!slot) return send_error(c, slot.error());
   if (dispatch_infer(c)) return;
-  if (!sandboxes_.ready()) {
-    Reply r = error_reply({ErrorCode::kNodeUnavailable, "b3osd is starting (reattaching sandboxes); retry shortly", 0});
-    r.headers.emplace_back("Retry-After", "1");
-    return send(c, std::move(r));
-  }
+  if (!sandboxes_.ready())  // respond() adds the Retry-After
+    return send_error(c, {ErrorCode::kNodeUnavailable, "b3osd is starting (reattaching sandboxes); retry shortly", 0});
   const Match match = route(c);
   if (match.route && match.route->stream) return (this->*match.route->stream)(c);
 
@@ -229,7 +247,7 @@ void Api::handle(http::Exchange& ex) {
     if (hit->kind == store::IdempotencyHit::Kind::kReplay) {
       http::Headers h = {{"Idempotent-Replayed", "true"},
                          {"Server-Timing", server_timing(c.timing, c.total.elapsed_ms())}};
-      return ex.respond(hit->status, hit->content_type, std::move(hit->body), h);
+      return respond(ex, hit->status, hit->content_type, std::move(hit->body), std::move(h));
     }
     c.idempotency_key = std::string(idem);
   }

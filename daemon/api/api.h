@@ -82,6 +82,7 @@ class Api {
   sandbox::SandboxService& sandboxes_;
   gateway::Gateway& gw_;
   RateLimiter limiter_;
+  InFlightLimiter in_flight_;
 };
 
 }  // namespace b3os::api

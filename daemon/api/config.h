@@ -1,5 +1,6 @@
 #pragma once
-// The REST API's configuration: body limits, rate limits, and the limits on create fields.
+// The REST API's configuration: body limits, rate and concurrency limits, and the limits on
+// create fields.
 
 #include <cstddef>
 #include <cstdint>
@@ -14,6 +15,10 @@ struct Config {
   uint64_t max_upload_bytes = 16ULL * 1024 * 1024 * 1024;  // 413 above this
   double rate_per_second = 50;                             // per API key
   double rate_burst = 100;
+  // Requests in flight at once (429 concurrency_limited above): well under the server's
+  // request workers (http::Config::max_requests), so one tenant never takes the node.
+  int max_requests_per_key = 64;
+  int max_requests_per_project = 128;
 };
 
 }  // namespace b3os::api

@@ -9,6 +9,12 @@
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <condition_variable>
+#include <deque>
+#include <fmt/format.h>
+#include <list>
+#include <mutex>
+#include <sstream>
 #include <spdlog/spdlog.h>
 #include <thread>
 
@@ -23,6 +29,7 @@ namespace {
 
 constexpr size_t kHeaderLimit = 64 * 1024;
 constexpr auto kWriteStall = std::chrono::seconds(60);  // a response write that makes no progress
+constexpr auto kWorkerIdle = std::chrono::seconds(60);  // an idle worker thread ends after this
 
 tl::unexpected<Error> too_large(uint64_t limit) {
   return fail(ErrorCode::kPayloadTooLarge, "the request body is larger than this operation's limit of " +
@@ -31,8 +38,9 @@ tl::unexpected<Error> too_large(uint64_t limit) {
 
 class BeastExchange final : public Exchange {
  public:
-  BeastExchange(tcp::socket& sock, beast::flat_buffer& buf, bh::request_parser<bh::buffer_body>& parser)
-      : sock_(sock), buf_(buf), parser_(parser) {}
+  BeastExchange(tcp::socket& sock, beast::flat_buffer& buf, bh::request_parser<bh::buffer_body>& parser,
+                std::chrono::milliseconds body_timeout)
+      : sock_(sock), buf_(buf), parser_(parser), body_timeout_(body_timeout) {}
 
   std::string_view method() const override { return req().method_string(); }
   std::string_view target() const override { return req().target(); }
@@ -64,9 +72,19 @@ class BeastExchange final : public Exchange {
     auto& body = parser_.get().body();
     body.data = out;
     body.size = cap;
+    // Each read waits at most body_timeout for a byte: a client that stops sending mid-body
+    // must not hold a worker (and its key's requests in flight) for ever.
+    sys::DeadlineStream in(sock_.native_handle(), sock_.get_executor());
     beast::error_code ec;
-    bh::read(sock_, buf_, parser_, ec);
+    while (!ec && body.size == cap && !parser_.is_done()) {
+      in.arm(std::chrono::steady_clock::now() + body_timeout_, nullptr);
+      bh::read_some(in, buf_, parser_, ec);
+    }
     if (ec == bh::error::need_buffer) ec = {};
+    if (ec) broken_ = true;
+    if (in.timed_out())
+      return fail(ErrorCode::kRequestTimeout, fmt::format("no byte of the request body came for {:g} s",
+                                                          body_timeout_.count() / 1000.0));
     if (ec) return fail(ErrorCode::kInvalidRequest, "reading the request body: " + ec.message());
     size_t n = cap - body.size;
     read_ += n;
@@ -175,7 +193,8 @@ class BeastExchange final : public Exchange {
     if (e != req().end() && beast::iequals(e->value(), "100-continue")) {
       static constexpr char k100[] = "HTTP/1.1 100 Continue\r\n\r\n";
       beast::error_code ec;
-      asio::write(sock_, asio::buffer(k100, sizeof k100 - 1), ec);
+      auto out = writer();
+      asio::write(out, asio::buffer(k100, sizeof k100 - 1), ec);
     }
   }
 
@@ -197,6 +216,7 @@ class BeastExchange final : public Exchange {
   tcp::socket& sock_;
   beast::flat_buffer& buf_;
   bh::request_parser<bh::buffer_body>& parser_;
+  const std::chrono::milliseconds body_timeout_;
   bool continued_ = false;
   bool responded_ = false;
   bool broken_ = false;
@@ -206,42 +226,94 @@ class BeastExchange final : public Exchange {
   std::optional<bh::response_serializer<bh::buffer_body>> serializer_;
 };
 
-void serve_connection(tcp::socket sock, const Handler& handler) {
-  beast::error_code ec;
-  sock.set_option(tcp::no_delay(true), ec);
-  beast::flat_buffer buf;
-  for (;;) {
-    bh::request_parser<bh::buffer_body> parser;
-    parser.header_limit(kHeaderLimit);
-    parser.body_limit(boost::none);  // limits are per operation, enforced by read_chunk
-    bh::read_header(sock, buf, parser, ec);
-    if (ec == bh::error::end_of_stream || ec == asio::error::connection_reset || ec == asio::error::eof) return;
-    if (ec) {
-      // A request we cannot parse: answer 400 in the API's error shape and close.
-      std::string body = R"({"error":{"code":"invalid_request","message":"malformed HTTP request: )" + ec.message() + "\"}}";
-      bh::response<bh::string_body> res{bh::status::bad_request, 11};
-      res.set(bh::field::content_type, "application/json");
-      res.body() = body;
-      res.keep_alive(false);
-      res.prepare_payload();
-      bh::write(sock, res, ec);
-      return;
-    }
-    BeastExchange ex(sock, buf, parser);
-    try {
-      handler(ex);
-    } catch (const std::exception& e) {
-      spdlog::error("handler threw: {}", e.what());
-      if (!ex.responded())
-        ex.respond(error_http_status(ErrorCode::kInternal), "application/json",
-                   std::string(R"({"error":{"code":")") + std::string(error_code_name(ErrorCode::kInternal)) +
-                       R"(","message":"unexpected error in b3osd"}})",
-                   {});
-      return;
-    }
-    if (!ex.reusable()) return;
-  }
+/// A response the server answers itself, before any handler: an error in the API's shape, on
+/// a connection that then closes. Its 503s say when to retry, as every 503 of b3osd does.
+std::string own_error(ErrorCode code, const std::string& message) {
+  bh::response<bh::string_body> res{static_cast<bh::status>(error_http_status(code)), 11};
+  res.set(bh::field::server, "b3osd");
+  res.set(bh::field::content_type, "application/json");
+  if (error_http_status(code) == 503) res.set(bh::field::retry_after, "1");
+  res.body() = R"({"error":{"code":")" + std::string(error_code_name(code)) + R"(","message":")" + message + "\"}}";
+  res.keep_alive(false);
+  res.prepare_payload();
+  std::ostringstream out;
+  out << res;
+  return out.str();
 }
+
+/// Sends a short answer without waiting: the socket's buffer takes it whole unless the client
+/// has stopped reading, and then it would not read this either.
+void send_now(tcp::socket& sock, const std::string& bytes) {
+  (void)::send(sock.native_handle(), bytes.data(), bytes.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+}
+
+/// Threads that run requests: started as needed up to a cap, gone after a minute idle, so a
+/// burst does not leave hundreds of threads behind.
+class Workers : public std::enable_shared_from_this<Workers> {
+ public:
+  explicit Workers(int max) : max_(max) {}
+  /// Runs `job` on a worker; false when `max` jobs are already running (or no thread can start).
+  bool submit(std::function<void()> job) {
+    std::lock_guard lk(mu_);
+    if (busy_ >= max_) return false;
+    jobs_.push_back(std::move(job));
+    ++busy_;
+    if (static_cast<int>(jobs_.size()) <= idle_) {
+      cv_.notify_one();
+      return true;
+    }
+    try {
+      std::thread([self = shared_from_this()] { self->loop(); }).detach();
+    } catch (const std::system_error& e) {
+      jobs_.pop_back();
+      --busy_;
+      spdlog::warn("http: no thread for a request: {}", e.what());
+      return false;
+    }
+    return true;
+  }
+  int max() const { return max_; }
+
+ private:
+  void loop() {
+    std::unique_lock lk(mu_);
+    for (;;) {
+      ++idle_;
+      const bool got = cv_.wait_for(lk, kWorkerIdle, [&] { return !jobs_.empty(); });
+      --idle_;
+      if (!got) return;
+      auto job = std::move(jobs_.front());
+      jobs_.pop_front();
+      lk.unlock();
+      job();
+      job = nullptr;  // its captures go before the next wait
+      lk.lock();
+      --busy_;
+    }
+  }
+
+  const int max_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> jobs_;
+  int busy_ = 0;  // jobs submitted and not finished
+  int idle_ = 0;  // threads waiting for a job
+};
+
+/// One client connection. Between requests it belongs to the asio thread (waiting for a head,
+/// in the line of waiters); while a request runs, to that request's worker.
+struct Conn {
+  explicit Conn(tcp::socket s) : sock(std::move(s)), timer(sock.get_executor()) {}
+  tcp::socket sock;
+  asio::steady_timer timer;
+  beast::flat_buffer buf;
+  std::optional<bh::request_parser<bh::buffer_body>> parser;
+  std::list<std::shared_ptr<Conn>>::iterator in_line;
+  bool waiting = false;  // in the line of connections waiting for a request head
+  bool closed = false;
+};
+
+using ConnPtr = std::shared_ptr<Conn>;
 
 }  // namespace
 
@@ -250,16 +322,151 @@ std::string_view status_reason(int status) {
   return std::string_view(r.data(), r.size());
 }
 
+// Everything but `workers` and the connections lent to them is touched by the asio thread only.
 struct Server::Impl {
+  Impl(Config c, Handler h)
+      : cfg(c), handler(std::move(h)), workers(std::make_shared<Workers>(c.max_requests)), accept_retry(io) {}
+
+  void accept();
+  void admit(tcp::socket sock);
+  bool evict_oldest();
+  void wait_head(const ConnPtr& c);
+  void read_head(const ConnPtr& c);
+  void arm(const ConnPtr& c, std::chrono::milliseconds after);
+  void dispatch(const ConnPtr& c);
+  void serve(ConnPtr c);
+  bool run_handler(Conn& c);
+  void leave_line(Conn& c);
+  void close(const ConnPtr& c);
+
   asio::io_context io;
   std::optional<tcp::acceptor> acceptor;
-  std::atomic<int> active{0};
-  std::atomic<bool> stopping{false};
+  Config cfg;
+  Handler handler;
+  std::shared_ptr<Workers> workers;
+  asio::steady_timer accept_retry;
+  std::list<ConnPtr> line;  // connections waiting for a request head, longest-waiting first
+  int open = 0;
 };
 
-Server::Server(std::string host, int port, int max_connections, Handler handler)
-    : impl_(std::make_unique<Impl>()), host_(std::move(host)), port_(port), max_connections_(max_connections),
-      handler_(std::move(handler)) {}
+void Server::Impl::accept() {
+  acceptor->async_accept([this](beast::error_code ec, tcp::socket sock) {
+    if (!acceptor->is_open()) return;
+    if (!ec) {
+      admit(std::move(sock));
+      return accept();
+    }
+    // Out of file descriptors (or another passing failure): try again shortly, not in a spin.
+    spdlog::warn("http: accept: {}", ec.message());
+    accept_retry.expires_after(std::chrono::milliseconds(100));
+    accept_retry.async_wait([this](beast::error_code) { accept(); });
+  });
+}
+
+void Server::Impl::admit(tcp::socket sock) {
+  // Children (runsc, shims) must not inherit client connections.
+  ::fcntl(sock.native_handle(), F_SETFD, FD_CLOEXEC);
+  // At the cap the longest wait for a request head gives way: a client churning idle sockets
+  // cannot keep out one that sends its request at once.
+  if (open >= cfg.max_connections && !evict_oldest())
+    return send_now(sock, own_error(ErrorCode::kNodeUnavailable, "too many connections; retry shortly"));
+  beast::error_code ec;
+  sock.set_option(tcp::no_delay(true), ec);
+  ++open;
+  wait_head(std::make_shared<Conn>(std::move(sock)));
+}
+
+bool Server::Impl::evict_oldest() {
+  if (line.empty()) return false;
+  close(ConnPtr(line.front()));
+  return true;
+}
+
+void Server::Impl::wait_head(const ConnPtr& c) {
+  c->parser.emplace();
+  c->parser->header_limit(kHeaderLimit);
+  c->parser->body_limit(boost::none);  // limits are per operation, enforced by read_chunk
+  c->in_line = line.insert(line.end(), c);
+  c->waiting = true;
+  if (c->buf.size() > 0) return read_head(c);  // the next request came with the last one
+  arm(c, cfg.idle_timeout);
+  c->sock.async_wait(tcp::socket::wait_read, [this, c](beast::error_code ec) {
+    if (c->closed) return;
+    if (ec) return close(c);
+    read_head(c);
+  });
+}
+
+void Server::Impl::read_head(const ConnPtr& c) {
+  arm(c, cfg.head_timeout);
+  bh::async_read_header(c->sock, c->buf, *c->parser, [this, c](beast::error_code ec, size_t) {
+    if (c->closed) return;
+    if (!ec) return dispatch(c);
+    if (ec != bh::error::end_of_stream && ec != asio::error::eof && ec != asio::error::connection_reset)
+      send_now(c->sock, own_error(ErrorCode::kInvalidRequest, "malformed HTTP request: " + ec.message()));
+    close(c);
+  });
+}
+
+void Server::Impl::arm(const ConnPtr& c, std::chrono::milliseconds after) {
+  c->timer.expires_after(after);
+  c->timer.async_wait([this, c](beast::error_code ec) {
+    // A handler whose expiry passed just before the timer was re-armed (or the head came)
+    // still runs without error: only a connection still waiting, past its expiry, closes.
+    if (ec || !c->waiting || c->timer.expiry() > std::chrono::steady_clock::now()) return;
+    close(c);
+  });
+}
+
+void Server::Impl::dispatch(const ConnPtr& c) {
+  leave_line(*c);
+  c->timer.cancel();
+  if (workers->submit([this, c]() mutable { serve(std::move(c)); })) return;
+  send_now(c->sock, own_error(ErrorCode::kNodeUnavailable, "all " + std::to_string(workers->max()) +
+                                                               " request workers are busy; retry shortly"));
+  close(c);
+}
+
+// On a worker: the request, then the connection goes back to the asio thread.
+void Server::Impl::serve(ConnPtr c) {
+  const bool again = run_handler(*c);
+  asio::post(io, [this, c = std::move(c), again] { again ? wait_head(c) : close(c); });
+}
+
+bool Server::Impl::run_handler(Conn& c) {
+  BeastExchange ex(c.sock, c.buf, *c.parser, cfg.body_timeout);
+  try {
+    handler(ex);
+  } catch (const std::exception& e) {
+    spdlog::error("handler threw: {}", e.what());
+    if (!ex.responded())
+      ex.respond(error_http_status(ErrorCode::kInternal), "application/json",
+                 std::string(R"({"error":{"code":")") + std::string(error_code_name(ErrorCode::kInternal)) +
+                     R"(","message":"unexpected error in b3osd"}})",
+                 {});
+    return false;
+  }
+  return ex.reusable();
+}
+
+void Server::Impl::leave_line(Conn& c) {
+  if (!c.waiting) return;
+  c.waiting = false;
+  line.erase(c.in_line);
+}
+
+void Server::Impl::close(const ConnPtr& c) {
+  if (c->closed) return;
+  c->closed = true;
+  leave_line(*c);
+  beast::error_code ec;
+  c->timer.cancel();
+  c->sock.close(ec);
+  --open;
+}
+
+Server::Server(std::string host, int port, Config cfg, Handler handler)
+    : impl_(std::make_unique<Impl>(cfg, std::move(handler))), host_(std::move(host)), port_(port) {}
 
 Server::~Server() { stop(); }
 
@@ -280,37 +487,10 @@ Result<void> Server::listen() {
 }
 
 void Server::run() {
-  while (!impl_->stopping) {
-    tcp::socket sock(impl_->io);
-    beast::error_code ec;
-    impl_->acceptor->accept(sock, ec);
-    if (ec) {
-      if (impl_->stopping) return;
-      continue;
-    }
-    // Children (runsc, shims) must not inherit client connections.
-    ::fcntl(sock.native_handle(), F_SETFD, FD_CLOEXEC);
-    if (impl_->active.load() >= max_connections_) {
-      static constexpr char k503[] =
-          "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nConnection: close\r\n"
-          "Content-Length: 85\r\n\r\n{\"error\":{\"code\":\"node_unavailable\",\"message\":\"too many connections; retry shortly\"}}";
-      asio::write(sock, asio::buffer(k503, sizeof k503 - 1), ec);
-      continue;
-    }
-    ++impl_->active;
-    std::thread([this, s = std::move(sock)]() mutable {
-      serve_connection(std::move(s), handler_);
-      --impl_->active;
-    }).detach();
-  }
+  impl_->accept();
+  impl_->io.run();
 }
 
-void Server::stop() {
-  impl_->stopping = true;
-  if (impl_->acceptor && impl_->acceptor->is_open()) {
-    beast::error_code ec;
-    impl_->acceptor->close(ec);
-  }
-}
+void Server::stop() { impl_->io.stop(); }
 
 }  // namespace b3os::http

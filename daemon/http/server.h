@@ -1,8 +1,10 @@
 #pragma once
-// A small HTTP/1.1 server on Boost.Beast: one thread per connection, bodies streamed both
-// ways. The API layer sees only Exchange; Beast types stay in this folder.
+// A small HTTP/1.1 server on Boost.Beast. One asio thread waits for every connection's next
+// request head (with deadlines, costing no thread); a complete head goes to a worker thread,
+// which runs the synchronous Handler; bodies stream both ways. The API layer sees only
+// Exchange; Beast types stay in this folder.
 
-#include <atomic>
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -56,14 +58,30 @@ class Exchange {
 
 using Handler = std::function<void(Exchange&)>;
 
+/// What a client may hold, and for how long (docs/configuration.md).
+struct Config {
+  /// Open connections, idle ones included. At the cap a new connection evicts the one that
+  /// has waited longest for a request head; only when every connection is in a request is
+  /// the new one refused (503).
+  int max_connections = 10000;
+  /// Requests being handled at once (worker threads); past it a request gets 503.
+  int max_requests = 512;
+  /// How long a connection may wait for the first byte of its next request.
+  std::chrono::milliseconds idle_timeout{60'000};
+  /// How long a request head may take once its first byte came.
+  std::chrono::milliseconds head_timeout{15'000};
+  /// How long a body read may go without a byte (then 408 request_timeout).
+  std::chrono::milliseconds body_timeout{30'000};
+};
+
 /// Listens on host:port and runs `handler` for each request.
 class Server {
  public:
-  Server(std::string host, int port, int max_connections, Handler handler);
+  Server(std::string host, int port, Config cfg, Handler handler);
   ~Server();
   /// Binds and listens; fails with a clear message when the address is taken.
   Result<void> listen();
-  /// Accepts until stop(); blocks.
+  /// Serves until stop(); blocks.
   void run();
   void stop();
   int port() const { return port_; }
@@ -73,8 +91,6 @@ class Server {
   std::unique_ptr<Impl> impl_;
   std::string host_;
   int port_;
-  int max_connections_;
-  Handler handler_;
 };
 
 /// The reason phrase of a status code, for error messages.

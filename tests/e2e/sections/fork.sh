@@ -58,6 +58,7 @@ s_fork() {
   # Over the project's concurrency limit: 429 before any work.
   apij POST "/v1/sandboxes/$src/fork" '{"count":16}'
   expect_error fork.concurrency_429 429 concurrency_limited
+  check fork.concurrency_retry_after "Retry-After: '$(header Retry-After)'" grep -qiE '^Retry-After: [0-9]+' "$RESPH"
   check fork.concurrency_nothing_made "runsc list changed" test "$(runsc_list | wc -l)" = "$before"
   # Twenty forks of one source in a row, each deleted: nothing accumulates.
   local k made=0

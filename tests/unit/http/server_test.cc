@@ -1,0 +1,170 @@
+#include "daemon/http/server.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "common/unique_fd.h"
+
+namespace b3os::http {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+/// A server on an ephemeral port of 127.0.0.1, run on a thread of its own. /body reads the
+/// request body; /block waits until `release`; anything else answers "ok".
+class ServerTest : public ::testing::Test {
+ protected:
+  void start(Config cfg) {
+    server_ = std::make_unique<Server>("127.0.0.1", 0, cfg, [this](Exchange& ex) { handle(ex); });
+    ASSERT_TRUE(server_->listen());
+    thread_ = std::thread([this] { server_->run(); });
+  }
+  void TearDown() override {
+    release = true;
+    if (server_) server_->stop();
+    if (thread_.joinable()) thread_.join();
+  }
+
+  void handle(Exchange& ex) {
+    if (ex.target() == "/body") {
+      auto body = ex.read_body(1000);
+      if (!body) return ex.respond(error_http_status(body.error().code), "text/plain", body.error().message, {});
+    }
+    if (ex.target() == "/block")
+      while (!release) std::this_thread::sleep_for(5ms);
+    ex.respond(200, "text/plain", "ok", {});
+  }
+
+  UniqueFd connect_() {
+    UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(server_->port()));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(::connect(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    return fd;
+  }
+  static void send_(const UniqueFd& fd, std::string_view s) {
+    ASSERT_EQ(::send(fd.get(), s.data(), s.size(), MSG_NOSIGNAL), static_cast<ssize_t>(s.size()));
+  }
+  /// What the server sends until it closes or `limit` passes ("" for nothing).
+  static std::string read_until_close(const UniqueFd& fd, std::chrono::milliseconds limit) {
+    std::string out;
+    const auto end = Clock::now() + limit;
+    for (;;) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - Clock::now()).count();
+      pollfd p{fd.get(), POLLIN, 0};
+      if (left <= 0 || ::poll(&p, 1, static_cast<int>(left)) != 1) return out + "<open>";
+      char buf[4096];
+      ssize_t n = ::recv(fd.get(), buf, sizeof buf, 0);
+      if (n <= 0) return out;
+      out.append(buf, n);
+    }
+  }
+  /// One request on a fresh connection; the whole answer.
+  std::string get(std::string_view path) {
+    auto fd = connect_();
+    send_(fd, "GET " + std::string(path) + " HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+    return read_until_close(fd, 5s);
+  }
+  static bool closed(const UniqueFd& fd) {
+    char c;
+    return ::recv(fd.get(), &c, 1, MSG_DONTWAIT) == 0;
+  }
+
+  std::atomic<bool> release{false};
+  std::unique_ptr<Server> server_;
+  std::thread thread_;
+};
+
+TEST_F(ServerTest, ABodyThatStopsComingGets408) {
+  Config cfg;
+  cfg.body_timeout = 300ms;
+  start(cfg);
+  auto fd = connect_();
+  const auto t0 = Clock::now();
+  send_(fd, "POST /body HTTP/1.1\r\nHost: t\r\nContent-Length: 100\r\n\r\n12345678");
+  std::string answer = read_until_close(fd, 5s);
+  EXPECT_EQ(answer.rfind("HTTP/1.1 408", 0), 0u) << answer;
+  EXPECT_LT(Clock::now() - t0, 2s);
+}
+
+TEST_F(ServerTest, AHalfSentHeadIsClosedAtTheHeadDeadline) {
+  Config cfg;
+  cfg.head_timeout = 300ms;
+  start(cfg);
+  auto fd = connect_();
+  const auto t0 = Clock::now();
+  send_(fd, "GET / HTTP/1.1\r\nHost: t\r\n");
+  EXPECT_EQ(read_until_close(fd, 5s), "");
+  EXPECT_GE(Clock::now() - t0, 250ms);
+  EXPECT_LT(Clock::now() - t0, 2s);
+}
+
+TEST_F(ServerTest, AnIdleConnectionIsClosedAtTheIdleDeadline) {
+  Config cfg;
+  cfg.idle_timeout = 300ms;
+  start(cfg);
+  auto fd = connect_();
+  EXPECT_EQ(read_until_close(fd, 5s), "");
+}
+
+TEST_F(ServerTest, KeepAliveServesRequestsInTurnAndPipelined) {
+  start(Config{});
+  auto fd = connect_();
+  send_(fd, "GET /a HTTP/1.1\r\nHost: t\r\n\r\nGET /b HTTP/1.1\r\nHost: t\r\n\r\n");
+  std::string both = read_until_close(fd, 500ms);
+  EXPECT_EQ(both.find("HTTP/1.1 200"), 0u) << both;
+  EXPECT_NE(both.find("HTTP/1.1 200", 5), std::string::npos) << both;
+  send_(fd, "GET /c HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+  EXPECT_EQ(read_until_close(fd, 5s).rfind("HTTP/1.1 200", 0), 0u);
+}
+
+TEST_F(ServerTest, AtTheConnectionCapTheLongestIdleGivesWay) {
+  Config cfg;
+  cfg.max_connections = 20;
+  start(cfg);
+  std::vector<UniqueFd> idle;
+  for (int i = 0; i < 40; ++i) idle.push_back(connect_());
+  EXPECT_EQ(get("/").rfind("HTTP/1.1 200", 0), 0u);
+  std::this_thread::sleep_for(100ms);
+  EXPECT_TRUE(closed(idle.front()));
+  EXPECT_FALSE(closed(idle.back()));
+}
+
+TEST_F(ServerTest, PastTheRequestCapA503SaysWhenToRetry) {
+  Config cfg;
+  cfg.max_requests = 1;
+  start(cfg);
+  auto blocked = connect_();
+  send_(blocked, "GET /block HTTP/1.1\r\nHost: t\r\n\r\n");
+  std::this_thread::sleep_for(200ms);
+  std::string refused = get("/");
+  EXPECT_EQ(refused.rfind("HTTP/1.1 503", 0), 0u) << refused;
+  EXPECT_NE(refused.find("Retry-After: 1"), std::string::npos) << refused;
+  EXPECT_NE(refused.find("node_unavailable"), std::string::npos) << refused;
+  release = true;
+  EXPECT_EQ(read_until_close(blocked, 500ms).rfind("HTTP/1.1 200", 0), 0u);
+  EXPECT_EQ(get("/").rfind("HTTP/1.1 200", 0), 0u);
+}
+
+TEST_F(ServerTest, AMalformedRequestGets400) {
+  start(Config{});
+  auto fd = connect_();
+  send_(fd, "NOT HTTP AT ALL\r\n\r\n");
+  EXPECT_EQ(read_until_close(fd, 5s).rfind("HTTP/1.1 400", 0), 0u);
+}
+
+}  // namespace
+}  // namespace b3os::http
