@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The second README command: the whole test suite. Installs what the tests need, builds,
-# builds (or reuses) the base template, then runs unit, integration, e2e and fuzz tests.
+# builds (or reuses) the base template, then runs unit, integration, e2e, reliability and
+# fuzz tests.
 # Every skip is printed with its reason. Exit status: 0 only if nothing failed.
 #
 # Env: B3OS_FUZZ_SECONDS (per fuzz target, default 20; 0 skips fuzzing),
-#      B3OS_E2E_BIG=0 skips the 1 GiB file round trip.
+#      B3OS_E2E_BIG=0 skips the 1 GiB file round trip, B3OS_RELIABILITY=0 the reliability suite.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -67,6 +68,18 @@ record cookbook-model $?
 step "end to end: the model gateway's caps, keys, errors and restarts (scripted model fixture)"
 B3OS_BIN=$root/build/bin ./tests/e2e/gateway.sh
 record gateway $?
+
+# The reliability suite (tests/reliability/README.md): each part starts its own b3osd and is
+# bounded in time; B3OS_RELIABILITY=0 skips it (said in the summary).
+for part in slow_clients hostile faults load leaks; do
+  step "reliability: $part"
+  if [ "${B3OS_RELIABILITY:-1}" = 0 ]; then
+    record "reliability-$part" 77 "B3OS_RELIABILITY=0"
+  else
+    B3OS_BIN=$root/build/bin ./tests/reliability/$part.sh
+    record "reliability-$part" $?
+  fi
+done
 
 secs=${B3OS_FUZZ_SECONDS:-20}
 step "fuzz (${secs}s per target)"

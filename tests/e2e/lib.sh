@@ -65,6 +65,17 @@ check() {
   return 0
 }
 
+# eventually SECS CMD...: CMD succeeds within SECS seconds (tried every 0.1 s). For what
+# b3osd does just after it answers (a delete releases the container behind its answer).
+eventually() {
+  local until=$(($(date +%s%N) / 1000000 + $1 * 1000))
+  shift
+  until "$@"; do
+    [ "$(($(date +%s%N) / 1000000))" -lt "$until" ] || return 1
+    sleep 0.1
+  done
+}
+
 count_results() { grep -c "^$1\$" "$E2E_RESULTS" 2>/dev/null || true; }
 
 # ---- sections ---------------------------------------------------------------------------
@@ -234,6 +245,7 @@ run_exec() {
 runsc_list() { runsc --root "$T/run/runsc" list --quiet 2>/dev/null || true; }
 runsc_has() { runsc_list | grep -qx "$1"; }
 cgroup_dirs() { ls -d /sys/fs/cgroup/*/b3os/"$1" 2>/dev/null || true; }
+no_cgroup() { [ -z "$(cgroup_dirs "$1")" ]; }
 # memory_limit ID: the memory limit of a sandbox's cgroup in bytes (cgroup v1, else v2).
 memory_limit() {
   cat "/sys/fs/cgroup/memory/b3os/$1/memory.limit_in_bytes" 2>/dev/null || cat "/sys/fs/cgroup/b3os/$1/memory.max"

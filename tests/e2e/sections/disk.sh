@@ -18,6 +18,7 @@ disk_left() {
   ! losetup -a 2>/dev/null | grep -q "$T/data/disks/$1/" || left="${left}loop device; "
   echo "$left"
 }
+no_disk_left() { [ -z "$(disk_left "$1")" ]; }
 # disk_mounted ID: the disk of ID is mounted where gVisor put the overlay's file.
 disk_mounted() { grep -q " $T/data/disks/$1/mnt ext4 " /proc/mounts; }
 
@@ -81,7 +82,7 @@ s_disk_big() {
   for id in "$f" "$r" "$src"; do
     [ -n "$id" ] || continue
     delete_sandbox "$id" || fail disk.big_delete "$id: $(snip)"
-    check "disk.big_nothing_left" "$id: $(disk_left "$id")" test -z "$(disk_left "$id")"
+    check "disk.big_nothing_left" "$id: $(disk_left "$id")" eventually 20 no_disk_left "$id"
   done
 }
 
@@ -112,7 +113,7 @@ s_disk_limit() {
   run_exec "$id" '{"cmd":"cat /workspace/small"}'
   check disk.restart_file_kept "$(snip)" jt '.exit_code == 0 and .stdout == "kept\n"'
   delete_sandbox "$id" || fail disk.limit_delete "$(snip)"
-  check disk.limit_nothing_left "$(disk_left "$id")" test -z "$(disk_left "$id")"
+  check disk.limit_nothing_left "$(disk_left "$id")" eventually 20 no_disk_left "$id"
   local left
   left=$(ls -A "$T/data/disks" 2>/dev/null | grep -vx "$SBX" | tr '\n' ' ' || true)
   check disk.no_other_disk_dirs "$T/data/disks: $left" [ -z "${left// /}" ]

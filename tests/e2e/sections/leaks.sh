@@ -5,6 +5,8 @@
 
 # ---- 15. leak check -------------------------------------------------------------------------
 
+all_released() { [ -z "$(runsc_list)$(ls -A "$T/run/sandboxes" 2>/dev/null)" ]; }
+
 s_leaks() {
   local i start ms ok=0 ids_file=$T/leak.ids left
   : >"$ids_file"
@@ -21,6 +23,10 @@ s_leaks() {
   ms=$(($(now_ms) - start))
   info "$CYCLES create/delete cycles took $((ms / 1000)).$(printf %03d $((ms % 1000))) s ($((ms / CYCLES)) ms per cycle)"
   check leaks.cycles "$ok of $CYCLES cycles succeeded" [ "$ok" = "$CYCLES" ]
+  # A delete answers once the sandbox is stopped; its container and files go just after.
+  start=$(now_ms)
+  eventually 60 all_released || true
+  info "everything released $(($(now_ms) - start)) ms after the last delete answered"
 
   left=$(runsc_list | tr '\n' ' ')
   check leaks.no_containers "runsc list: $left" [ -z "${left// /}" ]

@@ -39,7 +39,7 @@ s_pause() {
   api POST "/v1/sandboxes/$idle/pause"
   delete_sandbox "$idle"
   check pause.delete_paused "$(snip)" jt '.status == "stopped" and .stop_reason == "deleted"'
-  check pause.delete_paused_leaves_nothing "container left" not runsc_has "$idle"
+  check pause.delete_paused_leaves_nothing "container left" eventually 15 not runsc_has "$idle"
   delete_sandbox "$id" || true
 }
 
@@ -70,6 +70,7 @@ s_snapshot() {
   run_exec "$restored" '{"cmd":"cat /workspace/k; a=$(cat /workspace/c); sleep 0.4; b=$(cat /workspace/c); [ $b -gt $a ] && echo counting; echo $E $S"}'
   check snapshot.memory_disk_processes "$(snip)" jt '.stdout == "kept\ncounting\ne1 s1\n"'
   delete_sandbox "$restored" || true
+  eventually 15 not runsc_has "$restored" || true  # released behind the delete's answer
   # A restore that fails (a damaged image) leaves nothing half-made.
   local before_ids before_list before_dirs
   before_list=$(runsc_list | sort | tr '\n' ' ')

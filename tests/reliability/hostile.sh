@@ -1,0 +1,187 @@
+#!/usr/bin/env bash
+# Hostile sandboxes against a private b3osd: code inside floods its stderr (a host file once),
+# writes garbage at the agent's channel, floods stdout, fork-bombs, fills its memory and its
+# disk, and holds thousands of files open. Only that sandbox may suffer: during each attack a
+# victim sandbox keeps answering exec and /healthz keeps answering, and afterwards b3osd is
+# alive, its RSS bounded, and the attacker either runs on or is `failed` with a message that
+# says why.
+#
+# Usage (as root, with the base template built):
+#   B3OS_BIN=build-dev/bin tests/reliability/hostile.sh
+# Env: B3OS_BIN, B3OS_TEMPLATES_DIR as for tests/e2e/e2e.sh; B3OS_E2E_KEEP=1 keeps the temp dir.
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=tests/e2e/lib.sh
+. "$HERE/../e2e/lib.sh"
+
+B3OS_BIN=${B3OS_BIN:-$(cd "$HERE/../.." && pwd)/build/bin}
+TEMPLATES=${B3OS_TEMPLATES_DIR:-/var/lib/b3os/templates}
+VICTIM_BOUND_S=5    # an exec of `true` in the victim, while another sandbox attacks
+HEALTH_BOUND_S=1    # /healthz, meanwhile
+LOG_CAP_BYTES=$((3 << 20))  # sandbox.log and its one rotation (1 MiB each) with slack
+
+e2e_begin hostile curl jq python3
+
+on_exit() {
+  local rc=$?
+  set +e
+  trap - EXIT
+  cleanup_everything
+  if [ "$rc" != 0 ] || [ "$(count_results FAIL)" != 0 ]; then
+    echo "# ---- last 40 lines of the b3osd log ($T/daemon.log) ----"
+    tail -n 40 "$T/daemon.log" 2>/dev/null | sed 's/^/# /'
+  fi
+  if [ "${B3OS_E2E_KEEP:-0}" = 1 ]; then echo "# kept $T"; else rm -rf "$T"; fi
+  exit "$rc"
+}
+trap on_exit EXIT
+trap 'exit 130' INT TERM
+
+PORT=$(free_port) || die "no free TCP port found"
+URL=http://127.0.0.1:$PORT
+mkdir -p "$T/data" "$T/run"
+start_daemon || {
+  tail -n 20 "$T/daemon.log" >&2
+  die "b3osd did not start (log above)"
+}
+KEY=$(cat "$T/data/admin.key")
+ALL_KEYS=("$KEY")
+info "b3osd pid $(daemon_pid) on $URL, temp dir $T"
+
+create_sandbox '{"template":"base","timeout_s":900}'
+VICTIM=$CID
+[ -n "$VICTIM" ] || die "could not create the victim sandbox: $(snip)"
+RSS0=$(rss_kb "$(daemon_pid)")
+
+# while_attacking NAME PID: until PID (the attack's request) ends, the victim answers exec and
+# the node answers /healthz within their bounds; the worst of each is reported.
+while_attacking() {
+  local name=$1 pid=$2 worst_exec=0 worst_health=0 t rounds=0
+  while kill -0 "$pid" 2>/dev/null && [ "$rounds" -lt 60 ]; do
+    t=$(curl -s -o /dev/null -w '%{time_total}' -m 30 -X POST "$URL/v1/sandboxes/$VICTIM/exec" \
+      -H "Authorization: Bearer $KEY" -H 'Content-Type: application/json' -d '{"cmd":["true"]}')
+    worst_exec=$(python3 -c "print(max($worst_exec, $t))")
+    t=$(curl -s -o /dev/null -w '%{time_total}' -m 30 "$URL/healthz")
+    worst_health=$(python3 -c "print(max($worst_health, $t))")
+    rounds=$((rounds + 1))
+    sleep 0.5
+  done
+  info "$name: victim exec worst ${worst_exec}s, /healthz worst ${worst_health}s over $rounds rounds"
+  check "$name.victim_served" "victim exec took ${worst_exec}s (bound ${VICTIM_BOUND_S}s)" \
+    python3 -c "import sys; sys.exit(0 if $worst_exec <= $VICTIM_BOUND_S else 1)"
+  check "$name.health_served" "/healthz took ${worst_health}s (bound ${HEALTH_BOUND_S}s)" \
+    python3 -c "import sys; sys.exit(0 if $worst_health <= $HEALTH_BOUND_S else 1)"
+}
+
+# attack NAME SANDBOX JSON: runs an exec in SANDBOX in the background (its answer in
+# $T/NAME.json) while checking the victim; returns when the exec has answered.
+attack() {
+  local name=$1 id=$2 body=$3
+  curl -s -m 120 -o "$T/$name.json" -w '%{http_code}' -X POST "$URL/v1/sandboxes/$id/exec" \
+    -H "Authorization: Bearer $KEY" -H 'Content-Type: application/json' -d "$body" >"$T/$name.status" &
+  local pid=$!
+  while_attacking "$name" "$pid"
+  wait "$pid" || true
+}
+
+# after NAME ID: the daemon is alive and the attacker is running, or failed with a message.
+after() {
+  local name=$1 id=$2
+  check "$name.daemon_alive" "b3osd died" daemon_alive
+  api GET "/v1/sandboxes/$id"
+  local status msg
+  status=$(j .status)
+  msg=$(j '.stop_message // empty')
+  if [ "$status" = running ] || { [ "$status" = failed ] && [ -n "$msg" ]; }; then
+    pass "$name.attacker_state"
+    info "$name: attacker is $status${msg:+ ($msg)}"
+  else
+    fail "$name.attacker_state" "want running, or failed with a stop_message; got $(snip)"
+  fi
+}
+
+s_stderr_flood() {
+  create_sandbox '{"template":"base"}'
+  local id=$CID
+  attack stderr_flood "$id" '{"cmd":"timeout 10 sh -c \"head -c 1200000000 /dev/zero > /proc/1/fd/2\"; echo done","timeout_ms":30000}'
+  local size
+  size=$(cat "$T/run/sandboxes/$id"/sandbox.log* 2>/dev/null | wc -c)
+  check stderr_flood.log_capped "sandbox.log grew to $size bytes (cap $LOG_CAP_BYTES)" test "$size" -le "$LOG_CAP_BYTES"
+  after stderr_flood "$id"
+  run_exec "$id" '{"cmd":"echo alive"}'
+  check stderr_flood.still_serves "exec after the flood: $(snip)" okj 200 '.stdout == "alive\n"'
+}
+
+s_channel_garbage() {
+  create_sandbox '{"template":"base"}'
+  local id=$CID
+  attack channel_garbage "$id" '{"cmd":"head -c 2000000 /dev/urandom > /proc/1/fd/1; head -c 2000000 /dev/urandom > /proc/1/fd/0; echo rc=$?","timeout_ms":30000}'
+  after channel_garbage "$id"
+}
+
+s_stdout_flood() {
+  create_sandbox '{"template":"base"}'
+  local id=$CID
+  attack stdout_flood "$id" '{"cmd":"cat /dev/zero","timeout_ms":8000}'
+  local st
+  st=$(cat "$T/stdout_flood.status")
+  check stdout_flood.answered "want 200 with stdout cut at the cap, got HTTP $st $(head -c 200 "$T/stdout_flood.json")" \
+    jq -e '.stdout_truncated == true and .timed_out == true' "$T/stdout_flood.json"
+  after stdout_flood "$id"
+}
+
+s_fork_bomb() {
+  create_sandbox '{"template":"base"}'
+  local id=$CID
+  attack fork_bomb "$id" '{"cmd":"bomb() { bomb | bomb & }; bomb; sleep 20","timeout_ms":25000}'
+  after fork_bomb "$id"
+}
+
+s_memory() {
+  create_sandbox '{"template":"base","memory_mib":256}'
+  local id=$CID
+  attack memory "$id" '{"cmd":["python3","-c","a = bytearray(700 << 20)\nfor i in range(0, len(a), 4096): a[i] = 1"],"timeout_ms":30000}'
+  check memory.named "want 409 sandbox_not_running naming memory, got $(head -c 300 "$T/memory.json")" \
+    jq -e '.error.code == "sandbox_not_running" and (.error.message | test("memory"))' "$T/memory.json"
+  after memory "$id"
+}
+
+s_disk() {
+  create_sandbox '{"template":"base","disk_gib":1}'
+  local id=$CID
+  attack disk "$id" '{"cmd":"dd if=/dev/zero of=/root/fill bs=1M count=1500 2>&1 | grep -o \"No space left on device\" | head -n 1; sync","timeout_ms":60000}'
+  check disk.enospc "want dd to stop at No space left on device, got $(head -c 300 "$T/disk.json")" \
+    jq -e '.stdout | test("No space left")' "$T/disk.json"
+  after disk "$id"
+  run_exec "$id" '{"cmd":"rm -f /root/fill; echo freed"}'
+  check disk.still_serves "exec after the disk filled: $(snip)" okj 200 '.stdout == "freed\n"'
+}
+
+s_many_files() {
+  create_sandbox '{"template":"base"}'
+  local id=$CID
+  run_exec "$id" '{"cmd":"nohup python3 -c \"import os, time\nfs = [open(\\\"/tmp/f%d\\\" % i, \\\"w\\\") for i in range(20000)]\ntime.sleep(600)\" >/dev/null 2>&1 & sleep 8; ls /tmp | wc -l","timeout_ms":30000}'
+  check many_files.opened "want 20000 files held open, got $(snip)" okj 200 '.stdout | test("^2000[0-9]")'
+  attack many_files "$id" '{"cmd":"ls /proc/*/fd 2>/dev/null | wc -l; echo alive","timeout_ms":30000}'
+  check many_files.still_serves "exec while 20000 files are open: $(head -c 300 "$T/many_files.json")" \
+    jq -e '.stdout | test("alive")' "$T/many_files.json"
+  after many_files "$id"
+}
+
+run_section s_stderr_flood
+run_section s_channel_garbage
+run_section s_stdout_flood
+run_section s_fork_bomb
+run_section s_memory
+run_section s_disk
+run_section s_many_files
+
+RSS1=$(rss_kb "$(daemon_pid)")
+info "b3osd RSS ${RSS0} kB before, ${RSS1} kB after the attacks"
+check daemon.rss_bounded "b3osd RSS grew from ${RSS0} to ${RSS1} kB" test "$RSS1" -le $((RSS0 + 131072))
+run_exec "$VICTIM" '{"cmd":"echo fine"}'
+check victim.unharmed "victim exec after every attack: $(snip)" okj 200 '.stdout == "fine\n"'
+
+echo "# hostile: $(count_results PASS) passed, $(count_results FAIL) failed, $(count_results SKIP) skipped"
+[ "$(count_results FAIL)" = 0 ]
