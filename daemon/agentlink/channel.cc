@@ -130,9 +130,10 @@ AgentChannel::AgentChannel(UniqueFd fd, std::string name, std::function<void(con
 
 std::shared_ptr<AgentChannel> AgentChannel::start(UniqueFd fd, std::string name,
                                                   std::function<void(const std::string&)> on_close,
-                                                  IncomingHandler incoming) {
+                                                  IncomingHandler incoming, IdleHandler on_idle) {
   std::shared_ptr<AgentChannel> ch(new AgentChannel(std::move(fd), std::move(name), std::move(on_close)));
   ch->incoming_ = std::move(incoming);
+  ch->on_idle_ = std::move(on_idle);
   ch->reader_ = std::thread([raw = ch.get()] { raw->reader_loop(); });
   return ch;
 }
@@ -283,6 +284,11 @@ void AgentChannel::handle_control(Frame f) {
     (void)write_frame(FrameType::kPong, 0, f.payload, std::chrono::steady_clock::now() + std::chrono::seconds(1));
     return;
   }
+  if (f.type == FrameType::kIdle) {
+    auto j = nlohmann::json::parse(f.payload, nullptr, false);
+    if (on_idle_ && j.is_object() && j.contains("idle") && j["idle"].is_boolean()) on_idle_(j["idle"].get<bool>());
+    return;
+  }
   std::lock_guard lk(mu_);
   if (f.type == FrameType::kResyncAck) {
     if (!resync_nonce_ || f.payload != *resync_nonce_) return;  // a stale answer
@@ -347,6 +353,20 @@ Result<void> AgentChannel::send_identity(const nlohmann::json& identity, std::ch
     return fail(channel_error(name_, "the agent refused its identity: " + f->payload));
   }
   return {};
+}
+
+Result<bool> AgentChannel::request_idle_reports(std::chrono::milliseconds timeout) {
+  auto s = open({{"op", "idle_reports"}});
+  if (!s) return fail(s.error());
+  const auto deadline = Clock::now() + timeout;
+  for (;;) {
+    auto f = (*s)->next(deadline);
+    if (!f) return fail(f.error());
+    if (f->type != FrameType::kEnd) continue;
+    auto j = nlohmann::json::parse(f->payload, nullptr, false);
+    // An agent that does not know the op answers {"ok":false} (unknown op).
+    return j.is_object() && j.value("ok", false);
+  }
 }
 
 Result<double> AgentChannel::ping(std::chrono::milliseconds timeout) {
