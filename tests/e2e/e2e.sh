@@ -82,6 +82,7 @@ trap on_signal INT TERM
 . "$HERE/sections/pause_snapshot.sh"
 # shellcheck source=tests/e2e/sections/pools.sh
 . "$HERE/sections/pools.sh"
+. "$HERE/sections/idle_freeze.sh"
 # shellcheck source=tests/e2e/sections/leaks.sh
 . "$HERE/sections/leaks.sh"
 
@@ -128,6 +129,7 @@ run_section s_snapshot
 run_section s_files_big
 run_section s_warm_pool
 run_section s_template_checkpoint
+run_section s_idle_freeze
 delete_sandbox "$SBX" || fail delete.main "$(snip)"
 run_section s_leaks
 
