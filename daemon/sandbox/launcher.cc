@@ -47,6 +47,7 @@ std::shared_ptr<agentlink::AgentChannel> Launcher::attach(UniqueFd fd, const std
 void Launcher::request_idle_reports(LiveSandbox& s) {
   // Before the answer, anything the agent said of its idleness belongs to a channel now gone.
   s.agent_idle = -1;
+  if (cfg_.idle_freeze_ms <= 0) return;  // never frozen: no reports wanted
   auto r = s.channel->request_idle_reports(kControlTimeout);
   if (!r)
     spdlog::warn("sandbox {}: asking for idle reports: {}; it is never frozen", s.id, r.error().message);
