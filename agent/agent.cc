@@ -105,6 +105,24 @@ void Agent::run_once() {
     it = it->second->finished() ? streams_.erase(it) : std::next(it);
   }
   relay_.sweep();
+  report_idle();
+}
+
+bool Agent::idle() const {
+  if (!streams_.empty() || !relay_.idle()) return false;
+  // Every process of the sandbox descends from PID 1 and orphans are re-parented to it, so
+  // "no child" means nothing else is alive. WNOWAIT: the reaper in drain_signals reaps.
+  siginfo_t si{};
+  return ::waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) < 0 && errno == ECHILD;
+}
+
+void Agent::report_idle() {
+  if (!idle_reports_) return;
+  const bool now_idle = idle();
+  if (reported_idle_ == now_idle) return;
+  reported_idle_ = now_idle;
+  channel_.send(FrameType::kIdle, 0, now_idle ? R"({"idle":true})" : R"({"idle":false})");
+  channel_.flush();
 }
 
 void Agent::handle_frame(protocol::Frame& f) {
@@ -164,6 +182,8 @@ void Agent::handle_control(protocol::Frame& f) {
       break;
     case FrameType::kResync:
       drop_all_streams("RESYNC");
+      idle_reports_ = false;
+      reported_idle_.reset();
       channel_.send(FrameType::kResyncAck, 0, f.payload);
       break;
     case FrameType::kPong:
@@ -196,6 +216,13 @@ void Agent::open_stream(uint32_t id, std::string_view payload) {
       s = FileReadStream::open(channel_, id, *req);
     } else if (*op == "list" || *op == "stat" || *op == "remove") {
       channel_.send(FrameType::kEnd, id, dump_json(run_fs_op(*op, *req)));
+      return;
+    } else if (*op == "idle_reports") {
+      // From now on IDLE frames say when the sandbox becomes idle and when it stops being
+      // idle; the first (the state now) follows this END at the end of the loop turn.
+      channel_.send(FrameType::kEnd, id, R"({"ok":true})");
+      idle_reports_ = true;
+      reported_idle_.reset();
       return;
     } else {
       send_end_error(channel_, id, Error{ErrorCode::kInvalidRequest, "unknown op \"" + *op + "\""});

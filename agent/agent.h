@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string_view>
 
 #include "agent/channel.h"
@@ -32,6 +33,10 @@ class Agent {
   void drain_signals();
   void reap_children();
   void drop_all_streams(const char* why);
+  /// True when nothing but the agent is alive and no stream or relay connection is open.
+  bool idle() const;
+  /// Sends IDLE when the idle state changed since the last report (only once asked).
+  void report_idle();
 
   Channel channel_;
   UniqueFd signal_fd_;
@@ -41,6 +46,10 @@ class Agent {
   HttpRelay relay_{channel_};
   std::vector<pollfd> pfds_;
   std::vector<Stream*> owners_;
+  // Idle reports (docs/agent-protocol.md): on once the daemon sent OPEN {"op":"idle_reports"},
+  // off again at RESYNC (the daemon that asked is gone; a new one asks again).
+  bool idle_reports_ = false;
+  std::optional<bool> reported_idle_;
 };
 
 }  // namespace b3os::agent

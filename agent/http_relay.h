@@ -57,6 +57,8 @@ class HttpRelay {
   void drop_all_streams(const char* why);
   /// Frees the connections that are done; once per loop turn, after everything above.
   void sweep();
+  /// True when no client connection is open (after sweep).
+  bool idle() const { return conns_.empty(); }
 
  private:
   struct Conn;

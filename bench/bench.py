@@ -44,7 +44,11 @@ def main():
     args = ap.parse_args()
     rows = []
     pool_n = int(os.environ.get("B3OS_BENCH_FORK_POOL", "3"))
-    with PrivateDaemon(args.bin, args.templates, ["--warm-pool", "0", "--fork-pool", str(pool_n)]) as d:
+    # --idle-freeze-ms 0: the raw baselines run `runsc exec` in a b3osd sandbox, whose processes
+    # the agent does not see (they do not descend from it); b3osd could freeze the sandbox under
+    # them. The API paths measured here run back to back and are never frozen between anyway.
+    with PrivateDaemon(args.bin, args.templates,
+                       ["--warm-pool", "0", "--fork-pool", str(pool_n), "--idle-freeze-ms", "0"]) as d:
         d.wait_containers(pool_n)  # the fork pool fills first, so its boots do not overlap the measurements
         tmp, c, runsc_root = d.tmp, d.client, d.runsc_root
         raw_root = f"{tmp}/raw"

@@ -126,6 +126,10 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"auto", "on", "off"}))
       ->capture_default_str();
   app.add_option("--fork-pool", cfg.fork_pool_size, "created, not started containers kept for forks and snapshot restores (0: none)")->capture_default_str();
+  app.add_option("--idle-freeze-ms", cfg.idle_freeze_ms,
+                 "freeze a running sandbox (cgroup freezer) this long after its agent reported nothing but itself alive and no call is in flight; thawed before anything reaches it (0: never)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   app.add_option("--rate", api_cfg.rate_per_second, "requests per second per API key")->capture_default_str();
   app.add_option("--burst", api_cfg.rate_burst, "burst of requests per API key")->capture_default_str();
   app.add_option("--max-requests-per-key", api_cfg.max_requests_per_key,

@@ -18,7 +18,7 @@ uint32_t get_u32(const char* p) {
 }  // namespace
 
 bool known_type(uint8_t t) {
-  return (t >= 0x01 && t <= 0x07) || (t >= 0x10 && t <= 0x18);
+  return (t >= 0x01 && t <= 0x08) || (t >= 0x10 && t <= 0x18);
 }
 
 void encode_frame(std::string& out, FrameType type, uint32_t stream, std::string_view payload) {

@@ -31,6 +31,8 @@ enum class FrameType : uint8_t {
   kPong = 0x05,
   kIdentity = 0x06,   // daemon -> agent, stream 0: JSON {"sandbox_id","hostname","machine_id","seed","time_ns"}
   kIdentityAck = 0x07,  // agent -> daemon, stream 0: JSON {"ok": true} or {"ok": false, "error": {...}}
+  kIdle = 0x08,       // agent -> daemon, stream 0: JSON {"idle": bool}; sent only after the daemon
+                      // asked with OPEN {"op":"idle_reports"} (an older daemon never sees one)
   // Streams. The daemon opens most (ids 1..0x7fffffff) and the agent answers them; the agent
   // opens its own for the in-sandbox HTTP relay (ids 0x80000000 | n, op "http") and
   // the daemon answers those. "Opener" and "answerer" below are the two roles.

@@ -139,9 +139,10 @@ AgentChannel::AgentChannel(UniqueFd fd, std::string name, std::function<void(con
 
 std::shared_ptr<AgentChannel> AgentChannel::start(UniqueFd fd, std::string name,
                                                   std::function<void(const std::string&)> on_close,
-                                                  IncomingHandler incoming) {
+                                                  IncomingHandler incoming, IdleHandler on_idle) {
   std::shared_ptr<AgentChannel> ch(new AgentChannel(std::move(fd), std::move(name), std::move(on_close)));
   ch->incoming_ = std::move(incoming);
+  ch->on_idle_ = std::move(on_idle);
   ch->reader_ = std::thread([raw = ch.get()] { raw->reader_loop(); });
   return ch;
 }
@@ -295,6 +296,11 @@ void AgentChannel::handle_control(Frame f) {
     (void)write_frame(FrameType::kPong, 0, f.payload, std::chrono::steady_clock::now() + std::chrono::seconds(1));
     return;
   }
+  if (f.type == FrameType::kIdle) {
+    auto j = nlohmann::json::parse(f.payload, nullptr, false);
+    if (on_idle_ && j.is_object() && j.contains("idle") && j["idle"].is_boolean()) on_idle_(j["idle"].get<bool>());
+    return;
+  }
   std::lock_guard lk(mu_);
   if (f.type == FrameType::kResyncAck) {
     if (!resync_nonce_ || f.payload != *resync_nonce_) return;  // a stale answer
@@ -365,14 +371,32 @@ std::chrono::milliseconds AgentChannel::probe(std::chrono::milliseconds quiet) {
   const int64_t now = steady_ms();
   if (const int64_t sent = probe_sent_ms_.load(); sent != 0) return std::chrono::milliseconds(now - sent);
   if (now - last_heard_ms_.load() < quiet.count()) return std::chrono::milliseconds(0);
-  if (write_frame(FrameType::kPing, 0, kProbePayload, std::chrono::steady_clock::now() + std::chrono::milliseconds(50)))
-    probe_sent_ms_ = now;
+  // Marked out before the write: the answer may be read before the write call returns.
+  probe_sent_ms_ = now;
+  if (!write_frame(FrameType::kPing, 0, kProbePayload, std::chrono::steady_clock::now() + std::chrono::milliseconds(50))) {
+    int64_t mine = now;
+    probe_sent_ms_.compare_exchange_strong(mine, 0);  // not sent: not out
+  }
   return std::chrono::milliseconds(0);
 }
 
 void AgentChannel::reset_probe() {
   probe_sent_ms_ = 0;
   last_heard_ms_ = steady_ms();
+}
+
+Result<bool> AgentChannel::request_idle_reports(std::chrono::milliseconds timeout) {
+  auto s = open({{"op", "idle_reports"}});
+  if (!s) return fail(s.error());
+  const auto deadline = Clock::now() + timeout;
+  for (;;) {
+    auto f = (*s)->next(deadline);
+    if (!f) return fail(f.error());
+    if (f->type != FrameType::kEnd) continue;
+    auto j = nlohmann::json::parse(f->payload, nullptr, false);
+    // An agent that does not know the op answers {"ok":false} (unknown op).
+    return j.is_object() && j.value("ok", false);
+  }
 }
 
 Result<double> AgentChannel::ping(std::chrono::milliseconds timeout) {

@@ -80,10 +80,14 @@ class AgentChannel : public std::enable_shared_from_this<AgentChannel> {
   /// `incoming` runs for each stream the agent opens, on the reader thread (so it must hand
   /// the work to another thread at once); the stream's first frame is the OPEN. Without a
   /// handler the agent gets END {"ok":false} straight away.
+  /// `on_idle` runs, on the reader thread, for each IDLE report of the agent (true: nothing
+  /// but the agent is alive and no stream is open; false: no longer). It must not wait on
+  /// the channel.
   using IncomingHandler = std::function<void(std::shared_ptr<Stream>)>;
+  using IdleHandler = std::function<void(bool idle)>;
   static std::shared_ptr<AgentChannel> start(UniqueFd fd, std::string name,
                                              std::function<void(const std::string&)> on_close,
-                                             IncomingHandler incoming = nullptr);
+                                             IncomingHandler incoming = nullptr, IdleHandler on_idle = nullptr);
   ~AgentChannel();
 
   /// Waits for the agent's HELLO (after a boot).
@@ -92,6 +96,11 @@ class AgentChannel : public std::enable_shared_from_this<AgentChannel> {
   Result<void> resync(std::chrono::milliseconds timeout);
   /// Sends IDENTITY and waits for its acknowledgement.
   Result<void> send_identity(const nlohmann::json& identity, std::chrono::milliseconds timeout);
+  /// Asks the agent for IDLE reports (OPEN {"op":"idle_reports"}); after a boot, a restore
+  /// and every resync (RESYNC turns them off). True when the agent will report; false when it
+  /// is an agent that does not know them (an older one, in a checkpoint image): it is then
+  /// never reported idle. An error only when the channel failed.
+  Result<bool> request_idle_reports(std::chrono::milliseconds timeout);
   /// Round trip of a PING (for health checks and the channel benchmark).
   Result<double> ping(std::chrono::milliseconds timeout);
 
@@ -159,6 +168,7 @@ class AgentChannel : public std::enable_shared_from_this<AgentChannel> {
   uint32_t next_id_ = 1;
   std::optional<std::string> resync_nonce_;
   IncomingHandler incoming_;
+  IdleHandler on_idle_;
   protocol::FrameParser parser_{protocol::FrameType::kResyncAck};
 };
 

@@ -156,6 +156,7 @@ Result<json> Checkpoints::fork(const Principal& p, const std::string& id, int co
   if (auto r = registry_.reserve(p.project_id, count); !r) return fail(r.error());
   Reservation reserved(registry_, p.project_id, count);
   ActiveOp busy(*src);
+  Awake awake = lifecycle_.awake(*src);
   t.lap("validate", sw);
 
   // One checkpoint of the source, restored into each fork; the image is removed at the end,
@@ -247,6 +248,7 @@ Result<json> Checkpoints::snapshot(const Principal& p, const std::string& id, Ti
     return fail(ErrorCode::kSandboxNotRunning, "sandbox " + id + " is " + std::string(api_status(base.state)) +
                                                    "; snapshots are taken of running sandboxes");
   ActiveOp busy(*src);
+  Awake awake = lifecycle_.awake(*src);
   const std::string snap_id = new_id("snp");
   ImageRoom room(rt_, *src, base.memory_mib);
   ImageDir dir(cfg_.snapshots_dir() + "/" + snap_id);

@@ -20,7 +20,10 @@ struct Config {
   int max_sandboxes_per_project = 64;  // 429 concurrency_limited
   int max_sandboxes_per_node = 256;    // 503 capacity_unavailable
   int warm_pool_size = 2;  // booted `base` sandboxes kept ready for non-forkable creates
-  int fork_pool_size = 3;  // created, not started containers kept for forks, snapshot restores and boots
+  int fork_pool_size = 3;
+  /// A running sandbox whose agent reported it idle (nothing but the agent alive, no stream
+  /// open) and that no operation holds awake is frozen after this long (freezer.h); 0 never.
+  int idle_freeze_ms = 1500;  // created, not started containers kept for forks, snapshot restores and boots
   // Template checkpoints: "auto" builds one per template at start and restores it for creates
   // when a restore measured faster than a boot; "on" always restores it; "off" never builds one.
   std::string template_checkpoints = "auto";

@@ -56,6 +56,7 @@ Result<ExecResult> Exec::exec(const Principal& p, const std::string& id, const E
   if (!sr) return fail(sr.error());
   auto& s = **sr;
   ActiveOp busy(s);
+  Awake awake = lifecycle_.awake(s);
   json env = {{"PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
               {"HOME", "/root"},
               {"LANG", "C.UTF-8"},
@@ -132,6 +133,7 @@ Result<json> Exec::write_file(const Principal& p, const std::string& id, const s
   auto sr = lifecycle_.running(p, id);
   if (!sr) return fail(sr.error());
   ActiveOp busy(**sr);
+  Awake awake = lifecycle_.awake(**sr);
   auto stream = open_stream(**sr, {{"op", "file_write"}, {"path", path}, {"mode", 0644}});
   if (!stream) return fail(stream.error());
   auto& st = **stream;
@@ -169,6 +171,7 @@ Result<void> Exec::read_file(const Principal& p, const std::string& id, const st
   auto sr = lifecycle_.running(p, id);
   if (!sr) return fail(sr.error());
   ActiveOp busy(**sr);
+  Awake awake = lifecycle_.awake(**sr);
   auto stream = open_stream(**sr, {{"op", "file_read"}, {"path", path}});
   if (!stream) return fail(stream.error());
   auto& st = **stream;
@@ -204,6 +207,7 @@ Result<json> Exec::call_agent(const Principal& p, const std::string& id, const j
   auto sr = lifecycle_.running(p, id);
   if (!sr) return fail(sr.error());
   ActiveOp busy(**sr);
+  Awake awake = lifecycle_.awake(**sr);
   auto stream = open_stream(**sr, request);
   if (!stream) return fail(stream.error());
   for (;;) {
@@ -243,6 +247,7 @@ Result<json> Exec::remove_path(const Principal& p, const std::string& id, const 
 Result<double> Exec::ping(const Principal& p, const std::string& id) {
   auto sr = lifecycle_.running(p, id);
   if (!sr) return fail(sr.error());
+  Awake awake = lifecycle_.awake(**sr);
   return (*sr)->channel->ping(kControlTimeout);
 }
 

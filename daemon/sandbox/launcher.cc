@@ -11,6 +11,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/ids.h"
+#include "daemon/sandbox/freezer.h"
 
 namespace b3os::sandbox {
 
@@ -23,7 +24,8 @@ constexpr auto kHelloTimeout = 15s;
 constexpr auto kControlTimeout = 5s;
 }  // namespace
 
-std::shared_ptr<agentlink::AgentChannel> Launcher::attach(UniqueFd fd, const std::string& id) {
+std::shared_ptr<agentlink::AgentChannel> Launcher::attach(UniqueFd fd, const std::shared_ptr<LiveSandbox>& s) {
+  const std::string id = s->id;
   // The handlers are in place before the reader starts, so no early stream is turned away.
   return agentlink::AgentChannel::start(
       std::move(fd), id,
@@ -37,7 +39,21 @@ std::shared_ptr<agentlink::AgentChannel> Launcher::attach(UniqueFd fd, const std
           (void)st->send_end({{"ok", false},
                               {"error", {{"code", "product_unavailable"}, {"message", "this b3osd has no model gateway"}}}});
         }
+      },
+      [weak = std::weak_ptr<LiveSandbox>(s)](bool idle) {
+        if (auto live = weak.lock()) Freezer::on_report(*live, idle);
       });
+}
+
+void Launcher::request_idle_reports(LiveSandbox& s) {
+  // Before the answer, anything the agent said of its idleness belongs to a channel now gone.
+  s.agent_idle = -1;
+  if (cfg_.idle_freeze_ms <= 0) return;  // never frozen: no reports wanted
+  auto r = s.channel->request_idle_reports(kControlTimeout);
+  if (!r)
+    spdlog::warn("sandbox {}: asking for idle reports: {}; it is never frozen", s.id, r.error().message);
+  else if (!*r)
+    spdlog::info("sandbox {}: its agent does not report idleness (older than this b3osd); it is never frozen", s.id);
 }
 
 void Launcher::release(const std::string& id, pid_t shim_pid) {
@@ -199,7 +215,7 @@ Result<std::shared_ptr<LiveSandbox>> Launcher::launch(const LaunchRequest& l, st
     if (auto r = rt_.restore(s->id, dir_of(s->id), l.image); !r) return undo(r.error());
     t.lap("restore", sw);
   }
-  s->channel = attach(std::move(pc.daemon_end), s->id);
+  s->channel = attach(std::move(pc.daemon_end), s);
   if (l.image.empty()) {
     if (auto h = s->channel->wait_hello(kHelloTimeout); !h) return undo(h.error().wrap("starting the agent"));
   } else {
@@ -212,6 +228,7 @@ Result<std::shared_ptr<LiveSandbox>> Launcher::launch(const LaunchRequest& l, st
                    {"seed", to_hex(random_bytes(32))},
                    {"time_ns", now_unix_ms() * 1000000}};
   if (auto r = s->channel->send_identity(identity, kControlTimeout); !r) return undo(r.error());
+  request_idle_reports(*s);
   t.lap("agent", sw);
   if (auto r = rt_.limit_cpu(s->id, l.vcpu); !r) return undo(r.error());
   t.lap("limits", sw);

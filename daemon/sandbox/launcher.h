@@ -56,8 +56,12 @@ class Launcher {
   /// Starts a container (`pooled`, or a new one), agent ready, identity and CPU limit applied.
   Result<std::shared_ptr<LiveSandbox>> launch(const LaunchRequest& l, std::optional<Precreated> pooled, Timing& t,
                                               Stopwatch& sw);
-  /// Starts the channel reader on `fd` with this sandbox's handlers.
-  std::shared_ptr<agentlink::AgentChannel> attach(UniqueFd fd, const std::string& id);
+  /// Starts the channel reader on `fd` with this sandbox's handlers (its agent's IDLE reports
+  /// go to `s`, which the channel does not keep alive).
+  std::shared_ptr<agentlink::AgentChannel> attach(UniqueFd fd, const std::shared_ptr<LiveSandbox>& s);
+  /// Asks the agent for IDLE reports (after the agent is up, and after every resync); an
+  /// agent that does not know them is simply never frozen.
+  void request_idle_reports(LiveSandbox& s);
   /// Undoes a launch that will not become a sandbox, or ends one: channel, container, shim, files.
   void discard(LiveSandbox& s);
   /// Ends a sandbox at once and releases it afterwards: its channel closes and its cgroup is

@@ -118,6 +118,9 @@ Error Lifecycle::explain(LiveSandbox& s, Error e) {
 
 bool Lifecycle::finish(const std::shared_ptr<LiveSandbox>& s, Transition end, store::StopReason reason,
                        const std::string& message) {
+  // Thawed, and never frozen again: a frozen process cannot die (destroy thaws too, but a
+  // freeze must not slip in between).
+  Awake a = awake(*s);
   {
     std::lock_guard lk(s->mu);
     auto next = next_state(s->rec.state, end, s->id);
@@ -139,6 +142,9 @@ bool Lifecycle::finish(const std::shared_ptr<LiveSandbox>& s, Transition end, st
 }
 
 Result<void> Lifecycle::pause_live(LiveSandbox& s, const char* why) {
+  // runsc pause talks to the sandbox: thawed first. Once paused the freezer leaves it alone
+  // (it freezes running sandboxes only), and resume thaws it as for any pause.
+  Awake a = awake(s);
   {
     std::lock_guard lk(s.mu);
     if (s.rec.state == State::kPaused) return {};
@@ -169,7 +175,14 @@ Result<void> Lifecycle::publish(const std::vector<std::shared_ptr<LiveSandbox>>&
       return saved;
     }
   }
-  for (auto& s : made) registry_.add(s);
+  for (auto& s : made) {
+    {
+      // Its creation is activity: the grace before an idle freeze starts now.
+      std::lock_guard lk(s->freeze_mu);
+      s->quiet_since_ms = steady_ms();
+    }
+    registry_.add(s);
+  }
   return {};
 }
 
@@ -351,6 +364,7 @@ Result<json> Lifecycle::resume(const Principal& p, const std::string& id, Timing
   auto sr = running(p, id);
   if (!sr) return fail(sr.error());
   LiveSandbox& s = **sr;
+  Awake a = awake(s);
   bool resumed = false;
   {
     std::lock_guard lk(s.mu);
@@ -462,6 +476,10 @@ void Lifecycle::reattach(const store::SandboxRecord& row) {
   const std::string dir = launcher_.dir_of(row.id);
   s->shim_pid = shims_.recorded_pid(dir);
   std::string why;
+  // The last b3osd may have left it frozen idle (it knew; this one does not): thawed before
+  // anything asks the container or the agent. A paused one is resumed and paused again below,
+  // as before; a running one is frozen again once its agent reports idle and the grace passed.
+  rt_.set_frozen(row.id, false);
   auto st = rt_.state(row.id);
   const bool paused = st && *st == runtime::ContainerState::kPaused;
   if (!st || (*st != runtime::ContainerState::kRunning && !paused)) {
@@ -471,16 +489,18 @@ void Lifecycle::reattach(const store::SandboxRecord& row) {
   } else if (auto fd = shims_.reclaim(dir); !fd) {
     why = "its agent channel could not be recovered after b3osd restarted (" + fd.error().message + ")";
   } else {
-    s->channel = launcher_.attach(std::move(*fd), row.id);
+    s->channel = launcher_.attach(std::move(*fd), s);
     if (auto r = s->channel->resync(3s); !r) {
       why = "its agent did not answer after b3osd restarted (" + r.error().message + ")";
-    } else if (paused && !rt_.pause(row.id)) {
-      why = "its container could not be paused again after b3osd restarted";
+    } else {
+      launcher_.request_idle_reports(*s);
+      if (paused && !rt_.pause(row.id)) why = "its container could not be paused again after b3osd restarted";
     }
   }
   if (why.empty()) {
     // A b3osd that died mid-fork may have left the limit raised for the fork's image.
     if (auto r = rt_.limit_memory(row.id, row.memory_mib); !r) spdlog::warn("sandbox {}: {}", row.id, r.error().message);
+    s->quiet_since_ms = steady_ms();  // not shared yet
     registry_.add(s);
     spdlog::info("sandbox {}: reattached", row.id);
   } else {

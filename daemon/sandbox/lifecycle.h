@@ -15,6 +15,7 @@
 #include "common/result.h"
 #include "daemon/runtime/runtime.h"
 #include "daemon/sandbox/config.h"
+#include "daemon/sandbox/freezer.h"
 #include "daemon/sandbox/launcher.h"
 #include "daemon/sandbox/live.h"
 #include "daemon/sandbox/pools.h"
@@ -33,9 +34,9 @@ class Lifecycle {
  public:
   using SpendLookup = std::function<std::optional<double>(const std::string& budget_id)>;
   Lifecycle(const Config& cfg, runtime::Runtime& rt, runtime::Shims& shims, store::SandboxStore& store,
-            Registry& registry, Launcher& launcher, Pools& pools, SpendLookup spent)
+            Registry& registry, Launcher& launcher, Pools& pools, Freezer& freezer, SpendLookup spent)
       : cfg_(cfg), rt_(rt), shims_(shims), store_(store), registry_(registry), launcher_(launcher), pools_(pools),
-        spent_(std::move(spent)) {}
+        freezer_(freezer), spent_(std::move(spent)) {}
 
   Result<nlohmann::json> create(const Principal& p, const SandboxSpec& spec, Timing& t);
   Result<nlohmann::json> get(const Principal& p, const std::string& id);
@@ -55,6 +56,9 @@ class Lifecycle {
 
   /// The live sandbox `id` of this project, or 404 / 409 (not running) from its record.
   Result<std::shared_ptr<LiveSandbox>> running(const Principal& p, const std::string& id);
+  /// Holds the sandbox awake (thawed if it was frozen idle) for as long as the guard lives;
+  /// everything that reaches the agent or the container takes one first (freezer.h).
+  Awake awake(LiveSandbox& s) { return freezer_.awake(s); }
   /// Applies `t` to the sandbox's state under its lock (no I/O); the new state, or a 409.
   Result<State> transition(LiveSandbox& s, Transition t);
   /// Writes the sandbox's record to the store (holding only its persist_mu).
@@ -98,6 +102,7 @@ class Lifecycle {
   Registry& registry_;
   Launcher& launcher_;
   Pools& pools_;
+  Freezer& freezer_;
   SpendLookup spent_;
 };
 

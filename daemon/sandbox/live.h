@@ -20,7 +20,9 @@ namespace b3os::sandbox {
 /// wait. LiveSandbox::persist_mu is taken alone and held across the store write of this
 /// sandbox's record only (it orders writes of one record; no request of another sandbox, and
 /// no read of this one, waits on it). The store's own mutex and the channel's locks are
-/// leaves below all of these.
+/// leaves below all of these. LiveSandbox::freeze_mu (freezer.cc) is taken alone or before
+/// mu, never while holding another lock of the module, and is held across the cgroup write
+/// that freezes or thaws this sandbox (nothing else: no runsc CLI, store or channel wait).
 struct LiveSandbox {
   // Set at launch, before the sandbox is shared; read without a lock afterwards.
   std::string id;
@@ -40,6 +42,18 @@ struct LiveSandbox {
   // Orders the store writes of this record (see above).
   std::mutex persist_mu;
   int64_t persisted_activity_ms = 0;  // guarded by persist_mu
+
+  // Idle freezing (freezer.cc). Guarded by freeze_mu: whether the freezer froze it, how many
+  // operations hold it awake (Freezer::awake), and when the last of them ended (steady ms).
+  std::mutex freeze_mu;
+  bool idle_frozen = false;
+  int awake = 0;
+  int64_t quiet_since_ms = 0;
+  uint64_t freezes = 0, thaws = 0;  // counts, for tests and logs
+  // What the agent reported (IDLE frames, on the channel's reader thread): -1 never (an agent
+  // that does not report is never frozen), 0 busy, 1 idle; and since when (steady ms).
+  std::atomic<int> agent_idle{-1};
+  std::atomic<int64_t> agent_idle_since_ms{0};
 
   // Checkpoint images of this sandbox still charged to its memory cgroup (checkpoints.cc).
   std::mutex room_mu;

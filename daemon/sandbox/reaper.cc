@@ -36,7 +36,17 @@ void Reaper::stop() {
 // unanswered_ (stopped with SIGSTOP, or hung) fails the sandbox, so no request waits on it.
 bool Reaper::alive(const std::shared_ptr<LiveSandbox>& s) {
   if (!s->channel) return true;
-  const auto unanswered = s->channel->probe(quiet_);
+  std::chrono::milliseconds unanswered{0};
+  {
+    // Under freeze_mu, so the freezer cannot freeze it between the look and the PING (the
+    // PING's write gives up after 50 ms, so the lock is held no longer).
+    std::lock_guard lk(s->freeze_mu);
+    if (s->idle_frozen) {  // frozen idle on purpose: it cannot answer until thawed
+      s->channel->reset_probe();
+      return true;
+    }
+    unanswered = s->channel->probe(quiet_);
+  }
   if (unanswered < unanswered_) return true;
   spdlog::warn("sandbox {}: the agent has not answered for {} ms", s->id, unanswered.count());
   lifecycle_.finish(s, Transition::kFail, store::StopReason::kFailed,

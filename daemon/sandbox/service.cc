@@ -13,12 +13,13 @@ SandboxService::SandboxService(Config cfg, runtime::Runtime& rt, runtime::Shims&
     : cfg_(std::move(cfg)),
       hooks_(std::move(hooks)),
       registry_(cfg_.max_sandboxes_per_project, cfg_.max_sandboxes_per_node),
+      freezer_(rt, registry_, cfg_.idle_freeze_ms),
       launcher_(cfg_, rt, shims),
       pools_(cfg_, rt, launcher_, registry_,
              [this](LiveSandbox& s, const std::string& dir, Timing& t, Stopwatch& sw) {
                return checkpoints_.write_image(s, dir, t, sw);
              }),
-      life_(cfg_, rt, shims, store, registry_, launcher_, pools_, hooks_.spent_usd),
+      life_(cfg_, rt, shims, store, registry_, launcher_, pools_, freezer_, hooks_.spent_usd),
       checkpoints_(cfg_, rt, store, registry_, pools_, life_),
       exec_(cfg_, life_),
       reaper_(registry_, life_, std::chrono::milliseconds(cfg.liveness_quiet_ms),
@@ -53,10 +54,12 @@ Result<void> SandboxService::recover() {
   ready_ = true;
   reaper_.start();
   pools_.start();
+  freezer_.start();
   return {};
 }
 
 void SandboxService::stop() {
+  freezer_.stop();
   reaper_.stop();
   pools_.stop();
   if (sweeper_.joinable()) sweeper_.join();
@@ -96,6 +99,13 @@ json SandboxService::templates() const {
     data.push_back(item);
   }
   return {{"object", "list"}, {"data", data}, {"next_cursor", nullptr}};
+}
+
+std::optional<std::pair<uint64_t, uint64_t>> SandboxService::freeze_counts(const std::string& id) {
+  auto s = registry_.find(id);
+  if (!s) return std::nullopt;
+  std::lock_guard lk(s->freeze_mu);
+  return std::make_pair(s->freezes, s->thaws);
 }
 
 std::optional<ModelGrant> SandboxService::model_grant(const std::string& id) {

@@ -9,6 +9,7 @@
 //   Checkpoints  fork and snapshots                    checkpoints.h
 //   Exec         commands and files                    exec.h
 //   Reaper       idle timeouts                         reaper.h
+//   Freezer      idle sandboxes frozen, thawed on use  freezer.h
 // over the Runtime, Shims and SandboxStore interfaces (fakes in tests/fakes/).
 
 #include <atomic>
@@ -29,6 +30,7 @@
 #include "daemon/sandbox/checkpoints.h"
 #include "daemon/sandbox/config.h"
 #include "daemon/sandbox/exec.h"
+#include "daemon/sandbox/freezer.h"
 #include "daemon/sandbox/launcher.h"
 #include "daemon/sandbox/lifecycle.h"
 #include "daemon/sandbox/pools.h"
@@ -118,6 +120,11 @@ class SandboxService {
                                      Timing& t) {
     return exec_.remove_path(p, id, path, recursive, t);
   }
+  /// Times the idle freezer froze and thawed sandbox `id` (tests; nullopt when not live).
+  std::optional<std::pair<uint64_t, uint64_t>> freeze_counts(const std::string& id);
+  /// One pass of the idle freezer now (tests).
+  void freeze_idle_now() { freezer_.sweep(steady_ms() + freezer_.grace_ms()); }
+
   /// Round trip over a sandbox's agent channel (benchmarks).
   Result<double> ping(const Principal& p, const std::string& id) { return exec_.ping(p, id); }
 
@@ -130,6 +137,7 @@ class SandboxService {
   Config cfg_;
   ModelHooks hooks_;
   Registry registry_;
+  Freezer freezer_;
   Launcher launcher_;
   Pools pools_;
   Lifecycle life_;

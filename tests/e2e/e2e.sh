@@ -84,6 +84,8 @@ trap on_signal INT TERM
 . "$HERE/sections/pools.sh"
 # shellcheck source=tests/e2e/sections/disk.sh
 . "$HERE/sections/disk.sh"
+# shellcheck source=tests/e2e/sections/idle_freeze.sh
+. "$HERE/sections/idle_freeze.sh"
 # shellcheck source=tests/e2e/sections/leaks.sh
 . "$HERE/sections/leaks.sh"
 
@@ -132,6 +134,7 @@ run_section s_warm_pool
 run_section s_template_checkpoint
 run_section s_disk_limit
 run_section s_disk_big
+run_section s_idle_freeze
 delete_sandbox "$SBX" || fail delete.main "$(snip)"
 run_section s_leaks
 

@@ -246,6 +246,12 @@ runsc_list() { runsc --root "$T/run/runsc" list --quiet 2>/dev/null || true; }
 runsc_has() { runsc_list | grep -qx "$1"; }
 cgroup_dirs() { ls -d /sys/fs/cgroup/*/b3os/"$1" 2>/dev/null || true; }
 no_cgroup() { [ -z "$(cgroup_dirs "$1")" ]; }
+# thaw ID: thaws a sandbox's freezer cgroup (b3osd freezes idle sandboxes; a runsc verb run by
+# hand on a frozen one, kill included, waits for ever).
+thaw() {
+  echo THAWED >"/sys/fs/cgroup/freezer/b3os/$1/freezer.state" 2>/dev/null ||
+    echo 0 >"/sys/fs/cgroup/b3os/$1/cgroup.freeze" 2>/dev/null || true
+}
 # memory_limit ID: the memory limit of a sandbox's cgroup in bytes (cgroup v1, else v2).
 memory_limit() {
   cat "/sys/fs/cgroup/memory/b3os/$1/memory.limit_in_bytes" 2>/dev/null || cat "/sys/fs/cgroup/b3os/$1/memory.max"
@@ -340,6 +346,7 @@ cleanup_everything() {
   fi
   stop_daemon KILL
   for id in $(runsc_list); do
+    thaw "$id"
     runsc --root "$T/run/runsc" kill --all "$id" KILL >/dev/null 2>&1 || true
     runsc --root "$T/run/runsc" delete --force "$id" >/dev/null 2>&1 || true
   done

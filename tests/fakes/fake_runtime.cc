@@ -141,7 +141,7 @@ Result<void> FakeRuntime::start(const std::string& id) {
   if (it == containers_.end() || it->second.state != ContainerState::kCreated)
     return b3os::fail(ErrorCode::kInternal, "fake runtime: " + id + " is not created");
   it->second.state = ContainerState::kRunning;
-  it->second.agent = std::make_unique<FakeAgent>(std::move(it->second.agent_end), true);
+  it->second.agent = std::make_unique<FakeAgent>(std::move(it->second.agent_end), true, agents_report_idle_.load());
   return {};
 }
 
@@ -154,7 +154,7 @@ Result<void> FakeRuntime::restore(const std::string& id, const std::string&, con
   if (it == containers_.end() || it->second.state != ContainerState::kCreated)
     return b3os::fail(ErrorCode::kInternal, "fake runtime: " + id + " is not created");
   it->second.state = ContainerState::kRunning;
-  it->second.agent = std::make_unique<FakeAgent>(std::move(it->second.agent_end), false);
+  it->second.agent = std::make_unique<FakeAgent>(std::move(it->second.agent_end), false, agents_report_idle_.load());
   return {};
 }
 
@@ -165,6 +165,10 @@ Result<void> FakeRuntime::checkpoint(const std::string& id, const std::string& i
     auto it = containers_.find(id);
     if (it == containers_.end() || it->second.state != ContainerState::kRunning)
       return b3os::fail(ErrorCode::kInternal, "fake runtime: " + id + " is not running");
+    if (it->second.frozen) {
+      ++verbs_while_frozen_;  // a real checkpoint would hang on a frozen sentry
+      return b3os::fail(ErrorCode::kInternal, "fake runtime: checkpoint of frozen " + id);
+    }
   }
   std::ofstream(image_dir + "/checkpoint.img") << "image of " << id << "\n";
   return {};
@@ -175,7 +179,14 @@ Result<void> FakeRuntime::pause(const std::string& id) {
   std::lock_guard lk(mu_);
   auto it = containers_.find(id);
   if (it == containers_.end()) return b3os::fail(ErrorCode::kInternal, "fake runtime: no " + id);
+  if (it->second.frozen) {
+    ++verbs_while_frozen_;  // runsc pause asks the sentry, which a frozen cgroup stops
+    return b3os::fail(ErrorCode::kInternal, "fake runtime: pause of frozen " + id);
+  }
   it->second.state = ContainerState::kPaused;
+  // runsc pause, then the cgroup freezer (Runsc::pause)
+  it->second.frozen = true;
+  if (it->second.agent) it->second.agent->set_frozen(true);
   return {};
 }
 
@@ -185,6 +196,8 @@ Result<void> FakeRuntime::resume(const std::string& id) {
   auto it = containers_.find(id);
   if (it == containers_.end()) return b3os::fail(ErrorCode::kInternal, "fake runtime: no " + id);
   it->second.state = ContainerState::kRunning;
+  it->second.frozen = false;  // Runsc::resume thaws first
+  if (it->second.agent) it->second.agent->set_frozen(false);
   return {};
 }
 
@@ -196,6 +209,8 @@ Result<void> FakeRuntime::destroy(const std::string& id) {
     auto it = containers_.find(id);
     if (it != containers_.end()) {
       agent = std::move(it->second.agent);
+      it->second.frozen = false;  // Runsc::destroy thaws first
+      if (agent) frames_while_frozen_gone_ += agent->frames_while_frozen();
       // A destroy that fails leaves the container, as a real one might.
       if (r) containers_.erase(it);
     }
@@ -217,7 +232,25 @@ Result<std::vector<std::string>> FakeRuntime::list() {
 
 void FakeRuntime::set_frozen(const std::string& id, bool frozen) {
   std::lock_guard lk(mu_);
-  if (auto it = containers_.find(id); it != containers_.end()) it->second.frozen = frozen;
+  ++calls_[frozen ? "freeze" : "thaw"];
+  if (auto it = containers_.find(id); it != containers_.end()) {
+    it->second.frozen = frozen;
+    if (it->second.agent) it->second.agent->set_frozen(frozen);
+  }
+}
+
+bool FakeRuntime::frozen(const std::string& id) const {
+  std::lock_guard lk(mu_);
+  auto it = containers_.find(id);
+  return it != containers_.end() && it->second.frozen;
+}
+
+int FakeRuntime::frozen_violations() const {
+  std::lock_guard lk(mu_);
+  int n = verbs_while_frozen_ + frames_while_frozen_gone_;
+  for (auto& [id, c] : containers_)
+    if (c.agent) n += c.agent->frames_while_frozen();
+  return n;
 }
 
 Result<void> FakeRuntime::limit_cpu(const std::string& id, int vcpu) {

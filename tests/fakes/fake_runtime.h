@@ -4,6 +4,7 @@
 // FakeAgent on its channel. Any verb can be made to fail or to hang, for one container or all,
 // so a test can break every step of every operation and see what is left behind.
 
+#include <atomic>
 #include <chrono>
 #include <map>
 #include <memory>
@@ -38,6 +39,14 @@ class FakeRuntime : public runtime::Runtime {
   void crash(const std::string& id);
   /// The container's agent stops answering without dying.
   void stall(const std::string& id);
+  /// Agents started or restored from now on know idle reports (true, the default) or are
+  /// older agents that do not (as in a checkpoint image made by an older b3os).
+  void set_agents_report_idle(bool yes) { agents_report_idle_ = yes; }
+  /// Whether `id`'s cgroup is frozen (by set_frozen or pause).
+  bool frozen(const std::string& id) const;
+  /// Frames that reached a frozen agent, and runtime verbs that needed a running sandbox but
+  /// found it frozen (each a bug: it would hang on a real one), over all containers.
+  int frozen_violations() const;
 
   std::set<std::string> ids() const;
   /// Ids of the disks made and not removed, and their sizes.
@@ -81,6 +90,9 @@ class FakeRuntime : public runtime::Runtime {
   };
   std::map<std::pair<std::string, std::string>, Fault> faults_;  // (verb, id or "")
   std::map<std::string, int> calls_;
+  std::atomic<bool> agents_report_idle_{true};
+  int verbs_while_frozen_ = 0;
+  int frames_while_frozen_gone_ = 0;  // counted by agents since destroyed
 };
 
 /// Holds a copy of each daemon end, as b3os-shim does, and gives it back on reclaim.

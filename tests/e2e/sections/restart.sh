@@ -44,6 +44,7 @@ s_restart() {
   sleep 0.3
   stop_daemon KILL
   wait "$crash" || true
+  thaw "$b"  # idle, so frozen by b3osd: a runsc kill by hand would wait for ever
   runsc --root "$T/run/runsc" kill --all "$b" KILL >/dev/null 2>&1 || true
   runsc --root "$T/run/runsc" delete --force "$b" >/dev/null 2>&1 || true
   if ! start_daemon; then

@@ -14,7 +14,7 @@ namespace {
 
 const FrameType kAllTypes[] = {
     FrameType::kHello,  FrameType::kResync,   FrameType::kResyncAck,   FrameType::kPing,
-    FrameType::kPong,   FrameType::kIdentity, FrameType::kIdentityAck, FrameType::kOpen,
+    FrameType::kPong,   FrameType::kIdentity, FrameType::kIdentityAck, FrameType::kIdle, FrameType::kOpen,
     FrameType::kData,   FrameType::kStdout,   FrameType::kStderr,      FrameType::kEof,
     FrameType::kWindow, FrameType::kHeader,   FrameType::kEnd,         FrameType::kCancel,
 };
@@ -71,7 +71,7 @@ TEST(FrameTest, RoundTripEveryType) {
 
 TEST(FrameTest, UnknownTypesAreNotKnown) {
   EXPECT_FALSE(known_type(0x00));
-  EXPECT_FALSE(known_type(0x08));
+  EXPECT_FALSE(known_type(0x09));
   EXPECT_FALSE(known_type(0x0f));
   EXPECT_FALSE(known_type(0x19));
   EXPECT_FALSE(known_type(0xff));

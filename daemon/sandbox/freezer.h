@@ -1,0 +1,68 @@
+#pragma once
+// Freezer: idle sandboxes cost no CPU. A running sandbox whose agent reported it idle (nothing
+// but the agent alive, no stream or relay connection open: docs/agent-protocol.md) and which
+// no operation of the daemon holds awake is frozen with the cgroup freezer after a grace
+// (--idle-freeze-ms), as pool members wait. Every operation that sends a frame to the agent or
+// runs a runtime verb on the container holds it awake (Freezer::awake) for its whole length:
+// that thaws it first if it was frozen, and keeps it thawed until the last holder is gone.
+// The API still shows the sandbox `running`; this is not a state of the state machine.
+
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "daemon/runtime/runtime.h"
+#include "daemon/sandbox/live.h"
+#include "daemon/sandbox/registry.h"
+
+namespace b3os::sandbox {
+
+/// Milliseconds of a steady clock (the freezer's time; never goes back).
+int64_t steady_ms();
+
+/// Holds a sandbox awake (thawed, and not frozen again) while it lives.
+class Awake {
+ public:
+  Awake() = default;
+  explicit Awake(LiveSandbox* s) : s_(s) {}
+  Awake(Awake&& o) noexcept : s_(o.s_) { o.s_ = nullptr; }
+  Awake& operator=(Awake&& o) noexcept;
+  Awake(const Awake&) = delete;
+  Awake& operator=(const Awake&) = delete;
+  ~Awake() { release(); }
+  void release();
+
+ private:
+  LiveSandbox* s_ = nullptr;
+};
+
+class Freezer {
+ public:
+  /// `grace_ms` of idleness before a freeze; 0 never freezes.
+  Freezer(runtime::Runtime& rt, Registry& registry, int grace_ms) : rt_(rt), registry_(registry), grace_ms_(grace_ms) {}
+  ~Freezer() { stop(); }
+  void start();
+  void stop();
+
+  /// The one hook for everything that reaches a sandbox (exec, files, fork, snapshot, pause,
+  /// resume, delete, the reaper's stop or pause, ping; port requests when they come): thaws
+  /// it if the freezer froze it, and keeps it thawed until the returned guard goes.
+  Awake awake(LiveSandbox& s);
+  /// An IDLE report from the sandbox's agent (on its channel's reader thread).
+  static void on_report(LiveSandbox& s, bool idle);
+  /// One pass: freezes every running sandbox idle for the grace at `now_ms` (steady_ms()).
+  void sweep(int64_t now_ms);
+  int grace_ms() const { return grace_ms_; }
+
+ private:
+  runtime::Runtime& rt_;
+  Registry& registry_;
+  const int grace_ms_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+}  // namespace b3os::sandbox
