@@ -66,5 +66,5 @@ s_idle_freeze() {
   check idle_freeze.frozen_after_restart "state $(freezer_state "$id")" wait_frozen "$id" 4
   delete_sandbox "$id"
   check idle_freeze.delete_frozen "$(snip)" jt '.status == "stopped"'
-  check idle_freeze.delete_leaves_nothing "container left" not runsc_has "$id"
+  check idle_freeze.delete_leaves_nothing "container left" eventually 15 not runsc_has "$id"
 }
