@@ -3,6 +3,7 @@
 #include "common/file.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/file.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
@@ -303,12 +304,39 @@ static void remove_cgroups(const std::string& id) {
   }
 }
 
+// SIGKILLs a container's sandbox and gofer processes, named by runsc's state file (each
+// checked to be a runsc process, against a reused pid). False when the file names no sandbox.
+bool Runsc::kill_processes(const std::string& id) {
+  auto text = read_small_file(state_path(id), 1 << 20);
+  if (!text) return false;
+  pid_t sandbox = 0, gofer = 0;
+  try {
+    auto j = json::parse(*text);
+    sandbox = j.at("sandbox").value("pid", 0);
+    gofer = j.value("goferPid", 0);
+  } catch (const std::exception&) {
+    return false;
+  }
+  if (sandbox <= 0) return false;
+  for (pid_t pid : {sandbox, gofer}) {
+    if (pid <= 0) continue;
+    auto cmd = read_small_file("/proc/" + std::to_string(pid) + "/cmdline", 256);
+    if (cmd && cmd->rfind("runsc", 0) == 0) ::kill(pid, SIGKILL);
+  }
+  return true;
+}
+
 Result<void> Runsc::destroy(const std::string& id) {
   set_frozen(id, false);  // a frozen process cannot die
-  if (auto st = state(id); st && *st == ContainerState::kPaused) (void)resume(id);
-  auto kill = base_argv();
-  kill.insert(kill.end(), {"kill", "--all", id, "KILL"});
-  (void)sys::run(kill, 10s);  // fails harmlessly when the container is already stopped
+  // Killing its processes directly ends a running or paused container without the two runsc
+  // invocations (state, kill --all) that each cost ~40 ms of CPU; runsc delete then finds it
+  // stopped. Without a state file runsc decides.
+  if (!kill_processes(id)) {
+    if (auto st = state(id); st && *st == ContainerState::kPaused) (void)resume(id);
+    auto kill = base_argv();
+    kill.insert(kill.end(), {"kill", "--all", id, "KILL"});
+    (void)sys::run(kill, 10s);  // fails harmlessly when the container is already stopped
+  }
   auto del = base_argv();
   del.insert(del.end(), {"delete", "--force", id});
   auto r = sys::run(del, 30s);

@@ -91,13 +91,18 @@ void Launcher::end(LiveSandbox& s) {
   rt_.set_frozen(s.id, true);
   {
     std::lock_guard lk(clean_mu_);
-    if (to_release_.size() < kMaxBacklog) {
+    if (to_release_.size() < kHardBacklog) {
       to_release_.emplace_back(s.id, s.shim_pid);
       clean_cv_.notify_one();
       return;
     }
   }
-  release(s.id, s.shim_pid);
+  release(s.id, s.shim_pid);  // only when launches did not wait (see wait_for_room)
+}
+
+void Launcher::wait_for_room() {
+  std::unique_lock lk(clean_mu_);
+  clean_cv_.wait_for(lk, kRoomWait, [&] { return to_release_.size() < kMaxBacklog; });
 }
 
 void Launcher::settle() {
@@ -122,6 +127,10 @@ void Launcher::clean() {
 }
 
 Result<Precreated> Launcher::precreate(const LaunchRequest& l, Timing& t, Stopwatch& sw) {
+  // Deletes answer before their release; new containers wait for the releases to keep up,
+  // so ended sandboxes never pile up on the host.
+  wait_for_room();
+  t.lap("release_wait", sw);
   Precreated pc;
   pc.sandbox = std::make_shared<LiveSandbox>();
   auto& s = pc.sandbox;

@@ -3,6 +3,7 @@
 // checkpoint image), and takes it all down again. Nothing it leaves half-made survives a
 // failure: every path that fails undoes what it did.
 
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -66,8 +67,9 @@ class Launcher {
   void discard(LiveSandbox& s);
   /// Ends a sandbox at once and releases it afterwards: its channel closes and its cgroup is
   /// frozen now (nothing in it runs or answers from here); a cleaner thread then removes the
-  /// container, shim and files. Past kMaxBacklog releases waiting, it releases here instead,
-  /// so a storm of deletes cannot pile up host resources.
+  /// container, shim and files. A storm of deletes cannot pile up host resources: new
+  /// containers wait while kMaxBacklog releases are waiting (precreate), and past kHardBacklog
+  /// (ends that launches did not hold back: timeouts, failures) it releases here instead.
   void end(LiveSandbox& s);
   /// Waits until every release that end() queued is done.
   void settle();
@@ -79,9 +81,13 @@ class Launcher {
   int disk_for(const LaunchRequest& l) const { return cfg_.runtime.root_overlay == "memory" ? 0 : l.disk_gib; }
 
  private:
-  static constexpr size_t kCleaners = 2;
+  static constexpr size_t kCleaners = 3;
   static constexpr size_t kMaxBacklog = 32;
+  static constexpr size_t kHardBacklog = 128;
+  static constexpr std::chrono::seconds kRoomWait{30};
   void clean();
+  /// Holds a launch back (up to kRoomWait) while kMaxBacklog releases are waiting.
+  void wait_for_room();
 
   const Config& cfg_;
   runtime::Runtime& rt_;
