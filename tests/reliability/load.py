@@ -126,6 +126,7 @@ class Stats:
         self.retries = 0
         self.cycles = 0
         self.ids = set()         # every sandbox id the clients were given
+        self.live = 0            # sandboxes created and not yet answered deleted
 
     def record(self, op, method, route, status, headers, body, seconds):
         with self.lock:
@@ -254,11 +255,14 @@ def create(c, body):
     sid = doc["id"]
     with c.stats.lock:
         c.stats.ids.add(sid)
+        c.stats.live += 1
     return sid
 
 
 def delete(c, sid, op="delete"):
     _, _, _, doc = c.call(op, "DELETE", f"{SBX}/{sid}", SBX_ID, want=(200,))
+    with c.stats.lock:
+        c.stats.live -= 1
     if not isinstance(doc, dict) or doc.get("status") != "stopped":
         raise Failure(f"{op} {sid}: answer is not a stopped sandbox: {json.dumps(doc)[:300]}")
 
@@ -276,6 +280,7 @@ def fork1(c, sid):
     fid = doc["data"][0]["id"]
     with c.stats.lock:
         c.stats.ids.add(fid)
+        c.stats.live += 1
     return fid
 
 
@@ -339,6 +344,7 @@ def cycle_leaks(c, n, ctx):
         rid = doc["id"]
         with c.stats.lock:
             c.stats.ids.add(rid)
+            c.stats.live += 1
         ids.append(("restored", rid))
         for kind, i in reversed(list(ids)):
             if kind == "snapshot":
