@@ -171,10 +171,12 @@ class Client:
         self.host, self.port, self.key, self.stats = u.hostname, u.port or 80, key, stats
         self.idempotency, self.give_up_s = idempotency, give_up_s
         self.conn = None
+        self.last = None  # the previous answer on this connection: (status, had Connection: close)
 
     def _connect(self):
         if self.conn is None:
             self.conn = http.client.HTTPConnection(self.host, self.port, timeout=600)
+            self.last = None
         return self.conn
 
     def err(self, msg):
@@ -212,10 +214,16 @@ class Client:
                 status, rh = resp.status, resp.headers
                 if resp.will_close:
                     self.close()
+                else:
+                    self.last = (status, rh.get("Connection"))
             except (OSError, http.client.HTTPException) as e:
+                # A kept-alive connection the daemon closed after an answer that did not say
+                # `Connection: close` (RFC 9112 9.6): the client could not know.
+                why = (f" (the previous answer on this connection, HTTP {self.last[0]}, kept it alive)"
+                       if self.last else "")
                 self.close()
                 with self.stats.lock:
-                    self.stats.transport.append(f"{op}: {method} {path}: {type(e).__name__} {e}")
+                    self.stats.transport.append(f"{op}: {method} {path}: {type(e).__name__} {e}{why}")
                 transport_retries += 1
                 if transport_retries > 2 or time.monotonic() > deadline:
                     raise Failure(f"{op}: {method} {path}: connection error {type(e).__name__} {e}")
