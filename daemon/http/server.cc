@@ -184,7 +184,9 @@ class BeastExchange final : public Exchange {
     out.arm(std::chrono::steady_clock::now() + kWriteStall, nullptr);
     return out;
   }
-  bool keep_alive() const { return parser_.get().keep_alive(); }
+  // An answer given before the body was read (a 429, a 401) closes the connection and says
+  // so: the unread body would otherwise be parsed as the next request.
+  bool keep_alive() const { return parser_.get().keep_alive() && parser_.is_done(); }
 
   void send_continue() {
     if (continued_) return;
