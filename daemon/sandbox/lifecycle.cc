@@ -129,8 +129,17 @@ bool Lifecycle::finish(const std::shared_ptr<LiveSandbox>& s, Transition end, st
     s->rec.stopped_ms = now;
   }
   // Recorded before anything is released: a crash mid-release leaves a stopped record, and the
-  // next start sweeps what is left of it.
-  if (auto r = persist(*s); !r) spdlog::error("sandbox {}: {}", s->id, r.error().message);
+  // next start sweeps what is left of it. The end is decided, so a store locked by another
+  // process (503 after its busy timeout) is waited out, up to a minute: given up at once, a
+  // deleted sandbox's record would still read "running" (and "failed" after a restart).
+  auto saved = persist(*s);
+  for (auto until = std::chrono::steady_clock::now() + 60s;
+       !saved && saved.error().code == ErrorCode::kNodeUnavailable && std::chrono::steady_clock::now() < until;
+       saved = persist(*s)) {
+    spdlog::warn("sandbox {}: {}; trying again", s->id, saved.error().message);
+    std::this_thread::sleep_for(200ms);
+  }
+  if (!saved) spdlog::error("sandbox {}: {}", s->id, saved.error().message);
   registry_.remove(s->id);
   launcher_.end(*s);
   spdlog::info("sandbox {}: {} ({}){}", s->id, end == Transition::kStop ? "stopped" : "failed",
