@@ -170,13 +170,33 @@ Result<void> Lifecycle::pause_live(LiveSandbox& s, const char* why) {
 }
 
 Result<void> Lifecycle::publish(const std::vector<std::shared_ptr<LiveSandbox>>& made) {
+  // Every record in one write: a b3osd killed mid-way, or a write that fails, leaves all of a
+  // fork's sandboxes or none (saved one by one, a crash between two kept a partial set, and a
+  // failed second write left the first record "running" with its container discarded).
+  std::vector<store::SandboxRecord> recs;
+  Result<void> saved;
   for (auto& s : made) {
     auto up = transition(*s, Transition::kLaunched);
-    auto saved = up ? persist(*s) : Result<void>(fail(up.error()));
-    if (!saved) {
-      for (auto& m : made) launcher_.discard(*m);
-      return saved;
+    if (!up) {
+      saved = fail(up.error());
+      break;
     }
+    store::SandboxRecord copy;
+    {
+      std::lock_guard lk(s->mu);
+      copy = s->rec;
+    }
+    copy.last_activity_ms = s->last_activity_ms.load();
+    {
+      std::lock_guard order(s->persist_mu);
+      s->persisted_activity_ms = copy.last_activity_ms;
+    }
+    recs.push_back(std::move(copy));
+  }
+  if (saved) saved = store_.put_sandboxes(recs);
+  if (!saved) {
+    for (auto& m : made) launcher_.discard(*m);
+    return saved;
   }
   for (auto& s : made) registry_.add(s);
   return {};

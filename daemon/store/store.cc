@@ -647,6 +647,27 @@ Result<void> Store::put_sandbox(const SandboxRecord& rec) {
   return {};
 }
 
+Result<void> Store::put_sandboxes(const std::vector<SandboxRecord>& recs) {
+  static const std::string sql = std::string("INSERT OR REPLACE INTO sandboxes(") + kSandboxColumns + ") VALUES (" +
+                                 placeholders(kSandboxColumns) + ")";
+  std::lock_guard lk(mu_);
+  if (auto r = exec("BEGIN IMMEDIATE"); !r) return r;
+  for (const auto& rec : recs) {
+    Stmt st(db_, sql.c_str());
+    bind_sandbox(st, rec);
+    if (st.step() != SQLITE_DONE) {
+      Error e = db_error(db_, "saving sandbox " + rec.id);
+      (void)exec("ROLLBACK");
+      return fail(e);
+    }
+  }
+  if (auto r = exec("COMMIT"); !r) {
+    (void)exec("ROLLBACK");  // never leave the connection inside a transaction
+    return r;
+  }
+  return {};
+}
+
 Result<std::optional<SandboxRecord>> Store::get_sandbox(const std::string& project_id, const std::string& id) {
   static const std::string sql =
       std::string("SELECT ") + kSandboxColumns + " FROM sandboxes WHERE id = ? AND project_id = ?";
