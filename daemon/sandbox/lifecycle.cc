@@ -465,6 +465,23 @@ Result<void> Lifecycle::recover() {
     }
     ec.clear();
   }
+  // Snapshot images no record owns: a b3osd killed mid-snapshot (the record is written after
+  // the image, so a crash between the two leaves an image nobody can use or delete).
+  if (auto ids = store_.snapshot_ids()) {
+    std::set<std::string> known(ids->begin(), ids->end());
+    for (auto it = fs::directory_iterator(cfg_.snapshots_dir(), ec); !ec && it != fs::directory_iterator();
+         it.increment(ec)) {
+      const std::string name = it->path().filename().string();
+      if (name.rfind("snp_", 0) != 0 || known.count(name)) continue;
+      std::error_code rm;
+      fs::remove_all(it->path(), rm);
+      spdlog::warn("removed the snapshot image {} (no record owns it: a snapshot cut short){}", name,
+                   rm ? ": " + rm.message() : "");
+    }
+    ec.clear();
+  } else {
+    spdlog::warn("not sweeping snapshot images: {}", ids.error().message);
+  }
   rt_.prepare();
   auto rows = store_.active_sandboxes();
   if (!rows) return fail(rows.error());

@@ -755,6 +755,16 @@ Result<void> Store::delete_snapshot(const std::string& project_id, const std::st
   return {};
 }
 
+Result<std::vector<std::string>> Store::snapshot_ids() {
+  std::lock_guard lk(mu_);
+  Stmt st(db_, "SELECT id FROM snapshots");
+  std::vector<std::string> out;
+  int rc;
+  while ((rc = st.step()) == SQLITE_ROW) out.push_back(st.text(0));
+  if (rc != SQLITE_DONE) return fail(db_error(db_, "listing snapshots"));
+  return out;
+}
+
 Result<IdempotencyHit> Store::idempotency_begin(const std::string& project_id, const std::string& key,
                                                 const std::string& api_key_id, const std::string& method,
                                                 const std::string& path, const std::string& body_hash) {

@@ -97,6 +97,8 @@ class SandboxStore {
   virtual Result<std::vector<SnapshotRecord>> list_snapshots(const std::string& project_id,
                                                              const std::optional<std::string>& after_id, int limit) = 0;
   virtual Result<void> delete_snapshot(const std::string& project_id, const std::string& id) = 0;
+  /// The ids of every snapshot, all projects (used at start-up to sweep images without a record).
+  virtual Result<std::vector<std::string>> snapshot_ids() = 0;
 
   /// Whether a project's keys and sandboxes may use the model gateway (default yes).
   virtual Result<bool> project_allows_infer(const std::string& project_id) = 0;
@@ -134,6 +136,7 @@ class Store : public SandboxStore {
   Result<std::vector<SnapshotRecord>> list_snapshots(const std::string& project_id,
                                                      const std::optional<std::string>& after_id, int limit) override;
   Result<void> delete_snapshot(const std::string& project_id, const std::string& id) override;
+  Result<std::vector<std::string>> snapshot_ids() override;
 
   /// Claims `key` for a request, or finds its earlier response. Records expire after 24 h.
   Result<IdempotencyHit> idempotency_begin(const std::string& project_id, const std::string& key,
