@@ -429,6 +429,13 @@ std::string Lifecycle::diagnose_exit(const std::string& id) {
   // gVisor's sandbox process exits with the agent's status when the agent (PID 1) dies, and
   // is killed by a signal only when something on the host killed it.
   if (auto st = rt_.exit_status(id, 1s)) {
+    // When the gofer (the host process serving the root filesystem) dies, the sandbox kills
+    // its processes and exits as if the agent had been killed; the gofer ends by itself, after
+    // the sandbox, in every other case, so a gofer killed by a signal is the cause.
+    if (auto g = WIFEXITED(*st) && WEXITSTATUS(*st) > 128 ? rt_.gofer_exit_status(id, 200ms) : std::optional<int>();
+        g && WIFSIGNALED(*g))
+      return "the sandbox's file server (its runsc gofer process) was killed on the host by signal " +
+             std::to_string(WTERMSIG(*g)) + " (" + strsignal(WTERMSIG(*g)) + "), which stops the sandbox";
     if (WIFEXITED(*st) && WEXITSTATUS(*st) > 128)
       return "the agent (PID 1) was killed by signal " + std::to_string(WEXITSTATUS(*st) - 128) +
              " (" + strsignal(WEXITSTATUS(*st) - 128) + "), which stops the sandbox";
