@@ -365,8 +365,12 @@ std::chrono::milliseconds AgentChannel::probe(std::chrono::milliseconds quiet) {
   const int64_t now = steady_ms();
   if (const int64_t sent = probe_sent_ms_.load(); sent != 0) return std::chrono::milliseconds(now - sent);
   if (now - last_heard_ms_.load() < quiet.count()) return std::chrono::milliseconds(0);
-  if (write_frame(FrameType::kPing, 0, kProbePayload, std::chrono::steady_clock::now() + std::chrono::milliseconds(50)))
-    probe_sent_ms_ = now;
+  // Marked out before the write: the answer may be read before the write call returns.
+  probe_sent_ms_ = now;
+  if (!write_frame(FrameType::kPing, 0, kProbePayload, std::chrono::steady_clock::now() + std::chrono::milliseconds(50))) {
+    int64_t mine = now;
+    probe_sent_ms_.compare_exchange_strong(mine, 0);  // not sent: not out
+  }
   return std::chrono::milliseconds(0);
 }
 
