@@ -460,17 +460,28 @@ void Runsc::sweep_state_temporaries() {
 
 // runsc's state file names the sandbox process; the orphan reaper kept how it ended (it is
 // b3osd's orphan when this b3osd created it).
-std::optional<int> Runsc::exit_status(const std::string& id, std::chrono::milliseconds wait) {
-  auto text = read_small_file(state_path(id), 1 << 20);
+// The wait status of a process named in the container's state file (the sandbox's, or the
+// gofer's), when b3osd (their subreaper) reaped it.
+static std::optional<int> state_pid_status(const std::string& state_file, bool gofer, std::chrono::milliseconds wait) {
+  auto text = read_small_file(state_file, 1 << 20);
   if (!text) return std::nullopt;
   pid_t pid = 0;
   try {
-    pid = json::parse(*text).at("sandbox").value("pid", 0);
+    auto st = json::parse(*text);
+    pid = gofer ? st.value("goferPid", 0) : st.at("sandbox").value("pid", 0);
   } catch (const std::exception&) {
     return std::nullopt;
   }
   if (pid <= 0) return std::nullopt;
   return sys::orphan_status(pid, wait);
+}
+
+std::optional<int> Runsc::exit_status(const std::string& id, std::chrono::milliseconds wait) {
+  return state_pid_status(state_path(id), false, wait);
+}
+
+std::optional<int> Runsc::gofer_exit_status(const std::string& id, std::chrono::milliseconds wait) {
+  return state_pid_status(state_path(id), true, wait);
 }
 
 void Runsc::prepare() {

@@ -76,6 +76,7 @@ class Runsc : public Runtime {
   Result<std::vector<std::string>> list() override;
   /// Sweeps state temporaries and decides how runsc is driven (runsc --version, once).
   std::optional<int> exit_status(const std::string& id, std::chrono::milliseconds wait) override;
+  std::optional<int> gofer_exit_status(const std::string& id, std::chrono::milliseconds wait) override;
   void prepare() override;
   /// A disk of `gib` GiB for `id` under cfg.disks.dir (disk.h).
   Result<std::string> make_disk(const std::string& id, int gib) override;

@@ -102,6 +102,10 @@ class Runtime {
   virtual std::optional<int> exit_status(const std::string& /*id*/, std::chrono::milliseconds /*wait*/) {
     return std::nullopt;
   }
+  /// The same for the container's gofer (the host process serving its root filesystem).
+  virtual std::optional<int> gofer_exit_status(const std::string& /*id*/, std::chrono::milliseconds /*wait*/) {
+    return std::nullopt;
+  }
 
   /// Start-up housekeeping before any request: temporaries a crash left, and deciding once
   /// how the runtime is driven.

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <thread>
 
@@ -24,6 +25,29 @@ namespace {
 bool is_shim_process(pid_t pid) {
   auto cmd = read_small_file("/proc/" + std::to_string(pid) + "/cmdline", 4096);
   return cmd && cmd->find("b3os-shim") != std::string::npos;
+}
+
+// The shim serving `dir`, found by its command line (b3os-shim DIR/shim.sock ...): for a shim
+// whose pid was never recorded, as when b3osd was killed between starting it and writing
+// shim.pid (seen with a fork's three launches cut short). -1 if there is none.
+pid_t find_shim(const std::string& dir) {
+  const std::string sock = dir + "/shim.sock";
+  std::error_code ec;
+  for (auto it = std::filesystem::directory_iterator("/proc", ec); !ec && it != std::filesystem::directory_iterator();
+       it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    auto cmd = read_small_file("/proc/" + name + "/cmdline", 4096);
+    if (!cmd) continue;
+    const size_t end0 = cmd->find('\0');
+    if (end0 == std::string::npos) continue;
+    const std::string argv0 = cmd->substr(0, end0);
+    const size_t end1 = cmd->find('\0', end0 + 1);
+    const std::string argv1 = cmd->substr(end0 + 1, end1 == std::string::npos ? std::string::npos : end1 - end0 - 1);
+    if (argv1 == sock && argv0.size() >= 9 && argv0.compare(argv0.size() - 9, 9, "b3os-shim") == 0)
+      return static_cast<pid_t>(std::strtol(name.c_str(), nullptr, 10));
+  }
+  return -1;
 }
 
 }  // namespace
@@ -54,6 +78,7 @@ Result<pid_t> ShimProcesses::start(const std::string& dir, int fd, int log_fd) {
 
 void ShimProcesses::stop(const std::string& dir, pid_t pid) {
   if (pid <= 0) pid = recorded_pid(dir);
+  if (pid <= 0) pid = find_shim(dir);
   if (pid <= 0 || !is_shim_process(pid)) return;
   ::kill(pid, SIGTERM);
   for (int i = 0; i < 200; ++i) {

@@ -1,9 +1,11 @@
 #include "daemon/sandbox/checkpoints.h"
 
 #include <fcntl.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <filesystem>
+#include <optional>
 #include <thread>
 
 #include <spdlog/spdlog.h>
@@ -105,6 +107,22 @@ Result<void> sync_image(const std::string& dir) {
   return {};
 }
 
+// A checkpoint that failed on a full filesystem says so: runsc 20240729 reports a failed image
+// write as a Go panic (nil pointer dereference and its stack trace), not as ENOSPC. The image's
+// partial files are still there when this runs, so a filesystem with (almost) nothing free is
+// what stopped it. 503 capacity_unavailable: the node has no room for the image.
+std::optional<Error> out_of_space(const std::string& dir) {
+  struct statvfs v {};
+  if (::statvfs(dir.c_str(), &v) != 0) return std::nullopt;
+  const uint64_t free_bytes = static_cast<uint64_t>(v.f_bavail) * v.f_frsize;
+  if (free_bytes >= (64ull << 20)) return std::nullopt;
+  return Error{ErrorCode::kCapacityUnavailable,
+               "the node's data disk is full: the checkpoint image could not be written to " +
+                   fs::path(dir).parent_path().string() + " (" + std::to_string(free_bytes >> 10) +
+                   " KiB free); the sandbox runs on, nothing was kept",
+               ENOSPC};
+}
+
 }  // namespace
 
 Result<void> Checkpoints::write_image(LiveSandbox& s, const std::string& dir, Timing& t, Stopwatch& sw) {
@@ -116,7 +134,14 @@ Result<void> Checkpoints::write_image(LiveSandbox& s, const std::string& dir, Ti
   // base image to write first and no disk to export after; both are reported as taking no
   // time, so that the four phases still add up to the time the source was held.
   t.add("base", 0);
-  if (auto r = rt_.checkpoint(s.id, dir); !r) return r;
+  if (auto r = rt_.checkpoint(s.id, dir); !r) {
+    if (auto full = out_of_space(dir)) {
+      const std::string& m = r.error().message;
+      spdlog::warn("sandbox {}: {} (the runtime said: {})", s.id, full->message, m.substr(0, m.find('\n')));
+      return fail(*full);
+    }
+    return r;
+  }
   t.lap("snapshot", sw);
   t.add("export", 0);
   return {};

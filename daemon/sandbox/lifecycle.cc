@@ -132,8 +132,17 @@ bool Lifecycle::finish(const std::shared_ptr<LiveSandbox>& s, Transition end, st
     s->rec.stopped_ms = now;
   }
   // Recorded before anything is released: a crash mid-release leaves a stopped record, and the
-  // next start sweeps what is left of it.
-  if (auto r = persist(*s); !r) spdlog::error("sandbox {}: {}", s->id, r.error().message);
+  // next start sweeps what is left of it. The end is decided, so a store locked by another
+  // process (503 after its busy timeout) is waited out, up to a minute: given up at once, a
+  // deleted sandbox's record would still read "running" (and "failed" after a restart).
+  auto saved = persist(*s);
+  for (auto until = std::chrono::steady_clock::now() + 60s;
+       !saved && saved.error().code == ErrorCode::kNodeUnavailable && std::chrono::steady_clock::now() < until;
+       saved = persist(*s)) {
+    spdlog::warn("sandbox {}: {}; trying again", s->id, saved.error().message);
+    std::this_thread::sleep_for(200ms);
+  }
+  if (!saved) spdlog::error("sandbox {}: {}", s->id, saved.error().message);
   registry_.remove(s->id);
   launcher_.end(*s);
   spdlog::info("sandbox {}: {} ({}){}", s->id, end == Transition::kStop ? "stopped" : "failed",
@@ -167,13 +176,33 @@ Result<void> Lifecycle::pause_live(LiveSandbox& s, const char* why) {
 }
 
 Result<void> Lifecycle::publish(const std::vector<std::shared_ptr<LiveSandbox>>& made) {
+  // Every record in one write: a b3osd killed mid-way, or a write that fails, leaves all of a
+  // fork's sandboxes or none (saved one by one, a crash between two kept a partial set, and a
+  // failed second write left the first record "running" with its container discarded).
+  std::vector<store::SandboxRecord> recs;
+  Result<void> saved;
   for (auto& s : made) {
     auto up = transition(*s, Transition::kLaunched);
-    auto saved = up ? persist(*s) : Result<void>(fail(up.error()));
-    if (!saved) {
-      for (auto& m : made) launcher_.discard(*m);
-      return saved;
+    if (!up) {
+      saved = fail(up.error());
+      break;
     }
+    store::SandboxRecord copy;
+    {
+      std::lock_guard lk(s->mu);
+      copy = s->rec;
+    }
+    copy.last_activity_ms = s->last_activity_ms.load();
+    {
+      std::lock_guard order(s->persist_mu);
+      s->persisted_activity_ms = copy.last_activity_ms;
+    }
+    recs.push_back(std::move(copy));
+  }
+  if (saved) saved = store_.put_sandboxes(recs);
+  if (!saved) {
+    for (auto& m : made) launcher_.discard(*m);
+    return saved;
   }
   for (auto& s : made) {
     {
@@ -414,6 +443,13 @@ std::string Lifecycle::diagnose_exit(const std::string& id) {
   // gVisor's sandbox process exits with the agent's status when the agent (PID 1) dies, and
   // is killed by a signal only when something on the host killed it.
   if (auto st = rt_.exit_status(id, 1s)) {
+    // When the gofer (the host process serving the root filesystem) dies, the sandbox kills
+    // its processes and exits as if the agent had been killed; the gofer ends by itself, after
+    // the sandbox, in every other case, so a gofer killed by a signal is the cause.
+    if (auto g = WIFEXITED(*st) && WEXITSTATUS(*st) > 128 ? rt_.gofer_exit_status(id, 200ms) : std::optional<int>();
+        g && WIFSIGNALED(*g))
+      return "the sandbox's file server (its runsc gofer process) was killed on the host by signal " +
+             std::to_string(WTERMSIG(*g)) + " (" + strsignal(WTERMSIG(*g)) + "), which stops the sandbox";
     if (WIFEXITED(*st) && WEXITSTATUS(*st) > 128)
       return "the agent (PID 1) was killed by signal " + std::to_string(WEXITSTATUS(*st) - 128) +
              " (" + strsignal(WEXITSTATUS(*st) - 128) + "), which stops the sandbox";
@@ -449,6 +485,23 @@ Result<void> Lifecycle::recover() {
       if (rm) spdlog::warn("removing the leftover fork image {}: {}", it->path().string(), rm.message());
     }
     ec.clear();
+  }
+  // Snapshot images no record owns: a b3osd killed mid-snapshot (the record is written after
+  // the image, so a crash between the two leaves an image nobody can use or delete).
+  if (auto ids = store_.snapshot_ids()) {
+    std::set<std::string> known(ids->begin(), ids->end());
+    for (auto it = fs::directory_iterator(cfg_.snapshots_dir(), ec); !ec && it != fs::directory_iterator();
+         it.increment(ec)) {
+      const std::string name = it->path().filename().string();
+      if (name.rfind("snp_", 0) != 0 || known.count(name)) continue;
+      std::error_code rm;
+      fs::remove_all(it->path(), rm);
+      spdlog::warn("removed the snapshot image {} (no record owns it: a snapshot cut short){}", name,
+                   rm ? ": " + rm.message() : "");
+    }
+    ec.clear();
+  } else {
+    spdlog::warn("not sweeping snapshot images: {}", ids.error().message);
   }
   rt_.prepare();
   auto rows = store_.active_sandboxes();

@@ -12,6 +12,8 @@ namespace b3os::store {
 namespace {
 
 constexpr int64_t kIdempotencyTtlMs = 24LL * 3600 * 1000;
+// How long a statement waits for a lock another process holds before it fails (503).
+constexpr int kBusyTimeoutMs = 5000;
 
 /// Runs one or more statements that return no rows.
 Result<void> exec_sql(sqlite3* db, const char* sql) {
@@ -19,6 +21,10 @@ Result<void> exec_sql(sqlite3* db, const char* sql) {
   if (sqlite3_exec(db, sql, nullptr, nullptr, &err) != SQLITE_OK) {
     std::string msg = err ? err : "unknown";
     sqlite3_free(err);
+    const int code = sqlite3_errcode(db) & 0xff;
+    if (code == SQLITE_BUSY || code == SQLITE_LOCKED)  // as db_error: 503, retry shortly
+      return fail(ErrorCode::kNodeUnavailable, "store: " + msg + " (locked by another process after waiting " +
+                                                   std::to_string(kBusyTimeoutMs / 1000) + " s); retry shortly");
     return fail(ErrorCode::kInternal, std::string("store: ") + msg);
   }
   return {};
@@ -226,6 +232,15 @@ class Stmt {
 };
 
 Error db_error(sqlite3* db, std::string_view what) {
+  // Another process (the CLI, a backup, an operator's sqlite3) holding the database's lock
+  // past busy_timeout is a passing condition of the node, not a fault of the request: 503
+  // node_unavailable, which the API answers with Retry-After.
+  const int code = sqlite3_errcode(db) & 0xff;
+  if (code == SQLITE_BUSY || code == SQLITE_LOCKED)
+    return Error{ErrorCode::kNodeUnavailable,
+                 std::string("store: ") + std::string(what) + ": the database is locked by another process (" +
+                     sqlite3_errmsg(db) + " after waiting " + std::to_string(kBusyTimeoutMs / 1000) + " s); retry shortly",
+                 0};
   return Error{ErrorCode::kInternal, std::string("store: ") + std::string(what) + ": " + sqlite3_errmsg(db), 0};
 }
 
@@ -521,7 +536,7 @@ Result<std::unique_ptr<Store>> Store::open(const std::string& path) {
     sqlite3_close(db);
     return fail(ErrorCode::kInternal, "store: opening " + path + ": " + msg);
   }
-  sqlite3_busy_timeout(db, 5000);
+  sqlite3_busy_timeout(db, kBusyTimeoutMs);
   std::unique_ptr<Store> s(new Store(db));
   if (auto r = s->migrate(); !r) return fail(r.error());
   return s;
@@ -632,6 +647,27 @@ Result<void> Store::put_sandbox(const SandboxRecord& rec) {
   return {};
 }
 
+Result<void> Store::put_sandboxes(const std::vector<SandboxRecord>& recs) {
+  static const std::string sql = std::string("INSERT OR REPLACE INTO sandboxes(") + kSandboxColumns + ") VALUES (" +
+                                 placeholders(kSandboxColumns) + ")";
+  std::lock_guard lk(mu_);
+  if (auto r = exec("BEGIN IMMEDIATE"); !r) return r;
+  for (const auto& rec : recs) {
+    Stmt st(db_, sql.c_str());
+    bind_sandbox(st, rec);
+    if (st.step() != SQLITE_DONE) {
+      Error e = db_error(db_, "saving sandbox " + rec.id);
+      (void)exec("ROLLBACK");
+      return fail(e);
+    }
+  }
+  if (auto r = exec("COMMIT"); !r) {
+    (void)exec("ROLLBACK");  // never leave the connection inside a transaction
+    return r;
+  }
+  return {};
+}
+
 Result<std::optional<SandboxRecord>> Store::get_sandbox(const std::string& project_id, const std::string& id) {
   static const std::string sql =
       std::string("SELECT ") + kSandboxColumns + " FROM sandboxes WHERE id = ? AND project_id = ?";
@@ -717,6 +753,16 @@ Result<void> Store::delete_snapshot(const std::string& project_id, const std::st
   st.bind(1, id).bind(2, project_id);
   if (st.step() != SQLITE_DONE) return fail(db_error(db_, "deleting snapshot"));
   return {};
+}
+
+Result<std::vector<std::string>> Store::snapshot_ids() {
+  std::lock_guard lk(mu_);
+  Stmt st(db_, "SELECT id FROM snapshots");
+  std::vector<std::string> out;
+  int rc;
+  while ((rc = st.step()) == SQLITE_ROW) out.push_back(st.text(0));
+  if (rc != SQLITE_DONE) return fail(db_error(db_, "listing snapshots"));
+  return out;
 }
 
 Result<IdempotencyHit> Store::idempotency_begin(const std::string& project_id, const std::string& key,

@@ -79,6 +79,12 @@ class SandboxStore {
  public:
   virtual ~SandboxStore() = default;
   virtual Result<void> put_sandbox(const SandboxRecord& rec) = 0;
+  /// Several records at once (the forks of one fork call); the store saves all or none.
+  virtual Result<void> put_sandboxes(const std::vector<SandboxRecord>& recs) {
+    for (const auto& r : recs)
+      if (auto saved = put_sandbox(r); !saved) return saved;
+    return {};
+  }
   virtual Result<std::optional<SandboxRecord>> get_sandbox(const std::string& project_id, const std::string& id) = 0;
   /// One page of sandboxes; returns up to limit+1 records so the caller knows if there is more.
   virtual Result<std::vector<SandboxRecord>> list_sandboxes(const SandboxQuery& q) = 0;
@@ -91,6 +97,8 @@ class SandboxStore {
   virtual Result<std::vector<SnapshotRecord>> list_snapshots(const std::string& project_id,
                                                              const std::optional<std::string>& after_id, int limit) = 0;
   virtual Result<void> delete_snapshot(const std::string& project_id, const std::string& id) = 0;
+  /// The ids of every snapshot, all projects (used at start-up to sweep images without a record).
+  virtual Result<std::vector<std::string>> snapshot_ids() = 0;
 
   /// Whether a project's keys and sandboxes may use the model gateway (default yes).
   virtual Result<bool> project_allows_infer(const std::string& project_id) = 0;
@@ -117,6 +125,8 @@ class Store : public SandboxStore {
   Result<std::vector<ApiKeyRecord>> list_api_keys();
 
   Result<void> put_sandbox(const SandboxRecord& rec) override;
+  /// In one transaction: all saved, or none.
+  Result<void> put_sandboxes(const std::vector<SandboxRecord>& recs) override;
   Result<std::optional<SandboxRecord>> get_sandbox(const std::string& project_id, const std::string& id) override;
   Result<std::vector<SandboxRecord>> list_sandboxes(const SandboxQuery& q) override;
   Result<std::vector<SandboxRecord>> active_sandboxes() override;
@@ -126,6 +136,7 @@ class Store : public SandboxStore {
   Result<std::vector<SnapshotRecord>> list_snapshots(const std::string& project_id,
                                                      const std::optional<std::string>& after_id, int limit) override;
   Result<void> delete_snapshot(const std::string& project_id, const std::string& id) override;
+  Result<std::vector<std::string>> snapshot_ids() override;
 
   /// Claims `key` for a request, or finds its earlier response. Records expire after 24 h.
   Result<IdempotencyHit> idempotency_begin(const std::string& project_id, const std::string& key,

@@ -88,6 +88,13 @@ Result<void> FakeStore::delete_snapshot(const std::string& project_id, const std
   return {};
 }
 
+Result<std::vector<std::string>> FakeStore::snapshot_ids() {
+  std::lock_guard lk(mu_);
+  std::vector<std::string> out;
+  for (auto& [id, rec] : snapshots_) out.push_back(id);
+  return out;
+}
+
 Result<void> FakeStore::ensure_budget(const std::string& id, const std::string&, std::optional<Micros>) {
   std::lock_guard lk(mu_);
   budgets_[id] = true;

@@ -273,6 +273,24 @@ TEST_F(LifecycleTest, ARestartSweepsADiskNoRecordOwns) {
   expect_only({id});
 }
 
+TEST_F(LifecycleTest, ARestartSweepsASnapshotImageNoRecordOwns) {
+  start();
+  const std::string id = create();
+  Timing t;
+  auto kept = svc_->snapshot(p_, id, t);
+  ASSERT_TRUE(kept) << kept.error().message;
+  const std::string snp = (*kept)["id"];
+  svc_.reset();
+  // A b3osd killed between writing an image and recording it.
+  const std::string cut = cfg_.snapshots_dir() + "/snp_cutshort";
+  fs::create_directories(cut);
+  std::ofstream(cut + "/checkpoint.img") << "partial";
+  start();
+  EXPECT_FALSE(fs::exists(cut));
+  EXPECT_TRUE(fs::exists(cfg_.snapshots_dir() + "/" + snp));
+  EXPECT_TRUE(svc_->get_snapshot(p_, snp));
+}
+
 TEST_F(LifecycleTest, PoolMembersServeOnlyLaunchesOfTheirDiskSize) {
   cfg_.warm_pool_size = 1;
   cfg_.fork_pool_size = 1;

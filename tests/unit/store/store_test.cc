@@ -164,6 +164,26 @@ TEST_F(StoreTest, MoneyIsKeptInExactMicroDollars) {
   EXPECT_FALSE(*store_->get_budget("nope"));
 }
 
+TEST_F(StoreTest, ALockHeldByAnotherProcessPastTheBusyTimeoutIsA503) {
+  // Another connection (as another process would) holds the write lock.
+  sqlite3* other = nullptr;
+  ASSERT_EQ(sqlite3_open((dir_ / "b3os.db").c_str(), &other), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(other, "BEGIN EXCLUSIVE", nullptr, nullptr, nullptr), SQLITE_OK);
+  SandboxRecord r;
+  r.id = new_id("sbx");
+  r.project_id = "prj_a";
+  r.state = State::kRunning;
+  auto put = store_->put_sandbox(r);  // waits the busy timeout (5 s), then gives up
+  ASSERT_FALSE(put);
+  EXPECT_EQ(put.error().code, ErrorCode::kNodeUnavailable) << put.error().message;
+  EXPECT_NE(put.error().message.find("locked by another process"), std::string::npos) << put.error().message;
+  // Reads go on meanwhile (WAL), and once the lock goes, the write succeeds.
+  EXPECT_TRUE(store_->get_sandbox("prj_a", r.id));
+  ASSERT_EQ(sqlite3_exec(other, "COMMIT", nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(other);
+  EXPECT_TRUE(store_->put_sandbox(r));
+}
+
 TEST_F(StoreTest, SchemaIsVersionedAndReopeningIsANoOp) {
   auto version = [&] {
     sqlite3* db = nullptr;
