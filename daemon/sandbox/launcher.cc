@@ -66,6 +66,13 @@ void Launcher::release(const std::string& id, pid_t shim_pid) {
   std::error_code ec;
   fs::remove_all(dir, ec);
   if (ec) spdlog::warn("sandbox {}: removing {}: {}", id, dir, ec.message());
+  std::lock_guard lk(owned_mu_);
+  owned_.erase(id);
+}
+
+bool Launcher::owns(const std::string& id) {
+  std::lock_guard lk(owned_mu_);
+  return owned_.count(id) > 0;
 }
 
 Launcher::Launcher(const Config& cfg, runtime::Runtime& rt, runtime::Shims& shims) : cfg_(cfg), rt_(rt), shims_(shims) {
@@ -131,6 +138,10 @@ Result<Precreated> Launcher::precreate(const LaunchRequest& l, Timing& t, Stopwa
   // so ended sandboxes never pile up on the host.
   wait_for_room();
   t.lap("release_wait", sw);
+  {
+    std::lock_guard lk(owned_mu_);
+    owned_.insert(l.id);  // before anything of it exists, so no sweep takes it for an orphan
+  }
   Precreated pc;
   pc.sandbox = std::make_shared<LiveSandbox>();
   auto& s = pc.sandbox;

@@ -8,6 +8,7 @@
 #include <deque>
 #include <functional>
 #include <mutex>
+#include <set>
 #include <thread>
 #include <vector>
 #include <memory>
@@ -73,6 +74,9 @@ class Launcher {
   void end(LiveSandbox& s);
   /// Waits until every release that end() queued is done.
   void settle();
+  /// Whether `id` is a container this launcher made and has not released yet (a pool
+  /// member, a sandbox, a launch in flight): never an orphan.
+  bool owns(const std::string& id);
   /// Releases the host resources of `id` (container, disk, shim, directory); `shim_pid` <= 0:
   /// the one recorded in its directory.
   void release(const std::string& id, pid_t shim_pid);
@@ -94,6 +98,9 @@ class Launcher {
   runtime::Shims& shims_;
   ClosedHandler closed_;
   IncomingHandler incoming_;
+
+  std::mutex owned_mu_;
+  std::set<std::string> owned_;  // guarded by owned_mu_
 
   std::mutex clean_mu_;
   std::condition_variable clean_cv_;

@@ -566,19 +566,20 @@ std::vector<std::string> Lifecycle::orphans() {
   // of the b3osd that died). Taken before anything new is created, so nothing new is in it.
   std::set<std::string> keep, found;
   for (auto& s : registry_.all()) keep.insert(s->id);
+  auto orphan = [&](const std::string& id) { return !keep.count(id) && !launcher_.owns(id); };
   if (auto ids = rt_.list())
     for (auto& id : *ids)
-      if (!keep.count(id)) found.insert(id);
+      if (orphan(id)) found.insert(id);
   std::error_code ec;
   for (auto& e : fs::directory_iterator(cfg_.sandboxes_dir(), ec)) {
     std::string id = e.path().filename().string();
-    if (!keep.count(id)) found.insert(id);
+    if (orphan(id)) found.insert(id);
   }
   // Disks too (a create cut short between its disk and its container); the disks of
   // reattached sandboxes stay mounted across the restart (mounts outlive b3osd).
   if (auto disks = rt_.list_disks())
     for (auto& id : *disks)
-      if (!keep.count(id)) found.insert(id);
+      if (orphan(id)) found.insert(id);
   return {found.begin(), found.end()};
 }
 

@@ -50,7 +50,22 @@ SandboxService::~SandboxService() { stop(); }
 Result<void> SandboxService::recover() {
   if (auto r = life_.recover(); !r) return r;
   // Orphans are removed behind the API (each takes seconds), never before it answers.
-  sweeper_ = std::thread([this, ids = life_.orphans()] { life_.release_orphans(ids); });
+  sweeper_ = std::thread([this, ids = life_.orphans()] {
+    life_.release_orphans(ids);
+    {
+      std::lock_guard lk(sweep_mu_);
+      first_sweep_done_ = true;
+    }
+    sweep_cv_.notify_all();
+    // A `runsc create` the last b3osd started can finish after the first look (it outlives
+    // its parent): look again after 30 s, then every 5 minutes.
+    for (auto wait = std::chrono::seconds(30);; wait = std::chrono::seconds(300)) {
+      std::unique_lock lk(sweep_mu_);
+      if (sweep_cv_.wait_for(lk, wait, [&] { return sweep_stopping_; })) return;
+      lk.unlock();
+      life_.release_orphans(life_.orphans());
+    }
+  });
   ready_ = true;
   reaper_.start();
   pools_.start();
@@ -62,6 +77,11 @@ void SandboxService::stop() {
   freezer_.stop();
   reaper_.stop();
   pools_.stop();
+  {
+    std::lock_guard lk(sweep_mu_);
+    sweep_stopping_ = true;
+  }
+  sweep_cv_.notify_all();
   if (sweeper_.joinable()) sweeper_.join();
   {
     std::unique_lock lk(callbacks_mu_);

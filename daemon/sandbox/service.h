@@ -73,7 +73,10 @@ class SandboxService {
   /// Waits until the host resources of every ended sandbox, and the orphans a restart found,
   /// are released (both happen behind the API). For tests and benchmarks; one caller at a time.
   void settle() {
-    if (sweeper_.joinable()) sweeper_.join();
+    {
+      std::unique_lock lk(sweep_mu_);
+      sweep_cv_.wait(lk, [&] { return first_sweep_done_ || !sweeper_.joinable(); });
+    }
     launcher_.settle();
   }
 
@@ -145,7 +148,11 @@ class SandboxService {
   Exec exec_;
   Reaper reaper_;
   std::atomic<bool> ready_{false};
-  std::thread sweeper_;  // removes orphans after a restart
+  std::thread sweeper_;  // removes orphans after a restart, and looks again now and then
+  std::mutex sweep_mu_;
+  std::condition_variable sweep_cv_;
+  bool first_sweep_done_ = false;  // guarded by sweep_mu_
+  bool sweep_stopping_ = false;    // guarded by sweep_mu_
 
   // Channel callbacks run on the channels' reader threads; stop() waits for those in flight
   // and turns later ones away, so none reaches a part that is being destroyed.
