@@ -58,8 +58,8 @@ Result<void> SandboxService::recover() {
     }
     sweep_cv_.notify_all();
     // A `runsc create` the last b3osd started can finish after the first look (it outlives
-    // its parent): look again after 30 s, then every 5 minutes.
-    for (auto wait = std::chrono::seconds(30);; wait = std::chrono::seconds(300)) {
+    // its parent): look again after 10 s, then every 5 minutes.
+    for (auto wait = std::chrono::seconds(10);; wait = std::chrono::seconds(300)) {
       std::unique_lock lk(sweep_mu_);
       if (sweep_cv_.wait_for(lk, wait, [&] { return sweep_stopping_; })) return;
       lk.unlock();
