@@ -102,7 +102,8 @@ s_fork() {
 }
 
 # A checkpoint that really fails (the image directory is a 256 KiB tmpfs, so runsc runs out of
-# space mid-write): the fork answers 500, the source runs on, and nothing is left behind.
+# space mid-write): the fork answers 503 capacity_unavailable saying the disk is full, the
+# source runs on, and nothing is left behind.
 s_fork_failure() {
   create_sandbox '{"forkable":true}'
   local src=$CID
@@ -120,7 +121,7 @@ s_fork_failure() {
   before_n=$(j '.data | length')
   before_c=$(runsc_list | wc -l)
   apij POST "/v1/sandboxes/$src/fork" '{"count":2}'
-  check forkfail.500 "$(snip)" okj 500 '.error.code == "internal" and (.error.message | contains("fork"))'
+  check forkfail.503_disk_full "$(snip)" okj 503 '.error.code == "capacity_unavailable" and (.error.message | contains("fork")) and (.error.message | contains("full"))'
   api GET /v1/sandboxes?limit=100
   check forkfail.no_record "$(j '.data | length') sandboxes, $before_n before" test "$(j '.data | length')" = "$before_n"
   check forkfail.no_container "$(runsc_list | wc -l) containers, $before_c before" test "$(runsc_list | wc -l)" = "$before_c"
