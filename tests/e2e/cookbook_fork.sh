@@ -244,6 +244,8 @@ for id in "$SRC" "${FORKS[@]}"; do
   delete_sandbox "$id" && jt '.status == "stopped" and .stop_reason == "deleted"' || bad="$bad $id: $(snip);"
 done
 check flow.delete_all_four "$bad" test -z "$bad"
+no_container() { [ -z "$(runsc_list)" ]; }
+eventually 30 no_container || true  # a delete's release comes just after its answer
 left=$(runsc_list | tr '\n' ' ')
 check flow.no_runsc_container_left "runsc list: $left" test -z "${left// /}"
 check flow.none_running "running: $(running_count)" test "$(running_count)" = 0
@@ -273,6 +275,7 @@ for client in run.sh run.mjs run.py; do
       and .passing == 0 and .winner_temperature == null and ([.tries[].temperature] == [0, 0.6, 1])
       and all(.tries[]; .passed == false and (.error | contains("503")))' "$T/$name.out"
   check "client.$name.exit_1" "exit $rc" test "$rc" = 1
+  eventually 30 no_container || true
   check "client.$name.leaves_nothing" "running: $(running_count), runsc: $(runsc_list | tr '\n' ' ')" \
     test "$(running_count)-$(runsc_list | wc -l)" = "0-0"
   info "$client: $(jq -c '{fork_ms, fork_restore_ms}' "$T/$name.out" 2>/dev/null)"

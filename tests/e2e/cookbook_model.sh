@@ -96,7 +96,9 @@ last_json() {
 # jqe ARGS...: jq -e without its output (for check).
 jqe() { jq -e "$@" >/dev/null; }
 running_count() { curl -s -H "Authorization: Bearer $KEY" "$URL/v1/sandboxes?status=running&limit=100" | jq '.data | length'; }
-nothing_left() { test "$(running_count)-$(runsc_list | wc -l)" = "0-0"; }
+nothing_left_now() { test "$(running_count)-$(runsc_list | wc -l)" = "0-0"; }
+# A delete answers once the sandbox is stopped; its container goes just after.
+nothing_left() { eventually 30 nothing_left_now; }
 # The scripted model's calls file (rewritten atomically before each answer is sent).
 CALLS=$T/model.calls.json
 calls() { jq -c "$@" "$CALLS"; }
