@@ -11,6 +11,8 @@ namespace b3os {
 
 /// Milliseconds since the Unix epoch.
 int64_t now_unix_ms();
+/// Milliseconds of the steady clock (never goes back; for durations and deadlines).
+int64_t steady_ms();
 /// RFC 3339 UTC with milliseconds: "2026-11-30T03:46:25.123Z".
 std::string format_rfc3339(int64_t unix_ms);
 /// Parses what format_rfc3339 writes (UTC, "Z", optional fraction); nullopt otherwise.

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "common/clock.h"
 #include "common/ids.h"
 
 namespace b3os::agentlink {
@@ -127,9 +128,6 @@ bool Stream::cancelled() {
 
 namespace {
 constexpr std::string_view kProbePayload = "probe";
-int64_t steady_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 }  // namespace
 
 AgentChannel::AgentChannel(UniqueFd fd, std::string name, std::function<void(const std::string&)> on_close)

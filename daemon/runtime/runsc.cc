@@ -304,21 +304,25 @@ static void remove_cgroups(const std::string& id) {
   }
 }
 
+// The host pids runsc's state file names for a container (0 where it names none); nullopt when
+// there is no readable state file.
+std::optional<Runsc::StatePids> Runsc::state_pids(const std::string& id) const {
+  auto text = read_small_file(state_path(id), 1 << 20);
+  if (!text) return std::nullopt;
+  try {
+    auto j = json::parse(*text);
+    return StatePids{j.at("sandbox").value("pid", 0), j.value("goferPid", 0)};
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
 // SIGKILLs a container's sandbox and gofer processes, named by runsc's state file (each
 // checked to be a runsc process, against a reused pid). False when the file names no sandbox.
 bool Runsc::kill_processes(const std::string& id) {
-  auto text = read_small_file(state_path(id), 1 << 20);
-  if (!text) return false;
-  pid_t sandbox = 0, gofer = 0;
-  try {
-    auto j = json::parse(*text);
-    sandbox = j.at("sandbox").value("pid", 0);
-    gofer = j.value("goferPid", 0);
-  } catch (const std::exception&) {
-    return false;
-  }
-  if (sandbox <= 0) return false;
-  for (pid_t pid : {sandbox, gofer}) {
+  auto pids = state_pids(id);
+  if (!pids || pids->sandbox <= 0) return false;
+  for (pid_t pid : {pids->sandbox, pids->gofer}) {
     if (pid <= 0) continue;
     auto cmd = read_small_file("/proc/" + std::to_string(pid) + "/cmdline", 256);
     if (cmd && cmd->rfind("runsc", 0) == 0) ::kill(pid, SIGKILL);
@@ -458,30 +462,18 @@ void Runsc::sweep_state_temporaries() {
   }
 }
 
-// runsc's state file names the sandbox process; the orphan reaper kept how it ended (it is
-// b3osd's orphan when this b3osd created it).
-// The wait status of a process named in the container's state file (the sandbox's, or the
-// gofer's), when b3osd (their subreaper) reaped it.
-static std::optional<int> state_pid_status(const std::string& state_file, bool gofer, std::chrono::milliseconds wait) {
-  auto text = read_small_file(state_file, 1 << 20);
-  if (!text) return std::nullopt;
-  pid_t pid = 0;
-  try {
-    auto st = json::parse(*text);
-    pid = gofer ? st.value("goferPid", 0) : st.at("sandbox").value("pid", 0);
-  } catch (const std::exception&) {
-    return std::nullopt;
-  }
-  if (pid <= 0) return std::nullopt;
-  return sys::orphan_status(pid, wait);
-}
-
+// The orphan reaper kept how the processes named in the state file ended (they are b3osd's
+// orphans when this b3osd created them).
 std::optional<int> Runsc::exit_status(const std::string& id, std::chrono::milliseconds wait) {
-  return state_pid_status(state_path(id), false, wait);
+  auto pids = state_pids(id);
+  if (!pids || pids->sandbox <= 0) return std::nullopt;
+  return sys::orphan_status(pids->sandbox, wait);
 }
 
 std::optional<int> Runsc::gofer_exit_status(const std::string& id, std::chrono::milliseconds wait) {
-  return state_pid_status(state_path(id), true, wait);
+  auto pids = state_pids(id);
+  if (!pids || pids->gofer <= 0) return std::nullopt;
+  return sys::orphan_status(pids->gofer, wait);
 }
 
 void Runsc::prepare() {

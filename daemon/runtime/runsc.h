@@ -105,6 +105,10 @@ class Runsc : public Runtime {
   // under the state file's lock, require "created", set up loopback, then record "running".
   Result<void> start_root(const std::string& id, std::string_view verb,
                           const std::function<Result<void>(ControlConnection&, const std::string& sandbox_id)>& run);
+  struct StatePids {
+    pid_t sandbox = 0, gofer = 0;
+  };
+  std::optional<StatePids> state_pids(const std::string& id) const;
   bool kill_processes(const std::string& id);
   std::string state_path(const std::string& id) const;
   std::string lock_path(const std::string& id) const;

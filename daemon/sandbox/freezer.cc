@@ -11,11 +11,6 @@ namespace b3os::sandbox {
 
 using namespace std::chrono_literals;
 
-int64_t steady_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
 Awake& Awake::operator=(Awake&& o) noexcept {
   if (this != &o) {
     release();

@@ -12,14 +12,12 @@
 #include <mutex>
 #include <thread>
 
+#include "common/clock.h"
 #include "daemon/runtime/runtime.h"
 #include "daemon/sandbox/live.h"
 #include "daemon/sandbox/registry.h"
 
 namespace b3os::sandbox {
-
-/// Milliseconds of a steady clock (the freezer's time; never goes back).
-int64_t steady_ms();
 
 /// Holds a sandbox awake (thawed, and not frozen again) while it lives.
 class Awake {

@@ -70,6 +70,11 @@ void Launcher::release(const std::string& id, pid_t shim_pid) {
   owned_.erase(id);
 }
 
+void Launcher::adopt(const std::string& id) {
+  std::lock_guard lk(owned_mu_);
+  owned_.insert(id);
+}
+
 bool Launcher::owns(const std::string& id) {
   std::lock_guard lk(owned_mu_);
   return owned_.count(id) > 0;

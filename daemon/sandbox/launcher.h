@@ -77,6 +77,8 @@ class Launcher {
   /// Whether `id` is a container this launcher made and has not released yet (a pool
   /// member, a sandbox, a launch in flight): never an orphan.
   bool owns(const std::string& id);
+  /// Takes `id` (a sandbox a previous b3osd launched, reattached) as its own.
+  void adopt(const std::string& id);
   /// Releases the host resources of `id` (container, disk, shim, directory); `shim_pid` <= 0:
   /// the one recorded in its directory.
   void release(const std::string& id, pid_t shim_pid);

@@ -528,6 +528,7 @@ void Lifecycle::reattach(const store::SandboxRecord& row) {
   s->persisted_activity_ms = row.last_activity_ms;
   const std::string dir = launcher_.dir_of(row.id);
   s->shim_pid = shims_.recorded_pid(dir);
+  launcher_.adopt(row.id);  // the launcher releases it when it ends, never an orphan sweep
   std::string why;
   // The last b3osd may have left it frozen idle (it knew; this one does not): thawed before
   // anything asks the container or the agent. A paused one is resumed and paused again below,
@@ -562,24 +563,20 @@ void Lifecycle::reattach(const store::SandboxRecord& row) {
 }
 
 std::vector<std::string> Lifecycle::orphans() {
-  // Containers and directories no record owns (a create cut short by a crash, pool members
-  // of the b3osd that died). Taken before anything new is created, so nothing new is in it.
-  std::set<std::string> keep, found;
-  for (auto& s : registry_.all()) keep.insert(s->id);
-  auto orphan = [&](const std::string& id) { return !keep.count(id) && !launcher_.owns(id); };
+  // Containers, directories and disks that are not the launcher's: a create cut short by a
+  // crash, pool members of the b3osd that died. Every live sandbox is the launcher's
+  // (launched, or adopted at reattach), as are pool members and launches in flight, so this
+  // may run at any time.
+  std::set<std::string> found;
+  auto take = [&](const std::string& id) {
+    if (!launcher_.owns(id)) found.insert(id);
+  };
   if (auto ids = rt_.list())
-    for (auto& id : *ids)
-      if (orphan(id)) found.insert(id);
+    for (auto& id : *ids) take(id);
   std::error_code ec;
-  for (auto& e : fs::directory_iterator(cfg_.sandboxes_dir(), ec)) {
-    std::string id = e.path().filename().string();
-    if (orphan(id)) found.insert(id);
-  }
-  // Disks too (a create cut short between its disk and its container); the disks of
-  // reattached sandboxes stay mounted across the restart (mounts outlive b3osd).
+  for (auto& e : fs::directory_iterator(cfg_.sandboxes_dir(), ec)) take(e.path().filename().string());
   if (auto disks = rt_.list_disks())
-    for (auto& id : *disks)
-      if (orphan(id)) found.insert(id);
+    for (auto& id : *disks) take(id);
   return {found.begin(), found.end()};
 }
 

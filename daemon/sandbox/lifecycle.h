@@ -46,8 +46,8 @@ class Lifecycle {
   Result<nlohmann::json> resume(const Principal& p, const std::string& id, Timing& t);
   /// Reattaches to sandboxes that survived a restart and fails the rest.
   Result<void> recover();
-  /// What no record owns (containers, sandbox directories): to call after recover(), before
-  /// anything new is created.
+  /// What is not the launcher's (containers, sandbox directories, disks): what a dead b3osd
+  /// left. After recover(), at any time.
   std::vector<std::string> orphans();
   /// Removes them (their containers, cgroups, shims, directories), a few at a time.
   void release_orphans(const std::vector<std::string>& ids);

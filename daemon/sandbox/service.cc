@@ -49,21 +49,16 @@ SandboxService::~SandboxService() { stop(); }
 
 Result<void> SandboxService::recover() {
   if (auto r = life_.recover(); !r) return r;
-  // Orphans are removed behind the API (each takes seconds), never before it answers.
-  sweeper_ = std::thread([this, ids = life_.orphans()] {
-    life_.release_orphans(ids);
-    {
-      std::lock_guard lk(sweep_mu_);
-      first_sweep_done_ = true;
-    }
-    sweep_cv_.notify_all();
-    // A `runsc create` the last b3osd started can finish after the first look (it outlives
-    // its parent): look again after 10 s, then every 5 minutes.
+  // Orphans are removed behind the API (each takes seconds), never before it answers. A
+  // `runsc create` the last b3osd started outlives it and can finish after the first look:
+  // look again after 10 s, then every 5 minutes.
+  sweeper_ = std::thread([this] {
     for (auto wait = std::chrono::seconds(10);; wait = std::chrono::seconds(300)) {
-      std::unique_lock lk(sweep_mu_);
-      if (sweep_cv_.wait_for(lk, wait, [&] { return sweep_stopping_; })) return;
-      lk.unlock();
       life_.release_orphans(life_.orphans());
+      std::unique_lock lk(sweep_mu_);
+      first_sweep_done_ = true;
+      sweep_cv_.notify_all();
+      if (sweep_cv_.wait_for(lk, wait, [&] { return sweep_stopping_; })) return;
     }
   });
   ready_ = true;
