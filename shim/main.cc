@@ -38,10 +38,8 @@ class LogDrain {
     std::strcat(old_, ".1");
     return reopen(O_APPEND);
   }
-  // When to look at the pipe again: at once (-1 from the caller's view: no wait) or after the
-  // current second's allowance is spent.
+  // With this second's allowance spent: how long until the next second's.
   int wait_ms() const {
-    if (drained_ < kLogRate) return -1;
     const long left = 1000 - since_window_ms();
     return left > 0 ? static_cast<int>(left) : 0;
   }

@@ -196,7 +196,7 @@ void Api::handle(http::Exchange& ex) {
   if (c.target.path == "/healthz" && c.method == "GET") {
     if (sandboxes_.ready()) return send(c, {200, {{"ok", true}, {"status", "ready"}}, {}});
     return send(c, {503, {{"ok", false}, {"status", "starting"}, {"message", "reattaching the sandboxes of the previous b3osd"}},
-                    {{"Retry-After", "1"}}});
+                    {}});  // respond() adds the Retry-After
   }
 
   auto principal = authenticate(ex);

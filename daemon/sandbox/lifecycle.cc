@@ -430,6 +430,14 @@ Result<json> Lifecycle::resume(const Principal& p, const std::string& id, Timing
 
 // ---- failures and restarts ----
 
+namespace {
+// "Killed" for 9; thread-safe, unlike strsignal, and never null.
+std::string signal_text(int sig) {
+  const char* d = sigdescr_np(sig);
+  return d ? d : "unknown signal";
+}
+}  // namespace
+
 std::string Lifecycle::diagnose_exit(const std::string& id) {
   // A cgroup that hit its memory limit is the common cause; say so plainly.
   const runtime::MemoryUse m = rt_.memory_use(id);
@@ -449,15 +457,15 @@ std::string Lifecycle::diagnose_exit(const std::string& id) {
     if (auto g = WIFEXITED(*st) && WEXITSTATUS(*st) > 128 ? rt_.gofer_exit_status(id, 200ms) : std::optional<int>();
         g && WIFSIGNALED(*g))
       return "the sandbox's file server (its runsc gofer process) was killed on the host by signal " +
-             std::to_string(WTERMSIG(*g)) + " (" + strsignal(WTERMSIG(*g)) + "), which stops the sandbox";
+             std::to_string(WTERMSIG(*g)) + " (" + signal_text(WTERMSIG(*g)) + "), which stops the sandbox";
     if (WIFEXITED(*st) && WEXITSTATUS(*st) > 128)
       return "the agent (PID 1) was killed by signal " + std::to_string(WEXITSTATUS(*st) - 128) +
-             " (" + strsignal(WEXITSTATUS(*st) - 128) + "), which stops the sandbox";
+             " (" + signal_text(WEXITSTATUS(*st) - 128) + "), which stops the sandbox";
     if (WIFEXITED(*st))
       return "the agent (PID 1) exited with status " + std::to_string(WEXITSTATUS(*st)) + ", which stops the sandbox";
     if (WIFSIGNALED(*st))
       return "the sandbox's runtime process was killed on the host by signal " + std::to_string(WTERMSIG(*st)) +
-             " (" + strsignal(WTERMSIG(*st)) + ")";
+             " (" + signal_text(WTERMSIG(*st)) + ")";
   }
   return "the sandbox's runtime exited unexpectedly";
 }

@@ -637,35 +637,35 @@ Result<std::vector<ApiKeyRecord>> Store::list_api_keys() {
   return out;
 }
 
-Result<void> Store::put_sandbox(const SandboxRecord& rec) {
+Result<void> Store::transaction(const std::function<Result<void>()>& body) {
+  if (auto r = exec("BEGIN IMMEDIATE"); !r) return r;
+  auto r = body();
+  if (r) r = exec("COMMIT");
+  if (!r) (void)exec("ROLLBACK");  // never leave the connection inside a transaction
+  return r;
+}
+
+Result<void> Store::save_sandbox(const SandboxRecord& rec) {
   static const std::string sql = std::string("INSERT OR REPLACE INTO sandboxes(") + kSandboxColumns + ") VALUES (" +
                                  placeholders(kSandboxColumns) + ")";
-  std::lock_guard lk(mu_);
   Stmt st(db_, sql.c_str());
   bind_sandbox(st, rec);
   if (st.step() != SQLITE_DONE) return fail(db_error(db_, "saving sandbox " + rec.id));
   return {};
 }
 
-Result<void> Store::put_sandboxes(const std::vector<SandboxRecord>& recs) {
-  static const std::string sql = std::string("INSERT OR REPLACE INTO sandboxes(") + kSandboxColumns + ") VALUES (" +
-                                 placeholders(kSandboxColumns) + ")";
+Result<void> Store::put_sandbox(const SandboxRecord& rec) {
   std::lock_guard lk(mu_);
-  if (auto r = exec("BEGIN IMMEDIATE"); !r) return r;
-  for (const auto& rec : recs) {
-    Stmt st(db_, sql.c_str());
-    bind_sandbox(st, rec);
-    if (st.step() != SQLITE_DONE) {
-      Error e = db_error(db_, "saving sandbox " + rec.id);
-      (void)exec("ROLLBACK");
-      return fail(e);
-    }
-  }
-  if (auto r = exec("COMMIT"); !r) {
-    (void)exec("ROLLBACK");  // never leave the connection inside a transaction
-    return r;
-  }
-  return {};
+  return save_sandbox(rec);
+}
+
+Result<void> Store::put_sandboxes(const std::vector<SandboxRecord>& recs) {
+  std::lock_guard lk(mu_);
+  return transaction([&]() -> Result<void> {
+    for (const auto& rec : recs)
+      if (auto r = save_sandbox(rec); !r) return r;
+    return {};
+  });
 }
 
 Result<std::optional<SandboxRecord>> Store::get_sandbox(const std::string& project_id, const std::string& id) {
@@ -868,28 +868,21 @@ Result<std::optional<BudgetRow>> Store::get_budget(const std::string& id) {
 
 Result<void> Store::record_call(const LedgerRow& row) {
   std::lock_guard lk(mu_);
-  if (auto r = exec("BEGIN IMMEDIATE"); !r) return r;
-  Stmt ins(db_,
-           "INSERT INTO ledger(budget_id, project_id, sandbox_id, key_id, model, prompt_tokens, completion_tokens, "
-           "cost_micros, reserved_micros, duration_ms, status, outcome, created_at_ms) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)");
-  ins.bind(1, row.budget_id).bind(2, row.project_id);
-  if (row.sandbox_id.empty()) ins.bind_null(3); else ins.bind(3, row.sandbox_id);
-  if (row.key_id.empty()) ins.bind_null(4); else ins.bind(4, row.key_id);
-  ins.bind(5, row.model).bind(6, row.prompt_tokens).bind(7, row.completion_tokens).bind(8, row.cost_micros);
-  ins.bind(9, row.reserved_micros).bind(10, row.duration_ms).bind(11, int64_t{row.status}).bind(12, row.outcome);
-  ins.bind(13, now_unix_ms());
-  Stmt up(db_, "UPDATE budgets SET spent_micros = spent_micros + ? WHERE id = ?");
-  up.bind(1, row.cost_micros).bind(2, row.budget_id);
-  if (ins.step() != SQLITE_DONE || up.step() != SQLITE_DONE) {
-    auto e = db_error(db_, "writing the ledger");
-    (void)exec("ROLLBACK");
-    return fail(e);
-  }
-  if (auto r = exec("COMMIT"); !r) {
-    (void)exec("ROLLBACK");  // never leave the connection inside a transaction
-    return r;
-  }
-  return {};
+  return transaction([&]() -> Result<void> {
+    Stmt ins(db_,
+             "INSERT INTO ledger(budget_id, project_id, sandbox_id, key_id, model, prompt_tokens, completion_tokens, "
+             "cost_micros, reserved_micros, duration_ms, status, outcome, created_at_ms) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)");
+    ins.bind(1, row.budget_id).bind(2, row.project_id);
+    if (row.sandbox_id.empty()) ins.bind_null(3); else ins.bind(3, row.sandbox_id);
+    if (row.key_id.empty()) ins.bind_null(4); else ins.bind(4, row.key_id);
+    ins.bind(5, row.model).bind(6, row.prompt_tokens).bind(7, row.completion_tokens).bind(8, row.cost_micros);
+    ins.bind(9, row.reserved_micros).bind(10, row.duration_ms).bind(11, int64_t{row.status}).bind(12, row.outcome);
+    ins.bind(13, now_unix_ms());
+    Stmt up(db_, "UPDATE budgets SET spent_micros = spent_micros + ? WHERE id = ?");
+    up.bind(1, row.cost_micros).bind(2, row.budget_id);
+    if (ins.step() != SQLITE_DONE || up.step() != SQLITE_DONE) return fail(db_error(db_, "writing the ledger"));
+    return {};
+  });
 }
 
 Result<std::vector<LedgerRow>> Store::ledger(const std::string& budget_id, int limit) {

@@ -7,6 +7,7 @@
 #include <concepts>
 #include <cstdint>
 #include <memory>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -171,6 +172,11 @@ class Store : public SandboxStore {
   explicit Store(sqlite3* db) : db_(db) {}
   Result<void> migrate();
   Result<void> exec(const char* sql);
+  /// Runs `body` in BEGIN IMMEDIATE ... COMMIT, rolled back when it or the commit fails.
+  /// Under mu_.
+  Result<void> transaction(const std::function<Result<void>()>& body);
+  /// One sandbox row, inserted or replaced. Under mu_.
+  Result<void> save_sandbox(const SandboxRecord& rec);
 
   sqlite3* db_;
   std::mutex mu_;

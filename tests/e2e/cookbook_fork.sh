@@ -37,17 +37,7 @@ on_exit() {
   if [ "$rc" != 0 ] && [ "$(count_results FAIL)" = 0 ]; then
     fail cookbook_fork "the test stopped at an unexpected error (exit $rc); see the line above"
   fi
-  cleanup_everything
-  if [ "$rc" != 0 ] || [ "$(count_results FAIL)" != 0 ]; then
-    echo "# ---- last 40 lines of the b3osd log ($T/daemon.log) ----"
-    tail -n 40 "$T/daemon.log" 2>/dev/null | sed 's/^/# /'
-  fi
-  if [ "${B3OS_E2E_KEEP:-0}" = 1 ]; then
-    echo "# kept $T"
-  else
-    rm -rf "$T"
-  fi
-  exit "$rc"
+  finish_private_suite "$rc"
 }
 trap on_exit EXIT
 trap 'echo "# unexpected error at line $LINENO: $BASH_COMMAND" >&2' ERR
@@ -77,15 +67,7 @@ exec_json() {
 for f in slug.py test_slug.py fix.py run.sh run.mjs run.py README.md; do
   [ -f "$RECIPE/$f" ] || die "$RECIPE/$f is missing"
 done
-PORT=$(free_port) || die "no free TCP port found"
-URL=http://127.0.0.1:$PORT
-mkdir -p "$T/data" "$T/run"
-start_daemon || {
-  tail -n 20 "$T/daemon.log" >&2
-  die "b3osd did not start (log above)"
-}
-KEY=$(cat "$T/data/admin.key")
-ALL_KEYS=("$KEY")
+start_private_daemon
 info "b3osd pid $(daemon_pid) on $URL, temp dir $T"
 
 # The recipe's create body, taken from run.sh so the two cannot drift apart.

@@ -165,15 +165,7 @@ for b in b3os b3os-shim b3os-agent; do ln -s "$REAL_BIN/$b" "$T/bin/$b"; done
 chmod +x "$T/bin/b3osd"
 B3OS_BIN=$T/bin
 
-PORT=$(free_port) || die "no free TCP port found"
-URL=http://127.0.0.1:$PORT
-mkdir -p "$T/data" "$T/run"
-start_daemon || {
-  tail -n 20 "$T/daemon.log" >&2
-  die "b3osd did not start with ${MODEL_FLAGS[*]} (log above)"
-}
-KEY=$(cat "$T/data/admin.key")
-ALL_KEYS=("$KEY")
+start_private_daemon
 info "b3osd pid $(daemon_pid) on $URL with ${MODEL_FLAGS[*]}; scripted model pid $MODEL_PID on" \
   "127.0.0.1:$MODEL_PORT; temp dir $T"
 

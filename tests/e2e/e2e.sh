@@ -30,23 +30,7 @@ CYCLES=${B3OS_E2E_CYCLES:-50}
 
 e2e_begin e2e cmp dd pgrep
 
-on_exit() {
-  local rc=$?
-  set +e
-  trap - EXIT
-  cleanup_everything
-  if [ "$rc" != 0 ] || [ "$(count_results FAIL)" != 0 ]; then
-    echo "# ---- last 40 lines of the b3osd log ($T/daemon.log) ----"
-    tail -n 40 "$T/daemon.log" 2>/dev/null | sed 's/^/# /'
-  fi
-  if [ "${B3OS_E2E_KEEP:-0}" = 1 ]; then
-    echo "# kept $T"
-  else
-    rm -rf "$T"
-  fi
-  exit "$rc"
-}
-trap on_exit EXIT
+trap 'finish_private_suite $?' EXIT
 on_signal() {
   echo "# interrupted; cleaning up" >&2
   [ -z "$SECTION_PID" ] || kill -TERM "$SECTION_PID" 2>/dev/null || true
@@ -91,19 +75,11 @@ trap on_signal INT TERM
 
 # ---- setup --------------------------------------------------------------------------------
 
-PORT=$(free_port) || die "no free TCP port found"
-URL=http://127.0.0.1:$PORT
-mkdir -p "$T/data" "$T/run"
-start_daemon || {
-  tail -n 20 "$T/daemon.log" >&2
-  die "b3osd did not start (log above)"
-}
-ADMIN=$(cat "$T/data/admin.key")
+start_private_daemon
 OTHER=$("$B3OS_BIN/b3os" keys create --project other --data-dir "$T/data" 2>/dev/null)
 SAME=$("$B3OS_BIN/b3os" keys create --project default --data-dir "$T/data" 2>/dev/null)
-[[ $ADMIN == b3os_sk_* && $OTHER == b3os_sk_* && $SAME == b3os_sk_* ]] || die "could not read/create API keys"
-ALL_KEYS=("$ADMIN" "$OTHER")
-KEY=$ADMIN
+[[ $OTHER == b3os_sk_* && $SAME == b3os_sk_* ]] || die "could not create API keys"
+ALL_KEYS+=("$OTHER")
 info "b3osd pid $(daemon_pid) on $URL, temp dir $T"
 
 # ---- run ------------------------------------------------------------------------------------

@@ -82,13 +82,8 @@ B3OS_E2E_DAEMON_ARGS="--model b3os/pricey=http://127.0.0.1:$GOOD/v1,upstream=scr
 B3OS_E2E_DAEMON_ARGS+=" --model b3os/slow=http://127.0.0.1:$SLOW/v1,timeout=2 --model b3os/dead=http://127.0.0.1:$DEAD/v1"
 B3OS_E2E_DAEMON_ARGS+=" --model b3os/broken=http://127.0.0.1:$BROKEN/v1"
 export B3OS_E2E_DAEMON_ARGS
-PORT=$(free_port) || die "no free TCP port found"
-URL=http://127.0.0.1:$PORT
-mkdir -p "$T/data" "$T/run"
-start_daemon || { tail -n 20 "$T/daemon.log" >&2; die "b3osd did not start"; }
+start_private_daemon
 unset B3OS_E2E_UPSTREAM_KEY
-KEY=$(cat "$T/data/admin.key")
-ALL_KEYS=("$KEY")
 info "b3osd pid $(daemon_pid) on $URL; upstreams good :$GOOD, slow :$SLOW, dead :$DEAD"
 
 # The racer: N threads call the model at once from inside a sandbox; prints the statuses.

@@ -330,6 +330,46 @@ stop_daemon() {
   rm -f "$T/daemon.pid"
 }
 
+# start_private_daemon: a free port ($PORT, $URL), the run's directories, b3osd started (the
+# suite dies with the log's tail when it does not come up), and its admin key in $ADMIN,
+# $KEY and $ALL_KEYS.
+start_private_daemon() {
+  PORT=$(free_port) || die "no free TCP port found"
+  URL=http://127.0.0.1:$PORT
+  mkdir -p "$T/data" "$T/run"
+  start_daemon || {
+    tail -n 20 "$T/daemon.log" >&2
+    die "b3osd did not start (log above)"
+  }
+  ADMIN=$(cat "$T/data/admin.key")
+  [[ $ADMIN == b3os_sk_* ]] || die "could not read the admin key"
+  KEY=$ADMIN
+  ALL_KEYS=("$ADMIN")
+}
+
+# finish_private_suite RC [--term-first]: the end of a suite with a private b3osd, for its EXIT
+# trap: everything of the run removed, the daemon's last log lines when anything failed, the
+# temp dir removed (kept with B3OS_E2E_KEEP=1); exits RC. --term-first: SIGTERM first, so that
+# b3osd removes its pool members itself (up to 60 s).
+finish_private_suite() {
+  local rc=$1 pid
+  set +e
+  trap - EXIT
+  if [ "${2:-}" = --term-first ]; then
+    pid=$(daemon_pid)
+    if [ -n "$pid" ] && kill -TERM "$pid" 2>/dev/null; then
+      for _ in $(seq 1 600); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    fi
+  fi
+  cleanup_everything
+  if [ "$rc" != 0 ] || [ "$(count_results FAIL)" != 0 ]; then
+    echo "# ---- last 40 lines of the b3osd log ($T/daemon.log) ----"
+    tail -n 40 "$T/daemon.log" 2>/dev/null | sed 's/^/# /'
+  fi
+  if [ "${B3OS_E2E_KEEP:-0}" = 1 ]; then echo "# kept $T"; else rm -rf "$T"; fi
+  exit "$rc"
+}
+
 # cleanup_everything: deletes every sandbox of the run through the API (while the daemon is
 # up), stops the daemon, then removes by hand whatever is left: runsc containers under
 # $T/run/runsc, b3os-shim processes of $T, cgroup directories of the run's sandbox ids.

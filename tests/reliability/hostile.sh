@@ -23,30 +23,9 @@ LOG_CAP_BYTES=$((3 << 20))  # sandbox.log and its one rotation (1 MiB each) with
 
 e2e_begin hostile curl jq python3
 
-on_exit() {
-  local rc=$?
-  set +e
-  trap - EXIT
-  cleanup_everything
-  if [ "$rc" != 0 ] || [ "$(count_results FAIL)" != 0 ]; then
-    echo "# ---- last 40 lines of the b3osd log ($T/daemon.log) ----"
-    tail -n 40 "$T/daemon.log" 2>/dev/null | sed 's/^/# /'
-  fi
-  if [ "${B3OS_E2E_KEEP:-0}" = 1 ]; then echo "# kept $T"; else rm -rf "$T"; fi
-  exit "$rc"
-}
-trap on_exit EXIT
+trap 'finish_private_suite $?' EXIT
 trap 'exit 130' INT TERM
-
-PORT=$(free_port) || die "no free TCP port found"
-URL=http://127.0.0.1:$PORT
-mkdir -p "$T/data" "$T/run"
-start_daemon || {
-  tail -n 20 "$T/daemon.log" >&2
-  die "b3osd did not start (log above)"
-}
-KEY=$(cat "$T/data/admin.key")
-ALL_KEYS=("$KEY")
+start_private_daemon
 info "b3osd pid $(daemon_pid) on $URL, temp dir $T"
 
 create_sandbox '{"template":"base","timeout_s":900}'
@@ -117,6 +96,9 @@ s_channel_garbage() {
   create_sandbox '{"template":"base"}'
   local id=$CID
   attack channel_garbage "$id" '{"cmd":"head -c 2000000 /dev/urandom > /proc/1/fd/1; head -c 2000000 /dev/urandom > /proc/1/fd/0; echo rc=$?","timeout_ms":30000}'
+  # The channel is a host socket only PID 1 holds: opening it again inside is refused.
+  check channel_garbage.refused "want both opens refused (ENXIO), got $(head -c 300 "$T/channel_garbage.json")" \
+    jq -e '[.stderr | scan("No such device or address")] | length == 2' "$T/channel_garbage.json"
   after channel_garbage "$id"
 }
 

@@ -38,39 +38,9 @@ B3OS_E2E_DAEMON_ARGS="--rate 2000 --burst 4000"
 
 e2e_begin leaks python3
 
-# shellcheck disable=SC2317 # on_exit runs from the EXIT trap
-on_exit() {
-  local rc=$?
-  set +e
-  trap - EXIT
-  # SIGTERM first: b3osd removes its pool members when it stops (up to 60 s); then
-  # cleanup_everything removes whatever is left.
-  local pid
-  pid=$(daemon_pid)
-  if [ -n "$pid" ] && kill -TERM "$pid" 2>/dev/null; then
-    for _ in $(seq 1 600); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-  fi
-  cleanup_everything
-  if [ "$rc" != 0 ]; then
-    echo "# ---- last 40 lines of the b3osd log ($T/daemon.log) ----"
-    tail -n 40 "$T/daemon.log" 2>/dev/null | sed 's/^/# /'
-  fi
-  if [ "${B3OS_E2E_KEEP:-0}" = 1 ]; then echo "# kept $T"; else rm -rf "$T"; fi
-  exit "$rc"
-}
-trap on_exit EXIT
+trap 'finish_private_suite $? --term-first' EXIT  # pool members removed by b3osd itself
 trap 'exit 130' INT TERM
-
-PORT=$(free_port) || die "no free TCP port found"
-URL=http://127.0.0.1:$PORT
-mkdir -p "$T/data" "$T/run"
-start_daemon || {
-  tail -n 20 "$T/daemon.log" >&2
-  die "b3osd did not start (log above)"
-}
-ADMIN=$(cat "$T/data/admin.key")
-[[ $ADMIN == b3os_sk_* ]] || die "could not read the admin key"
-ALL_KEYS=("$ADMIN")
+start_private_daemon
 info "b3osd pid $(daemon_pid) on $URL, temp dir $T; $CYCLES cycles by $WORKERS workers," \
   "--warm-pool $E2E_WARM_POOL --fork-pool $E2E_FORK_POOL"
 

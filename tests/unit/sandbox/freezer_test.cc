@@ -10,10 +10,7 @@
 #include <functional>
 #include <thread>
 
-#include "common/ids.h"
-#include "daemon/sandbox/service.h"
-#include "tests/fakes/fake_runtime.h"
-#include "tests/fakes/fake_store.h"
+#include "tests/unit/sandbox/service_fixture.h"
 
 namespace b3os::sandbox {
 namespace {
@@ -22,41 +19,16 @@ namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
-class FreezerTest : public ::testing::Test {
+class FreezerTest : public FakeServiceTest {
  protected:
   void SetUp() override {
-    tmp_ = fs::temp_directory_path() / ("b3os-freeze-" + random_base32(8));
-    cfg_.data_dir = (tmp_ / "data").string();
-    cfg_.run_dir = (tmp_ / "run").string();
-    cfg_.templates_dir_override = (tmp_ / "templates").string();
-    cfg_.agent_path = "/bin/true";
-    cfg_.warm_pool_size = 0;
-    cfg_.fork_pool_size = 0;
-    cfg_.template_checkpoints = "off";
+    FakeServiceTest::SetUp();
     cfg_.idle_freeze_ms = 100;
-    fs::create_directories(tmp_ / "templates/base/rootfs");
-    std::ofstream((tmp_ / "templates/base/.b3os-ready").string()) << "ok\n";
-    fs::create_directories(cfg_.data_dir);
-    p_ = {"prj_a", "key_a"};
   }
   void TearDown() override {
     svc_.reset();
     EXPECT_EQ(rt_.frozen_violations(), 0) << "frames or verbs reached a frozen sandbox";
-    fs::remove_all(tmp_);
-  }
-  void start() {
-    svc_ = std::make_unique<SandboxService>(cfg_, rt_, shims_, store_);
-    ASSERT_TRUE(svc_->recover());
-  }
-  std::string create(SandboxSpec spec = {}) {
-    Timing t;
-    auto r = svc_->create(p_, spec, t);
-    EXPECT_TRUE(r) << r.error().message;
-    return r ? (*r)["id"].get<std::string>() : "";
-  }
-  std::string status(const std::string& id) {
-    auto g = svc_->get(p_, id);
-    return g ? (*g)["status"].get<std::string>() : "error: " + g.error().message;
+    FakeServiceTest::TearDown();
   }
   bool wait_for(const std::function<bool()>& cond, std::chrono::milliseconds limit = 3s) {
     const auto end = Clock::now() + limit;
@@ -77,14 +49,6 @@ class FreezerTest : public ::testing::Test {
   }
   uint64_t freezes(const std::string& id) { return svc_->freeze_counts(id).value_or(std::make_pair(0, 0)).first; }
   uint64_t thaws(const std::string& id) { return svc_->freeze_counts(id).value_or(std::make_pair(0, 0)).second; }
-
-  fs::path tmp_;
-  Config cfg_;
-  fakes::FakeRuntime rt_;
-  fakes::FakeShims shims_;
-  fakes::FakeStore store_;
-  std::unique_ptr<SandboxService> svc_;
-  Principal p_;
 };
 
 TEST_F(FreezerTest, AnIdleSandboxIsFrozenAfterTheGraceAndThawedForAnExec) {

@@ -8,10 +8,7 @@
 #include <future>
 #include <thread>
 
-#include "common/ids.h"
-#include "daemon/sandbox/service.h"
-#include "tests/fakes/fake_runtime.h"
-#include "tests/fakes/fake_store.h"
+#include "tests/unit/sandbox/service_fixture.h"
 
 namespace b3os::sandbox {
 namespace {
@@ -20,40 +17,8 @@ namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
-class LifecycleTest : public ::testing::Test {
+class LifecycleTest : public FakeServiceTest {
  protected:
-  void SetUp() override {
-    tmp_ = fs::temp_directory_path() / ("b3os-life-" + random_base32(8));
-    cfg_.data_dir = (tmp_ / "data").string();
-    cfg_.run_dir = (tmp_ / "run").string();
-    cfg_.templates_dir_override = (tmp_ / "templates").string();
-    cfg_.agent_path = "/bin/true";
-    cfg_.warm_pool_size = 0;
-    cfg_.fork_pool_size = 0;
-    cfg_.template_checkpoints = "off";
-    fs::create_directories(tmp_ / "templates/base/rootfs");
-    std::ofstream((tmp_ / "templates/base/.b3os-ready").string()) << "ok\n";
-    fs::create_directories(cfg_.data_dir);
-    p_ = {"prj_a", "key_a"};
-  }
-  void TearDown() override {
-    svc_.reset();
-    fs::remove_all(tmp_);
-  }
-  void start() {
-    svc_ = std::make_unique<SandboxService>(cfg_, rt_, shims_, store_);
-    ASSERT_TRUE(svc_->recover());
-  }
-  std::string create(SandboxSpec spec = {}) {
-    Timing t;
-    auto r = svc_->create(p_, spec, t);
-    EXPECT_TRUE(r) << r.error().message;
-    return r ? (*r)["id"].get<std::string>() : "";
-  }
-  std::string status(const std::string& id) {
-    auto g = svc_->get(p_, id);
-    return g ? (*g)["status"].get<std::string>() : "error: " + g.error().message;
-  }
   /// Nothing of any sandbox but `keep` is on the (fake) host: containers, shims, directories.
   void expect_only(const std::set<std::string>& keep) {
     if (svc_) svc_->settle();  // an ended sandbox is released just after the answer
@@ -70,14 +35,6 @@ class LifecycleTest : public ::testing::Test {
     EXPECT_EQ(disks, keep) << "disks";
   }
   size_t records() { return store_.sandboxes().size(); }
-
-  fs::path tmp_;
-  Config cfg_;
-  fakes::FakeRuntime rt_;
-  fakes::FakeShims shims_;
-  fakes::FakeStore store_;
-  std::unique_ptr<SandboxService> svc_;
-  Principal p_;
 };
 
 TEST_F(LifecycleTest, EveryTransitionOfAHappyLife) {
