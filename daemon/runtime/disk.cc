@@ -22,6 +22,10 @@ using namespace std::chrono_literals;
 
 namespace {
 
+// A host out of room (space, quota, loop devices) is the node's capacity, 503 with a retry:
+// the user can do nothing about it but wait or go elsewhere.
+ErrorCode code_for(int err) { return err == ENOSPC || err == EDQUOT ? ErrorCode::kCapacityUnavailable : ErrorCode::kInternal; }
+
 // Attaches `image_fd` to a free loop device with autoclear (the device is let go once the
 // filesystem on it is unmounted) and direct I/O on the image (its data is cached once, in the
 // filesystem above, not again as the image's page cache). Returns the device's open fd and
@@ -32,7 +36,7 @@ Result<std::pair<UniqueFd, std::string>> attach_loop(int image_fd, const std::st
   // Another process may take the free device between the two calls: then ask again.
   for (int attempt = 0; attempt < 16; ++attempt) {
     const int n = ::ioctl(ctl.get(), LOOP_CTL_GET_FREE);
-    if (n < 0) return fail(errno_error(ErrorCode::kInternal, "no free loop device (LOOP_CTL_GET_FREE)", errno));
+    if (n < 0) return fail(errno_error(ErrorCode::kCapacityUnavailable, "no free loop device on the host (LOOP_CTL_GET_FREE)", errno));
     const std::string dev = "/dev/loop" + std::to_string(n);
     UniqueFd loop(::open(dev.c_str(), O_RDWR | O_CLOEXEC));
     if (!loop) {
@@ -62,7 +66,7 @@ Result<std::pair<UniqueFd, std::string>> attach_loop(int image_fd, const std::st
     }
     return std::pair{std::move(loop), dev};
   }
-  return fail(ErrorCode::kInternal, "no free loop device after 16 tries (another process takes them)");
+  return fail(ErrorCode::kCapacityUnavailable, "no free loop device on the host after 16 tries (another process takes them)");
 }
 
 bool is_mount_point(const std::string& path) {
@@ -84,7 +88,7 @@ Result<std::string> make_disk(const DiskConfig& cfg, const std::string& id, int 
   const DiskPaths p = disk_paths(cfg, id);
   std::error_code ec;
   fs::create_directories(cfg.dir, ec);
-  if (::mkdir(p.dir.c_str(), 0700) != 0) return fail(errno_error(ErrorCode::kInternal, "creating " + p.dir, errno));
+  if (::mkdir(p.dir.c_str(), 0700) != 0) return fail(errno_error(code_for(errno), "creating " + p.dir, errno));
   bool mounted = false;
   auto undo = [&](Error e) -> Result<std::string> {
     if (mounted) ::umount2(p.mount.c_str(), MNT_DETACH);
@@ -93,12 +97,12 @@ Result<std::string> make_disk(const DiskConfig& cfg, const std::string& id, int 
     e.wrap("disk of " + id);
     return fail(std::move(e));
   };
-  if (::mkdir(p.mount.c_str(), 0700) != 0) return undo(errno_error(ErrorCode::kInternal, "creating " + p.mount, errno));
+  if (::mkdir(p.mount.c_str(), 0700) != 0) return undo(errno_error(code_for(errno), "creating " + p.mount, errno));
   UniqueFd image(::open(p.image.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
-  if (!image) return undo(errno_error(ErrorCode::kInternal, "creating " + p.image, errno));
+  if (!image) return undo(errno_error(code_for(errno), "creating " + p.image, errno));
   // Sparse: the host's disk is used as the sandbox writes, never more than gib.
   if (::ftruncate(image.get(), int64_t(gib) << 30) != 0)
-    return undo(errno_error(ErrorCode::kInternal, "sizing " + p.image, errno));
+    return undo(errno_error(code_for(errno), "sizing " + p.image, errno));
   // No journal (the disk lives no longer than its sandbox, which a host crash ends anyway),
   // no reserved blocks (all of disk_gib is the sandbox's), inode tables left uninitialised
   // (mkfs writes a few MB and takes ~30 ms, at any size).
@@ -106,8 +110,11 @@ Result<std::string> make_disk(const DiskConfig& cfg, const std::string& id, int 
                         p.image},
                        60s);
   if (!made) return undo(made.error());
-  if (made->exit_code != 0)
-    return undo(Error{ErrorCode::kInternal, cfg.mkfs + " failed (exit " + std::to_string(made->exit_code) + "): " + made->output, 0});
+  if (made->exit_code != 0) {
+    const bool full = made->output.find("No space left") != std::string::npos;
+    return undo(Error{full ? ErrorCode::kCapacityUnavailable : ErrorCode::kInternal,
+                      cfg.mkfs + " failed (exit " + std::to_string(made->exit_code) + "): " + made->output, full ? ENOSPC : 0});
+  }
   auto loop = attach_loop(image.get(), p.image);
   if (!loop) return undo(loop.error());
   // noinit_itable: the kernel does not zero the inode tables behind the sandbox's back;

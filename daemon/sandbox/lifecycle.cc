@@ -44,8 +44,9 @@ Result<State> Lifecycle::transition(LiveSandbox& s, Transition t) {
   return next;
 }
 
-Result<void> Lifecycle::persist(LiveSandbox& s) {
-  std::lock_guard order(s.persist_mu);
+// The record as it is to be written, its last activity included (the caller holds
+// persist_mu, which orders this record's writes).
+static store::SandboxRecord record_to_save(LiveSandbox& s) {
   store::SandboxRecord copy;
   {
     std::lock_guard lk(s.mu);
@@ -53,7 +54,12 @@ Result<void> Lifecycle::persist(LiveSandbox& s) {
   }
   copy.last_activity_ms = s.last_activity_ms.load();
   s.persisted_activity_ms = copy.last_activity_ms;
-  return store_.put_sandbox(copy);
+  return copy;
+}
+
+Result<void> Lifecycle::persist(LiveSandbox& s) {
+  std::lock_guard order(s.persist_mu);
+  return store_.put_sandbox(record_to_save(s));
 }
 
 void Lifecycle::touch(LiveSandbox& s) {
@@ -118,9 +124,6 @@ Error Lifecycle::explain(LiveSandbox& s, Error e) {
 
 bool Lifecycle::finish(const std::shared_ptr<LiveSandbox>& s, Transition end, store::StopReason reason,
                        const std::string& message) {
-  // Thawed, and never frozen again: a frozen process cannot die (destroy thaws too, but a
-  // freeze must not slip in between).
-  Awake a = awake(*s);
   {
     std::lock_guard lk(s->mu);
     auto next = next_state(s->rec.state, end, s->id);
@@ -187,17 +190,8 @@ Result<void> Lifecycle::publish(const std::vector<std::shared_ptr<LiveSandbox>>&
       saved = fail(up.error());
       break;
     }
-    store::SandboxRecord copy;
-    {
-      std::lock_guard lk(s->mu);
-      copy = s->rec;
-    }
-    copy.last_activity_ms = s->last_activity_ms.load();
-    {
-      std::lock_guard order(s->persist_mu);
-      s->persisted_activity_ms = copy.last_activity_ms;
-    }
-    recs.push_back(std::move(copy));
+    std::lock_guard order(s->persist_mu);  // not shared yet: never waits
+    recs.push_back(record_to_save(*s));
   }
   if (saved) saved = store_.put_sandboxes(recs);
   if (!saved) {
