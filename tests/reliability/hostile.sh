@@ -64,19 +64,22 @@ attack() {
   wait "$pid" || true
 }
 
-# after NAME ID: the daemon is alive and the attacker is running, or failed with a message.
+# after NAME ID [running]: the daemon is alive and the attacker is running, or failed with a
+# message (only running, with a third argument: an attack the sandbox must live through).
 after() {
-  local name=$1 id=$2
+  local name=$1 id=$2 must_run=${3:-}
   check "$name.daemon_alive" "b3osd died" daemon_alive
   api GET "/v1/sandboxes/$id"
   local status msg
   status=$(j .status)
   msg=$(j '.stop_message // empty')
-  if [ "$status" = running ] || { [ "$status" = failed ] && [ -n "$msg" ]; }; then
+  if [ "$status" = running ] || { [ -z "$must_run" ] && [ "$status" = failed ] && [ -n "$msg" ]; }; then
     pass "$name.attacker_state"
     info "$name: attacker is $status${msg:+ ($msg)}"
   else
-    fail "$name.attacker_state" "want running, or failed with a stop_message; got $(snip)"
+    local want="running, or failed with a stop_message"
+    [ -z "$must_run" ] || want="running (it must live through this)"
+    fail "$name.attacker_state" "want $want; got $(snip)"
   fi
 }
 
@@ -87,7 +90,7 @@ s_stderr_flood() {
   local size
   size=$(cat "$T/run/sandboxes/$id"/sandbox.log* 2>/dev/null | wc -c)
   check stderr_flood.log_capped "sandbox.log grew to $size bytes (cap $LOG_CAP_BYTES)" test "$size" -le "$LOG_CAP_BYTES"
-  after stderr_flood "$id"
+  after stderr_flood "$id" running
   run_exec "$id" '{"cmd":"echo alive"}'
   check stderr_flood.still_serves "exec after the flood: $(snip)" okj 200 '.stdout == "alive\n"'
 }
@@ -99,7 +102,7 @@ s_channel_garbage() {
   # The channel is a host socket only PID 1 holds: opening it again inside is refused.
   check channel_garbage.refused "want both opens refused (ENXIO), got $(head -c 300 "$T/channel_garbage.json")" \
     jq -e '[.stderr | scan("No such device or address")] | length == 2' "$T/channel_garbage.json"
-  after channel_garbage "$id"
+  after channel_garbage "$id" running
 }
 
 s_stdout_flood() {
@@ -110,7 +113,7 @@ s_stdout_flood() {
   st=$(cat "$T/stdout_flood.status")
   check stdout_flood.answered "want 200 with stdout cut at the cap, got HTTP $st $(head -c 200 "$T/stdout_flood.json")" \
     jq -e '.stdout_truncated == true and .timed_out == true' "$T/stdout_flood.json"
-  after stdout_flood "$id"
+  after stdout_flood "$id" running
 }
 
 s_fork_bomb() {
@@ -135,7 +138,7 @@ s_disk() {
   attack disk "$id" '{"cmd":"dd if=/dev/zero of=/root/fill bs=1M count=1500 2>&1 | grep -o \"No space left on device\" | head -n 1; sync","timeout_ms":60000}'
   check disk.enospc "want dd to stop at No space left on device, got $(head -c 300 "$T/disk.json")" \
     jq -e '.stdout | test("No space left")' "$T/disk.json"
-  after disk "$id"
+  after disk "$id" running
   run_exec "$id" '{"cmd":"rm -f /root/fill; echo freed"}'
   check disk.still_serves "exec after the disk filled: $(snip)" okj 200 '.stdout == "freed\n"'
 }
@@ -148,7 +151,7 @@ s_many_files() {
   attack many_files "$id" '{"cmd":"ls /proc/*/fd 2>/dev/null | wc -l; echo alive","timeout_ms":30000}'
   check many_files.still_serves "exec while 20000 files are open: $(head -c 300 "$T/many_files.json")" \
     jq -e '.stdout | test("alive")' "$T/many_files.json"
-  after many_files "$id"
+  after many_files "$id" running
 }
 
 run_section s_stderr_flood
