@@ -13,7 +13,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import PrivateDaemon, server_timing  # noqa: E402
+from harness import PrivateDaemon, pids_where, server_timing  # noqa: E402
 
 
 def pss_kb(pid):
@@ -28,17 +28,7 @@ def pss_kb(pid):
 
 
 def pids_of(needle):
-    out = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            cmd = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if needle in cmd:
-            out.append(int(pid))
-    return out
+    return pids_where(lambda cmd: needle in cmd)
 
 
 def main():

@@ -49,6 +49,21 @@ def server_timing(resp):
     return out
 
 
+def pids_where(match):
+    """Pids of the host processes whose command line (space-joined) satisfies match(cmd)."""
+    out = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            cmd = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if match(cmd):
+            out.append(int(pid))
+    return out
+
+
 class PrivateDaemon:
     """`with PrivateDaemon(bindir, templates, ["--warm-pool", "0"]) as d:` then d.client, d.tmp,
     d.runsc_root. On exit: SIGTERM, every container of its runsc root deleted, its dir removed."""

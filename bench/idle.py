@@ -20,7 +20,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import PrivateDaemon  # noqa: E402
+from harness import PrivateDaemon, pids_where  # noqa: E402
 
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -42,17 +42,7 @@ def threads_used():
 
 def sandbox_pids(tmp):
     """Host processes of the daemon's sandboxes: runsc (sandbox, gofer) under its root, and shims."""
-    out = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            cmd = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if tmp in cmd and ("runsc" in cmd or "b3os-shim" in cmd):
-            out.append(int(pid))
-    return out
+    return pids_where(lambda cmd: tmp in cmd and ("runsc" in cmd or "b3os-shim" in cmd))
 
 
 def cpu_ticks(pids):
