@@ -32,7 +32,9 @@ pkgs=(
   libboost1.81-dev nlohmann-json3-dev libsqlite3-dev sqlite3 libspdlog-dev libfmt-dev
   libcli11-dev libexpected-dev libgtest-dev libgmock-dev libssl-dev
   clang libclang-rt-14-dev
-  runsc debootstrap iproute2 nftables ethtool
+  runsc debootstrap iproute2 nftables ethtool conntrack
+  libc-ares-dev libldns-dev  # egress: the resolver (upstream queries with TTLs; DNS packets)
+  dnsmasq-base openssl  # network tests: the fake internet's resolver and its test CA
   curl jq python3 ca-certificates procps psmisc util-linux e2fsprogs
   python3-yaml python3-jsonschema  # tests/e2e/openapi_check.py: responses against docs/openapi.yaml
   nodejs  # the recipes' TypeScript tab (run.mjs); needs node 20, else those checks say SKIP and why
