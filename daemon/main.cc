@@ -22,6 +22,7 @@
 #include "daemon/runtime/runsc.h"
 #include "daemon/runtime/shims.h"
 #include "daemon/sandbox/config.h"
+#include "daemon/net/host_network.h"
 #include "daemon/sandbox/service.h"
 #include "daemon/store/store.h"
 #include "daemon/sys/process.h"
@@ -164,6 +165,24 @@ int main(int argc, char** argv) {
                  "a model for the gateway (repeatable): ID=http://HOST:PORT/v1[,upstream=NAME][,in=USD_PER_M]"
                  "[,out=USD_PER_M][,key-env=VAR][,key-file=PATH][,max-output=N][,timeout=S][,default]");
   app.add_option("--models-file", models_file, "JSON file of models: {\"models\": [{\"id\", \"base_url\", ...}]}");
+  std::string network_mode = "on";
+  std::string net_uplinks = "10.201.0.0/16";
+  std::vector<std::string> dns_upstreams;
+  app.add_option("--network", network_mode,
+                 "sandbox networks for egress public and allowlist: on (a namespace, firewall, resolver and proxy "
+                 "per sandbox), off (only egress deny works; others answer 503)")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
+  app.add_option("--net-uplinks", net_uplinks,
+                 "IPv4 range for sandboxes' uplinks, a /30 each (its first /30: the resolver and proxy); one per b3osd on a host")
+      ->capture_default_str();
+  app.add_option("--dns-upstream", dns_upstreams,
+                 "resolver b3osd asks for sandboxes, IPv4[:port] (repeatable; default: the host's /etc/resolv.conf)");
+  app.add_option("--net-warm-pool", cfg.net_warm_pool_size, "booted base sandboxes with a network kept ready (0: none)")
+      ->capture_default_str();
+  app.add_option("--net-fork-pool", cfg.net_fork_pool_size,
+                 "created containers with a network kept for forks of networked sandboxes (0: none)")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
   auto colon = listen.rfind(':');
@@ -267,7 +286,33 @@ int main(int argc, char** argv) {
     if (auto b = gw.budgets().look(budget_id)) return micros_to_usd(b->spent_micros);
     return std::nullopt;
   };
-  sandbox::SandboxService sandboxes(cfg, runsc, shims, **store, hooks);
+  // Sandbox networks: set up before any sandbox is recovered (their egress is applied again).
+  std::unique_ptr<net::HostNetwork> network;
+  if (network_mode == "on") {
+    net::HostNetworkConfig ncfg;
+    ncfg.run_dir = cfg.run_dir;
+    auto range = net::parse_cidr(net_uplinks);
+    if (!range || range->prefix > 28 || range->prefix < 8) {
+      std::cerr << "b3osd: --net-uplinks must be an IPv4 network from /8 to /28 (e.g. 10.201.0.0/16), got " << net_uplinks
+                << "\n";
+      return 2;
+    }
+    ncfg.layout.uplinks = *range;
+    for (auto& u : dns_upstreams) {
+      auto up = net::parse_dns_upstream(u);
+      if (!up) {
+        std::cerr << "b3osd: --dns-upstream: " << up.error().message << "\n";
+        return 2;
+      }
+      ncfg.dns_upstreams.push_back(*up);
+    }
+    network = std::make_unique<net::HostNetwork>(std::move(ncfg));
+    if (auto r = network->start(); !r) {
+      std::cerr << "b3osd: sandbox networks: " << r.error().message << "\n";
+      return 1;
+    }
+  }
+  sandbox::SandboxService sandboxes(cfg, runsc, shims, **store, hooks, network.get());
   gateway::Relay relay(&gw, [&sandboxes](const std::string& id) -> std::optional<gateway::SandboxGrant> {
     auto g = sandboxes.model_grant(id);
     if (!g) return std::nullopt;

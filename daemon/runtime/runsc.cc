@@ -95,20 +95,39 @@ std::string oci_config(const ContainerSpec& spec, const RuntimeConfig& cfg) {
          {"source", spec.agent_path},
          {"options", {"rbind", "ro"}}}}},
       {"linux",
-       {{"namespaces", {{{"type", "pid"}}, {{"type", "ipc"}}, {{"type", "uts"}}, {{"type", "mount"}}, {{"type", "network"}}}},
+       {{"namespaces", {{{"type", "pid"}}, {{"type", "ipc"}}, {{"type", "uts"}}, {{"type", "mount"}},
+                        spec.netns_path.empty() ? json{{"type", "network"}}
+                                                : json{{"type", "network"}, {"path", spec.netns_path}}}},
         {"cgroupsPath", "/b3os/" + spec.id},
         {"resources",
          {{"memory", {{"limit", mem_bytes}}},
           {"pids", {{"limit", 32768}}}}}}},
   };
+  if (!spec.netns_path.empty() && !spec.resolv_conf.empty())
+    c["mounts"].push_back({{"destination", "/etc/resolv.conf"},
+                           {"type", "bind"},
+                           {"source", spec.resolv_conf},
+                           {"options", {"rbind", "ro"}}});
   return c.dump(2);
 }
 
-std::vector<std::string> Runsc::base_argv(const std::string& disk_dir) const {
+std::vector<std::string> Runsc::base_argv(const std::string& disk_dir, bool network) const {
   std::vector<std::string> a = {cfg_.runsc, "--root", cfg_.root_dir, "--platform", cfg_.platform,
                                 "--overlay2", disk_dir.empty() ? "root:memory" : "root:dir=" + disk_dir,
-                                "--network", "none"};
+                                "--network", network ? "sandbox" : "none"};
   return a;
+}
+
+bool Runsc::networked(const std::string& id) const {
+  std::lock_guard lk(networked_mu_);
+  return networked_.count(id) > 0;
+}
+
+std::vector<std::string> Runsc::with_private_sysnet(std::vector<std::string> argv) {
+  std::vector<std::string> out = {"unshare", "--mount", "--propagation", "private", "--", "sh", "-c",
+                                  "mount -t tmpfs -o size=4k b3os-sysnet /proc/sys/net && exec \"$@\"", "sh"};
+  out.insert(out.end(), argv.begin(), argv.end());
+  return out;
 }
 
 Result<std::string> Runsc::make_disk(const std::string& id, int gib) { return runtime::make_disk(cfg_.disks, id, gib); }
@@ -130,7 +149,8 @@ Result<void> Runsc::create(const ContainerSpec& spec, int stdio_fd) {
 
   // The overlay's medium is fixed here, for the sandbox's life: runsc create opens the
   // overlay's file in disk_dir and hands it to the sandbox (a restore later reuses it).
-  auto argv = base_argv(spec.disk_dir);
+  const bool network = !spec.netns_path.empty();
+  auto argv = base_argv(spec.disk_dir, network);
   if (cfg_.debug) {
     argv.push_back("--debug");
     argv.push_back("--debug-log=" + spec.bundle_dir + "/runsc-debug/");
@@ -145,6 +165,10 @@ Result<void> Runsc::create(const ContainerSpec& spec, int stdio_fd) {
     std::string why = tail_of_file(spec.log_path, 600);
     (void)destroy(spec.id);
     return fail(ErrorCode::kInternal, "runsc create failed (exit " + std::to_string(*code) + "): " + why);
+  }
+  if (network) {
+    std::lock_guard lk(networked_mu_);
+    networked_.insert(spec.id);
   }
   return {};
 }
@@ -217,11 +241,13 @@ Result<void> Runsc::checkpoint(const std::string& id, const std::string& image_d
 }
 
 Result<void> Runsc::restore(const std::string& id, const std::string& bundle_dir, const std::string& image_dir) {
-  if (direct_control()) return restore_direct(id, image_dir);
+  const bool network = networked(id);
+  if (direct_control() && !network) return restore_direct(id, image_dir);
   // The CLI's restore makes the sandbox itself: the same medium as the create.
   const DiskPaths disk = disk_paths(cfg_.disks, id);
-  auto argv = base_argv(::access(disk.image.c_str(), F_OK) == 0 ? disk.mount : "");
+  auto argv = base_argv(::access(disk.image.c_str(), F_OK) == 0 ? disk.mount : "", network);
   argv.insert(argv.end(), {"restore", "--detach", "--image-path", image_dir, "--bundle", bundle_dir, id});
+  if (network) argv = with_private_sysnet(std::move(argv));
   auto r = sys::run(argv, 120s);
   if (!r) return fail(r.error());
   if (r->exit_code != 0) return fail(ErrorCode::kInternal, "runsc restore " + id + " failed: " + r->output);
@@ -261,9 +287,11 @@ Result<void> Runsc::resume(const std::string& id) {
 }
 
 Result<void> Runsc::start(const std::string& id) {
-  if (direct_control()) return start_direct(id);
-  auto argv = base_argv();
+  const bool network = networked(id);
+  if (direct_control() && !network) return start_direct(id);
+  auto argv = base_argv("", network);
   argv.insert(argv.end(), {"start", id});
+  if (network) argv = with_private_sysnet(std::move(argv));
   auto r = sys::run(argv, 30s);
   if (!r) return fail(r.error());
   if (r->exit_code != 0) return fail(ErrorCode::kInternal, "runsc start failed: " + r->output);
@@ -350,6 +378,8 @@ Result<void> Runsc::destroy(const std::string& id) {
     return fail(ErrorCode::kInternal, "runsc delete " + id + " failed: " + r->output);
   }
   remove_cgroups(id);
+  std::lock_guard lk(networked_mu_);
+  networked_.erase(id);
   return {};
 }
 

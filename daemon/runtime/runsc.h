@@ -6,6 +6,7 @@
 #include <chrono>
 #include <functional>
 #include <mutex>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -94,7 +95,11 @@ class Runsc : public Runtime {
   /// the root overlay's writable layer goes (`--overlay2 root:dir=...`), empty for memory: it
   /// matters to the verbs that make a sandbox (create, and restore by the CLI); the others
   /// only find the container and are given the memory form.
-  std::vector<std::string> base_argv(const std::string& disk_dir = "") const;
+  /// `network`: the container has a namespace of its own (--network=sandbox).
+  std::vector<std::string> base_argv(const std::string& disk_dir = "", bool network = false) const;
+  /// Whether `id` was created with a network (start and restore then go through the CLI,
+  /// which sets the sandbox's interfaces up from its namespace).
+  bool networked(const std::string& id) const;
 
  private:
   // The direct forms of start, restore and checkpoint (control.h).
@@ -113,7 +118,15 @@ class Runsc : public Runtime {
   std::string state_path(const std::string& id) const;
   std::string lock_path(const std::string& id) const;
 
+  /// The CLI form of a verb on a networked container: runsc refuses to set up a network when
+  /// /proc/sys/net/core/rmem_default exists (its test for the host's namespace, true of every
+  /// namespace on Linux 6.x), so the CLI runs in a mount namespace of its own with a tmpfs
+  /// over /proc/sys/net (ARCHITECTURE.md, quirk 1).
+  static std::vector<std::string> with_private_sysnet(std::vector<std::string> argv);
+
   RuntimeConfig cfg_;
+  mutable std::mutex networked_mu_;
+  std::set<std::string> networked_;  // guarded by networked_mu_
   std::once_flag control_once_;
   bool direct_ = false;
 };

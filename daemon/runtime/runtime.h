@@ -32,6 +32,11 @@ struct ContainerSpec {
   /// Where the root overlay's writable layer lives: the directory make_disk returned (a
   /// filesystem of the sandbox's own, sized disk_gib). Empty: in the sandbox's memory.
   std::string disk_dir;
+  /// The network namespace the sandbox joins (runsc --network=sandbox takes its eth0); empty:
+  /// no network at all (--network=none).
+  std::string netns_path;
+  /// With a network: the host file bind-mounted read-only at /etc/resolv.conf.
+  std::string resolv_conf;
 };
 
 /// What the runtime says of a container.

@@ -208,8 +208,18 @@ Result<json> Checkpoints::fork(const Principal& p, const std::string& id, int co
         l.memory_mib = base.memory_mib;
         l.disk_gib = base.disk_gib;  // its own disk, as large as the source's, filled by the restore
         l.image = image.path();
+        l.network = base.egress_mode != "deny";  // a namespace of its own, same inner addresses
         Stopwatch w;
         outcomes[i].sandbox = pools_.launch(l, outcomes[i].timing, w);
+        // The source's egress, in the fork's own namespace, before anyone can reach it.
+        if (outcomes[i].sandbox && l.network) {
+          if (auto r = lifecycle_.apply_egress(**outcomes[i].sandbox, {base.egress_mode, base.egress_allow}); !r) {
+            lifecycle_.discard(**outcomes[i].sandbox);
+            outcomes[i].sandbox = fail(r.error());
+          } else {
+            outcomes[i].timing.lap("egress", w);
+          }
+        }
       });
     }
     for (auto& w : workers) w.join();

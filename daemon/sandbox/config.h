@@ -21,6 +21,10 @@ struct Config {
   int max_sandboxes_per_node = 256;    // 503 capacity_unavailable
   int warm_pool_size = 2;  // booted `base` sandboxes kept ready for non-forkable creates
   int fork_pool_size = 3;
+  // The same two pools for sandboxes with a network of their own (egress public, allowlist):
+  // a namespace and its container, ready.
+  int net_warm_pool_size = 1;
+  int net_fork_pool_size = 1;
   /// A running sandbox whose agent reported it idle (nothing but the agent alive, no stream
   /// open) and that no operation holds awake is frozen after this long (freezer.h); 0 never.
   int idle_freeze_ms = 1500;  // created, not started containers kept for forks, snapshot restores and boots

@@ -61,6 +61,8 @@ void Launcher::release(const std::string& id, pid_t shim_pid) {
   // After the container: its sentry holds the overlay's file on the disk until it is gone. A
   // disk whose container could not be destroyed is detached and freed when that one ends.
   if (auto r = rt_.remove_disk(id); !r) spdlog::warn("sandbox {}: {}", id, r.error().message);
+  // After the container too: its sandbox process holds the namespace until it is gone.
+  if (network_) network_->release(id);
   const std::string dir = dir_of(id);
   shims_.stop(dir, shim_pid);
   std::error_code ec;
@@ -68,6 +70,15 @@ void Launcher::release(const std::string& id, pid_t shim_pid) {
   if (ec) spdlog::warn("sandbox {}: removing {}: {}", id, dir, ec.message());
   std::lock_guard lk(owned_mu_);
   owned_.erase(id);
+}
+
+Result<void> Launcher::apply_egress(LiveSandbox& s, const net::EgressPolicy& policy) {
+  if (!s.networked || !network_) return {};
+  std::lock_guard lk(s.egress_mu);
+  if (s.egress_applied && s.egress_applied->mode == policy.mode && s.egress_applied->allow == policy.allow) return {};
+  if (auto r = network_->apply(s.id, policy); !r) return r;
+  s.egress_applied = policy;
+  return {};
 }
 
 void Launcher::adopt(const std::string& id) {
@@ -80,7 +91,8 @@ bool Launcher::owns(const std::string& id) {
   return owned_.count(id) > 0;
 }
 
-Launcher::Launcher(const Config& cfg, runtime::Runtime& rt, runtime::Shims& shims) : cfg_(cfg), rt_(rt), shims_(shims) {
+Launcher::Launcher(const Config& cfg, runtime::Runtime& rt, runtime::Shims& shims, net::Network* network)
+    : cfg_(cfg), rt_(rt), shims_(shims), network_(network) {
   for (size_t i = 0; i < kCleaners; ++i) cleaners_.emplace_back([this] { clean(); });
 }
 
@@ -201,6 +213,17 @@ Result<Precreated> Launcher::precreate(const LaunchRequest& l, Timing& t, Stopwa
     s->disk_gib = gib;
     t.lap("disk", sw);
   }
+  // A network of its own: the namespace exists before the container, which joins it.
+  if (l.network) {
+    if (!network_)
+      return undo(Error{ErrorCode::kProductUnavailable, "this b3osd runs without sandbox networks (--network off)"});
+    auto slot = network_->prepare(s->id);
+    if (!slot) return undo(slot.error());
+    cs.netns_path = slot->netns_path;
+    cs.resolv_conf = network_->resolv_conf();
+    s->networked = true;
+    t.lap("network", sw);
+  }
   if (auto r = rt_.create(cs, agent_end.get()); !r) return undo(r.error());
   t.lap("create", sw);
   return pc;
@@ -239,6 +262,11 @@ Result<std::shared_ptr<LiveSandbox>> Launcher::launch(const LaunchRequest& l, st
   } else {
     if (auto r = rt_.restore(s->id, dir_of(s->id), l.image); !r) return undo(r.error());
     t.lap("restore", sw);
+  }
+  // runsc took eth0 at the start or restore; the namespace's own links come up now.
+  if (s->networked) {
+    if (auto r = network_->activate(s->id); !r) return undo(r.error());
+    t.lap("network_up", sw);
   }
   s->channel = attach(std::move(pc.daemon_end), s);
   if (l.image.empty()) {

@@ -18,6 +18,7 @@
 #include "common/result.h"
 #include "common/unique_fd.h"
 #include "daemon/agentlink/channel.h"
+#include "daemon/net/network.h"
 #include "daemon/runtime/runtime.h"
 #include "daemon/sandbox/config.h"
 #include "daemon/sandbox/live.h"
@@ -32,6 +33,7 @@ struct LaunchRequest {
   int disk_gib = 1;       // the size of its disk (when the root overlay is on disk)
   std::string image;      // checkpoint directory to restore; empty: boot
   bool from_pool = true;  // may take a pre-created container (the pool's own refills may not)
+  bool network = false;   // a namespace of its own (egress public or allowlist): net::Network
 };
 
 /// A container created (its shim holding the channel) but not started yet.
@@ -46,7 +48,8 @@ class Launcher {
   /// thread); `incoming(id, stream)` takes streams the agent opens.
   using ClosedHandler = std::function<void(const std::string& id, const std::string& why)>;
   using IncomingHandler = std::function<void(const std::string& id, std::shared_ptr<agentlink::Stream>)>;
-  Launcher(const Config& cfg, runtime::Runtime& rt, runtime::Shims& shims);
+  /// `network`: the node's sandbox networks; null when it has none (networked launches fail).
+  Launcher(const Config& cfg, runtime::Runtime& rt, runtime::Shims& shims, net::Network* network = nullptr);
   ~Launcher();
   void set_handlers(ClosedHandler closed, IncomingHandler incoming) {
     closed_ = std::move(closed);
@@ -83,6 +86,10 @@ class Launcher {
   /// the one recorded in its directory.
   void release(const std::string& id, pid_t shim_pid);
   std::string dir_of(const std::string& id) const { return cfg_.sandboxes_dir() + "/" + id; }
+  net::Network* network() const { return network_; }
+  /// Sets a networked sandbox's egress (and remembers it in `s`, so a claim that wants what
+  /// a pool member already has skips the firewall).
+  Result<void> apply_egress(LiveSandbox& s, const net::EgressPolicy& policy);
   /// The disk a launch of `l` gets: disk_gib, or 0 when the root overlay is in memory.
   int disk_for(const LaunchRequest& l) const { return cfg_.runtime.root_overlay == "memory" ? 0 : l.disk_gib; }
 
@@ -98,6 +105,7 @@ class Launcher {
   const Config& cfg_;
   runtime::Runtime& rt_;
   runtime::Shims& shims_;
+  net::Network* network_;
   ClosedHandler closed_;
   IncomingHandler incoming_;
 

@@ -268,7 +268,13 @@ Result<json> Lifecycle::create_launched(const Principal& p, const SandboxSpec& s
   Reservation reserved(registry_, p.project_id, 1);
   t.lap("validate", sw);
 
-  std::shared_ptr<LiveSandbox> s = snapshot_id ? nullptr : pools_.claim_warm(tname, spec.forkable, spec.disk_gib);
+  const bool network = spec.egress.mode != "deny";
+  if (network && !launcher_.network())
+    return fail(ErrorCode::kProductUnavailable, "egress \"" + spec.egress.mode +
+                                                    "\" needs sandbox networks, which this b3osd runs without "
+                                                    "(--network off); egress \"deny\" works");
+  std::shared_ptr<LiveSandbox> s =
+      snapshot_id ? nullptr : pools_.claim_warm(tname, spec.forkable, spec.disk_gib, network);
   if (s) {
     t.lap("claim", sw);
     auto limited = rt_.limit_cpu(s->id, spec.vcpu);
@@ -287,9 +293,18 @@ Result<json> Lifecycle::create_launched(const Principal& p, const SandboxSpec& s
     l.vcpu = spec.vcpu;
     l.memory_mib = spec.memory_mib;
     l.disk_gib = spec.disk_gib;
+    l.network = network;
     auto launched = pools_.launch(l, t, sw);
     if (!launched) return fail(launched.error());
     s = *launched;
+  }
+  // Its egress before anyone can run a command in it (a public pool member has it already).
+  if (network) {
+    if (auto r = launcher_.apply_egress(*s, {spec.egress.mode, spec.egress.allow}); !r) {
+      launcher_.discard(*s);
+      return fail(r.error());
+    }
+    t.lap("egress", sw);
   }
   const int64_t now = now_unix_ms();
   s->last_activity_ms = now;
@@ -553,6 +568,19 @@ void Lifecycle::reattach(const store::SandboxRecord& row) {
       if (paused && !rt_.pause(row.id)) why = "its container could not be paused again after b3osd restarted";
     }
   }
+  // Its namespace outlived b3osd; the firewall table was made anew at start, so its egress
+  // is applied again, as stored.
+  if (why.empty() && row.egress_mode != "deny") {
+    if (!launcher_.network()) {
+      why = "it has a network, and b3osd restarted without sandbox networks (--network off)";
+    } else if (auto slot = launcher_.network()->recover(row.id); !slot) {
+      why = "its network could not be recovered after b3osd restarted (" + slot.error().message + ")";
+    } else {
+      s->networked = true;
+      if (auto r = launcher_.apply_egress(*s, {row.egress_mode, row.egress_allow}); !r)
+        why = "its egress could not be applied again after b3osd restarted (" + r.error().message + ")";
+    }
+  }
   if (why.empty()) {
     // A b3osd that died mid-fork may have left the limit raised for the fork's image.
     if (auto r = rt_.limit_memory(row.id, row.memory_mib); !r) spdlog::warn("sandbox {}: {}", row.id, r.error().message);
@@ -579,6 +607,8 @@ std::vector<std::string> Lifecycle::orphans() {
   for (auto& e : fs::directory_iterator(cfg_.sandboxes_dir(), ec)) take(e.path().filename().string());
   if (auto disks = rt_.list_disks())
     for (auto& id : *disks) take(id);
+  if (launcher_.network())
+    for (auto& id : launcher_.network()->list()) take(id);
   return {found.begin(), found.end()};
 }
 

@@ -73,6 +73,7 @@ class Lifecycle {
               const std::string& message);
   /// Undoes a launch that never became visible (nothing is recorded).
   void discard(LiveSandbox& s) { launcher_.discard(s); }
+  Result<void> apply_egress(LiveSandbox& s, const net::EgressPolicy& policy) { return launcher_.apply_egress(s, policy); }
   /// Pauses a running sandbox (the reaper's on_idle: pause, and the API).
   Result<void> pause_live(LiveSandbox& s, const char* why);
   /// Turns a channel failure into "the sandbox stopped: why" when the sandbox is gone.

@@ -7,9 +7,11 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "daemon/agentlink/channel.h"
+#include "daemon/net/network.h"
 #include "daemon/store/records.h"
 
 namespace b3os::sandbox {
@@ -29,6 +31,7 @@ struct LiveSandbox {
   std::string hostname;
   pid_t shim_pid = -1;
   int disk_gib = 0;  // the size of its container's disk; 0: its root overlay is in memory
+  bool networked = false;  // it has a network namespace of its own (net::Network)
   std::shared_ptr<agentlink::AgentChannel> channel;
 
   // Guarded by mu: the record (state included) and the count of checkpoints in flight.
@@ -54,6 +57,12 @@ struct LiveSandbox {
   // that does not report is never frozen), 0 busy, 1 idle; and since when (steady ms).
   std::atomic<int> agent_idle{-1};
   std::atomic<int64_t> agent_idle_since_ms{0};
+
+  // The egress its network has now (networked sandboxes; launcher.cc apply_egress). Guarded
+  // by egress_mu, which is taken alone and held across the firewall change: changes of one
+  // sandbox's egress are applied in the order they were stored.
+  std::mutex egress_mu;
+  std::optional<net::EgressPolicy> egress_applied;
 
   // Checkpoint images of this sandbox still charged to its memory cgroup (checkpoints.cc).
   std::mutex room_mu;

@@ -26,7 +26,8 @@ Pools::Pools(const Config& cfg, runtime::Runtime& rt, Launcher& launcher, Regist
     : cfg_(cfg), rt_(rt), launcher_(launcher), registry_(registry), checkpoint_(std::move(checkpoint)) {}
 
 void Pools::start() {
-  if (cfg_.warm_pool_size > 0 || cfg_.fork_pool_size > 0 || cfg_.template_checkpoints != "off")
+  if (cfg_.warm_pool_size > 0 || cfg_.fork_pool_size > 0 || cfg_.template_checkpoints != "off" ||
+      (networks() && (cfg_.net_warm_pool_size > 0 || cfg_.net_fork_pool_size > 0)))
     thread_ = std::thread([this] { loop(); });
 }
 
@@ -42,8 +43,12 @@ void Pools::stop() {
   std::deque<Precreated> created;
   {
     std::lock_guard lk(mu_);
-    warm.swap(warm_);
-    created.swap(precreated_);
+    for (int n = 0; n < 2; ++n) {
+      for (auto& m : warm_[n]) warm.push_back(std::move(m));
+      for (auto& m : precreated_[n]) created.push_back(std::move(m));
+      warm_[n].clear();
+      precreated_[n].clear();
+    }
   }
   registry_.pooled(-static_cast<int>(warm.size() + created.size()));
   // Outside the lock: each discard waits for the runtime and the shim.
@@ -52,7 +57,8 @@ void Pools::stop() {
 }
 
 std::string Pools::image_for(const LaunchRequest& l) const {
-  if (cfg_.template_checkpoints == "off") return "";
+  // The template's image was saved without a network: its netstack has no interface to restore.
+  if (cfg_.template_checkpoints == "off" || l.network) return "";
   std::lock_guard lk(mu_);
   for (auto& [name, img] : images_)
     if (img.use && !img.dir.empty() && img.memory_mib == l.memory_mib &&
@@ -79,9 +85,10 @@ Result<std::shared_ptr<LiveSandbox>> Pools::launch(LaunchRequest l, Timing& t, S
   std::optional<Precreated> pc;
   if (l.from_pool && l.rootfs == base_rootfs() && (!l.image.empty() || l.memory_mib == LaunchRequest{}.memory_mib)) {
     std::lock_guard lk(mu_);
-    if (!precreated_.empty() && precreated_.front().sandbox->disk_gib == launcher_.disk_for(l)) {
-      pc = std::move(precreated_.front());
-      precreated_.pop_front();
+    auto& pool = precreated_[l.network ? 1 : 0];
+    if (!pool.empty() && pool.front().sandbox->disk_gib == launcher_.disk_for(l)) {
+      pc = std::move(pool.front());
+      pool.pop_front();
     }
   }
   if (pc) {
@@ -91,9 +98,11 @@ Result<std::shared_ptr<LiveSandbox>> Pools::launch(LaunchRequest l, Timing& t, S
   return launcher_.launch(l, std::move(pc), t, sw);
 }
 
-std::shared_ptr<LiveSandbox> Pools::claim_warm(const std::string& template_name, bool forkable, int disk_gib) {
+std::shared_ptr<LiveSandbox> Pools::claim_warm(const std::string& template_name, bool forkable, int disk_gib,
+                                              bool network) {
   // Forkable sandboxes are restored for themselves, never claimed; the pool holds `base`.
-  if (forkable || template_name != "base" || cfg_.warm_pool_size <= 0) return nullptr;
+  if (forkable || template_name != "base" || warm_size(network) <= 0) return nullptr;
+  auto& pool = warm_[network ? 1 : 0];
   LaunchRequest shape;  // what the members were launched with
   shape.disk_gib = disk_gib;
   if (launcher_.disk_for(shape) != launcher_.disk_for(LaunchRequest{})) return nullptr;
@@ -101,9 +110,9 @@ std::shared_ptr<LiveSandbox> Pools::claim_warm(const std::string& template_name,
     std::shared_ptr<LiveSandbox> s;
     {
       std::lock_guard lk(mu_);
-      if (warm_.empty()) break;
-      s = warm_.front();
-      warm_.pop_front();
+      if (pool.empty()) break;
+      s = pool.front();
+      pool.pop_front();
     }
     registry_.pooled(-1);
     cv_.notify_all();  // refill
@@ -199,68 +208,85 @@ void Pools::loop() {
       image_tried = true;
       build_template_image("base");
     }
-    if (cfg_.warm_pool_size <= 0 && cfg_.fork_pool_size <= 0) {
+    const bool any_pool = cfg_.warm_pool_size > 0 || cfg_.fork_pool_size > 0 ||
+                          (networks() && (cfg_.net_warm_pool_size > 0 || cfg_.net_fork_pool_size > 0));
+    if (!any_pool) {
       if (image_tried || cfg_.template_checkpoints == "off") return;
       std::unique_lock lk(mu_);
       cv_.wait_for(lk, 5s, [&] { return stopping_; });
       if (stopping_) return;
       continue;
     }
-    bool want_warm = false, want_precreated = false;
+    // Which pool is short, first the ones without a network (most creates), warm before fork.
+    int want = -1;  // 2 * network + (warm ? 0 : 1)
     {
       std::unique_lock lk(mu_);
       auto short_of = [&] {
-        want_warm = static_cast<int>(warm_.size()) < cfg_.warm_pool_size;
-        want_precreated = static_cast<int>(precreated_.size()) < cfg_.fork_pool_size;
-        return want_warm || want_precreated;
+        want = -1;
+        for (int n = 0; n < (networks() ? 2 : 1) && want < 0; ++n) {
+          if (static_cast<int>(warm_[n].size()) < warm_size(n == 1)) want = 2 * n;
+          else if (static_cast<int>(precreated_[n].size()) < precreated_size(n == 1)) want = 2 * n + 1;
+        }
+        return want >= 0;
       };
       cv_.wait_for(lk, 2s, [&] { return stopping_ || !doomed_.empty() || short_of(); });
       if (stopping_) return;
-      if (!doomed_.empty() || (!want_warm && !want_precreated)) continue;
+      if (!doomed_.empty() || want < 0) continue;
       // Refill once no request is launching: a request never waits on the pool's CPU use.
       cv_.wait_for(lk, 10s, [&] { return stopping_ || busy_ == 0; });
       if (stopping_) return;
     }
-    const bool template_ready = fs::exists(cfg_.templates_dir() + "/base/.b3os-ready");
-    // Members wait frozen: an idle sentry still ticks (~40 ms of CPU a second).
-    bool added = false;
-    if (template_ready && registry_.reserve("", 1)) {
-      Reservation reserved(registry_, "", 1);
-      LaunchRequest l;
-      l.id = new_id("sbx");
-      l.rootfs = base_rootfs();
-      l.from_pool = false;
-      Timing t;
-      Stopwatch sw;
-      if (want_warm) {
-        if (auto s = launcher_.launch(l, std::nullopt, t, sw)) {
-          rt_.set_frozen((*s)->id, true);
-          registry_.pooled(+1);
-          std::lock_guard lk(mu_);
-          warm_.push_back(*s);
-          added = true;
-        } else {
-          spdlog::warn("warm pool: {}", s.error().message);
-        }
-      } else {
-        if (auto pc = launcher_.precreate(l, t, sw)) {
-          rt_.set_frozen(pc->sandbox->id, true);
-          registry_.pooled(+1);
-          std::lock_guard lk(mu_);
-          precreated_.push_back(std::move(*pc));
-          added = true;
-        } else {
-          spdlog::warn("fork pool: {}", pc.error().message);
-        }
-      }
-    }
-    if (!added) {
+    if (!refill(want >= 2, want % 2 == 0)) {
       // No template yet, a full node or a broken runtime: wait rather than spin.
       std::unique_lock lk(mu_);
       cv_.wait_for(lk, 5s, [&] { return stopping_; });
       if (stopping_) return;
     }
   }
+}
+
+bool Pools::refill(bool network, bool warm) {
+  if (!fs::exists(cfg_.templates_dir() + "/base/.b3os-ready") || !registry_.reserve("", 1)) return false;
+  Reservation reserved(registry_, "", 1);
+  LaunchRequest l;
+  l.id = new_id("sbx");
+  l.rootfs = base_rootfs();
+  l.from_pool = false;
+  l.network = network;
+  Timing t;
+  Stopwatch sw;
+  const char* which = network ? (warm ? "warm pool (network)" : "fork pool (network)") : (warm ? "warm pool" : "fork pool");
+  // Members wait frozen: an idle sentry still ticks (~40 ms of CPU a second).
+  if (warm) {
+    auto s = launcher_.launch(l, std::nullopt, t, sw);
+    if (!s) {
+      spdlog::warn("{}: {}", which, s.error().message);
+      return false;
+    }
+    // Public is what most networked creates ask for: applied now, a claim of it costs nothing.
+    if (network) {
+      if (auto r = launcher_.apply_egress(**s, net::EgressPolicy{"public", {}}); !r) {
+        spdlog::warn("{}: {}", which, r.error().message);
+        launcher_.discard(**s);
+        return false;
+      }
+    }
+    rt_.set_frozen((*s)->id, true);
+    registry_.pooled(+1);
+    std::lock_guard lk(mu_);
+    warm_[network ? 1 : 0].push_back(*s);
+    return true;
+  }
+  auto pc = launcher_.precreate(l, t, sw);
+  if (!pc) {
+    spdlog::warn("{}: {}", which, pc.error().message);
+    return false;
+  }
+  rt_.set_frozen(pc->sandbox->id, true);
+  registry_.pooled(+1);
+  std::lock_guard lk(mu_);
+  precreated_[network ? 1 : 0].push_back(std::move(*pc));
+  return true;
 }
 
 }  // namespace b3os::sandbox

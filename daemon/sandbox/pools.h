@@ -48,7 +48,10 @@ class Pools {
   Result<std::shared_ptr<LiveSandbox>> launch(LaunchRequest l, Timing& t, Stopwatch& sw);
   /// A ready sandbox from the warm pool for a create of `template_name`, or nullptr.
   /// Members have disks of the default disk_gib; a request for another size is not served.
-  std::shared_ptr<LiveSandbox> claim_warm(const std::string& template_name, bool forkable, int disk_gib);
+  /// `network`: a member with a namespace of its own (egress public or allowlist); those wait
+  /// with egress public applied, so a public create claims one without a firewall change.
+  std::shared_ptr<LiveSandbox> claim_warm(const std::string& template_name, bool forkable, int disk_gib,
+                                          bool network = false);
   /// What is known of a template's checkpoint (nullopt: not built yet).
   std::optional<TemplateImage> template_image(const std::string& name) const;
 
@@ -84,8 +87,14 @@ class Pools {
   std::atomic<int> busy_{0};
   mutable std::mutex mu_;  // warm_, precreated_, images_, stopping_
   std::condition_variable cv_;
-  std::deque<std::shared_ptr<LiveSandbox>> warm_;
-  std::deque<Precreated> precreated_;
+  // Index 0: no network; 1: a namespace of its own.
+  std::deque<std::shared_ptr<LiveSandbox>> warm_[2];
+  std::deque<Precreated> precreated_[2];
+  int warm_size(bool network) const { return network ? cfg_.net_warm_pool_size : cfg_.warm_pool_size; }
+  int precreated_size(bool network) const { return network ? cfg_.net_fork_pool_size : cfg_.fork_pool_size; }
+  bool networks() const { return launcher_.network() != nullptr; }
+  /// Adds one member to the pool that is short of one (false: none could be made now).
+  bool refill(bool network, bool warm);
   std::deque<std::shared_ptr<LiveSandbox>> doomed_;  // dead members the thread discards
   std::map<std::string, TemplateImage> images_;
   bool stopping_ = false;

@@ -9,12 +9,12 @@ using nlohmann::json;
 namespace fs = std::filesystem;
 
 SandboxService::SandboxService(Config cfg, runtime::Runtime& rt, runtime::Shims& shims, store::SandboxStore& store,
-                               ModelHooks hooks)
+                               ModelHooks hooks, net::Network* network)
     : cfg_(std::move(cfg)),
       hooks_(std::move(hooks)),
       registry_(cfg_.max_sandboxes_per_project, cfg_.max_sandboxes_per_node),
       freezer_(rt, registry_, cfg_.idle_freeze_ms),
-      launcher_(cfg_, rt, shims),
+      launcher_(cfg_, rt, shims, network),
       pools_(cfg_, rt, launcher_, registry_,
              [this](LiveSandbox& s, const std::string& dir, Timing& t, Stopwatch& sw) {
                return checkpoints_.write_image(s, dir, t, sw);

@@ -59,8 +59,9 @@ struct ModelHooks {
 
 class SandboxService {
  public:
+  /// `network`: the node's sandbox networks (egress public and allowlist); null: none.
   SandboxService(Config cfg, runtime::Runtime& rt, runtime::Shims& shims, store::SandboxStore& store,
-                 ModelHooks hooks = {});
+                 ModelHooks hooks = {}, net::Network* network = nullptr);
   ~SandboxService();
 
   /// Reattaches to sandboxes that survived a b3osd restart, fails the rest, and starts the

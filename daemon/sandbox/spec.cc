@@ -1,5 +1,7 @@
 #include "daemon/sandbox/spec.h"
 
+#include "daemon/net/policy.h"
+
 #include <algorithm>
 #include <cctype>
 #include <set>
@@ -73,6 +75,8 @@ Result<void> reject_unknown(const json& body, const std::set<std::string>& known
   return {};
 }
 
+}  // namespace
+
 Result<EgressSpec> parse_egress(const json& j) {
   if (!j.is_object()) return bad("egress", "must be an object like {\"mode\": \"deny\"}");
   if (auto r = reject_unknown(j, {"mode", "allow"}, "egress"); !r) return fail(r.error());
@@ -86,16 +90,22 @@ Result<EgressSpec> parse_egress(const json& j) {
   if (j.contains("allow")) {
     if (!j["allow"].is_array()) return bad("egress.allow", "must be an array of CIDRs or domain names");
     if (j["allow"].size() > 256) return bad("egress.allow", "at most 256 entries");
-    for (auto& a : j["allow"]) {
-      if (!a.is_string() || a.get<std::string>().empty() || a.get<std::string>().size() > 253)
-        return bad("egress.allow", "entries must be non-empty strings (CIDR or domain)");
+    for (size_t i = 0; i < j["allow"].size(); ++i) {
+      const auto& a = j["allow"][i];
+      if (!a.is_string())
+        return bad("egress.allow[" + std::to_string(i) + "]", "must be a string (an IPv4 address or CIDR, a name or *.name)");
       e.allow.push_back(a.get<std::string>());
     }
   }
   if (e.mode != "allowlist" && !e.allow.empty())
     return bad("egress.allow", "only allowed with mode \"allowlist\"");
+  // Each entry as the firewall will read it: a bad one is a 400 naming it, one inside an
+  // always-denied range a 403 egress_denied (net/policy.h has the syntax).
+  if (auto parsed = net::parse_allow_list(e.allow); !parsed) return fail(parsed.error());
   return e;
 }
+
+namespace {
 
 Result<ApiGrantSpec> parse_api(const json& j) {
   if (!j.is_object()) return bad("api", "must be an object like {\"scopes\": [\"infer:run\"]}");
@@ -240,8 +250,6 @@ Result<SandboxSpec> parse_create(const json& body, const SpecLimits& limits) {
 
 Result<void> check_supported(const SandboxSpec& s) {
   auto nyi = [](const std::string& what) { return fail(ErrorCode::kNotImplemented, what); };
-  if (s.egress.mode != "deny")
-    return nyi("egress.mode \"" + s.egress.mode + "\": only \"deny\" (no network) is available on this deployment yet");
   if (!s.ports.empty()) return nyi("ports: exposing ports is not available on this deployment yet");
   return {};
 }

@@ -69,6 +69,9 @@ struct ExecSpec {
 Result<SandboxSpec> parse_create(const nlohmann::json& body, const SpecLimits& limits);
 /// Returns 501 not_implemented if the spec needs a feature this build does not have yet.
 Result<void> check_supported(const SandboxSpec& spec);
+/// The `egress` object (create, and PATCH of a running sandbox): mode, and the allow list
+/// checked entry by entry (net/policy.h).
+Result<EgressSpec> parse_egress(const nlohmann::json& j);
 /// Validates an exec body.
 Result<ExecSpec> parse_exec(const nlohmann::json& body);
 /// Validates metadata rules (used by create and fork): up to 16 pairs, keys 1-40 of

@@ -173,12 +173,29 @@ Result<int> wait_exit(pid_t pid) {
 }
 
 Result<CommandResult> run(const std::vector<std::string>& argv, std::chrono::milliseconds timeout) {
+  return run(argv, timeout, std::string_view{});
+}
+
+Result<CommandResult> run(const std::vector<std::string>& argv, std::chrono::milliseconds timeout,
+                          std::string_view input) {
   int p[2];
   if (::pipe2(p, O_CLOEXEC) != 0) return fail(errno_error(ErrorCode::kInternal, "pipe", errno));
   UniqueFd rd(p[0]), wr(p[1]);
-  auto pid = spawn({argv, {-1, wr.get(), wr.get()}, false});
+  // stdin: /dev/null, or a pipe the loop below fills while it drains the output (a child that
+  // answers before it has read everything cannot deadlock against us).
+  UniqueFd in_rd, in_wr;
+  if (!input.empty()) {
+    int q[2];
+    if (::pipe2(q, O_CLOEXEC) != 0) return fail(errno_error(ErrorCode::kInternal, "pipe", errno));
+    in_rd.reset(q[0]);
+    in_wr.reset(q[1]);
+    ::fcntl(in_wr.get(), F_SETFL, O_NONBLOCK);
+  }
+  auto pid = spawn({argv, {in_rd ? in_rd.get() : -1, wr.get(), wr.get()}, false});
   if (!pid) return fail(pid.error());
   wr.reset();
+  in_rd.reset();
+  size_t written = 0;
 
   CommandResult res;
   auto deadline = std::chrono::steady_clock::now() + timeout;
@@ -191,13 +208,20 @@ Result<CommandResult> run(const std::vector<std::string>& argv, std::chrono::mil
       killed = true;
       res.output += "\n[killed after " + std::to_string(timeout.count()) + " ms]";
     }
-    pollfd pfd{rd.get(), POLLIN, 0};
-    int pr = ::poll(&pfd, 1, killed ? 1000 : static_cast<int>(std::max<int64_t>(left.count(), 1)));
+    pollfd pfd[2] = {{rd.get(), POLLIN, 0}, {in_wr ? in_wr.get() : -1, POLLOUT, 0}};
+    int pr = ::poll(pfd, 2, killed ? 1000 : static_cast<int>(std::max<int64_t>(left.count(), 1)));
     if (pr < 0 && errno == EINTR) continue;
     if (pr == 0) {
       if (killed) break;
       continue;
     }
+    if (in_wr && (pfd[1].revents & (POLLOUT | POLLERR | POLLHUP))) {
+      ssize_t w = ::write(in_wr.get(), input.data() + written, input.size() - written);
+      if (w > 0) written += static_cast<size_t>(w);
+      if (w < 0 && errno != EAGAIN && errno != EINTR) written = input.size();  // the child closed it
+      if (written >= input.size()) in_wr.reset();
+    }
+    if (!(pfd[0].revents & (POLLIN | POLLHUP | POLLERR))) continue;
     ssize_t r = ::read(rd.get(), buf, sizeof buf);
     if (r < 0 && errno == EINTR) continue;
     if (r <= 0) break;

@@ -6,7 +6,7 @@
 
 #include <chrono>
 #include <string>
-#include <chrono>
+#include <string_view>
 #include <optional>
 #include <vector>
 
@@ -34,6 +34,9 @@ struct CommandResult {
 /// Runs argv to completion with stdin at /dev/null, capturing its output. A command still
 /// running after `timeout` is killed. A non-zero exit is not an error here: callers decide.
 Result<CommandResult> run(const std::vector<std::string>& argv, std::chrono::milliseconds timeout);
+/// The same with `input` written to its stdin (then closed): `ip -batch -`, `nft -j -f -`.
+Result<CommandResult> run(const std::vector<std::string>& argv, std::chrono::milliseconds timeout,
+                          std::string_view input);
 
 /// Waits for a child started by spawn(); returns its exit code (128+signal when killed).
 Result<int> wait_exit(pid_t pid);

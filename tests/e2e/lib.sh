@@ -299,7 +299,8 @@ start_daemon() {
            echo "b3osd exited with status $? at $(date +%T.%3N)"' b3osd-e2e-wrapper \
     "$B3OS_BIN/b3osd" --listen "127.0.0.1:$PORT" --data-dir "$T/data" --run-dir "$T/run" \
     --runsc-root "$T/run/runsc" --templates-dir "$TEMPLATES" --quiet-key --max-sandboxes-per-project "${E2E_MAX_SANDBOXES_PER_PROJECT:-12}" --warm-pool "${E2E_WARM_POOL:-0}" --fork-pool "${E2E_FORK_POOL:-0}" \
-    --template-checkpoints "${E2E_TEMPLATE_CHECKPOINTS:-off}" --root-overlay "${E2E_ROOT_OVERLAY:-disk}" "${extra[@]}" \
+    --template-checkpoints "${E2E_TEMPLATE_CHECKPOINTS:-off}" --root-overlay "${E2E_ROOT_OVERLAY:-disk}" \
+    --network "${E2E_NETWORK:-off}" "${extra[@]}" \
     >>"$T/daemon.log" 2>&1 </dev/null &
   disown $! 2>/dev/null || true
   local pid=""

@@ -79,11 +79,29 @@ TEST(ParseMetadata, SpecRules) {
 TEST(CheckSupported, LaterFeaturesAre501) {
   auto spec = [](const json& body) { return *parse_create(body, SpecLimits{}); };
   EXPECT_TRUE(check_supported(spec({{"forkable", true}})));
-  EXPECT_EQ(check_supported(spec({{"egress", {{"mode", "public"}}}})).error().code, ErrorCode::kNotImplemented);
+  EXPECT_TRUE(check_supported(spec({{"egress", {{"mode", "public"}}}})));  // networks are here
+  EXPECT_TRUE(check_supported(spec({{"egress", {{"mode", "allowlist"}, {"allow", {"a.b3t.test"}}}}})));
   EXPECT_TRUE(check_supported(spec({{"api", {{"scopes", {"infer:run"}}}}})));  // the gateway is here
   EXPECT_EQ(check_supported(spec({{"ports", {{{"port", 8080}}}}})).error().code, ErrorCode::kNotImplemented);
   EXPECT_TRUE(check_supported(spec({{"on_idle", "pause"}})));
   EXPECT_TRUE(check_supported(spec({{"snapshot", "snp_x"}})));
+}
+
+TEST(ParseCreate, EgressAllowEntriesAreCheckedOneByOne) {
+  auto e = create_error({{"egress", {{"mode", "allowlist"}, {"allow", {"a.b3t.test", "Bad.Name"}}}}});
+  EXPECT_EQ(e.code, ErrorCode::kInvalidRequest);
+  EXPECT_NE(e.message.find("egress.allow[1] \"Bad.Name\""), std::string::npos) << e.message;
+  e = create_error({{"egress", {{"mode", "allowlist"}, {"allow", {"10.0.0.0/8"}}}}});
+  EXPECT_EQ(e.code, ErrorCode::kEgressDenied);
+  EXPECT_NE(e.message.find("egress.allow[0]"), std::string::npos) << e.message;
+  e = create_error({{"egress", {{"mode", "allowlist"}, {"allow", {42}}}}});
+  EXPECT_EQ(e.code, ErrorCode::kInvalidRequest);
+  e = create_error({{"egress", {{"mode", "public"}, {"allow", {"a.b3t.test"}}}}});
+  EXPECT_EQ(e.code, ErrorCode::kInvalidRequest);
+  auto ok = parse_create({{"egress", {{"mode", "allowlist"}, {"allow", {"a.b3t.test", "*.wild.b3t.test:8080", "203.0.113.0/24"}}}}},
+                         SpecLimits{});
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->egress.allow.size(), 3u);
 }
 
 TEST(ParseExec, StringAndArray) {

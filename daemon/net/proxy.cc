@@ -1,0 +1,294 @@
+#include "daemon/net/proxy.h"
+
+#include <linux/netfilter_ipv4.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <array>
+#include <vector>
+
+#include <spdlog/spdlog.h>
+
+#include "daemon/net/peek.h"
+#include "daemon/net/policy.h"
+
+namespace b3os::net {
+
+namespace asio = boost::asio;
+using asio::ip::tcp;
+using boost::system::error_code;
+
+namespace {
+constexpr size_t kSpliceBuffer = 32 * 1024;
+
+bool is_web_port(uint16_t p) { return p == 80 || p == 443; }
+
+// A request line starts with a method token and a space: worth reading as HTTP.
+bool looks_like_http(std::span<const uint8_t> b) {
+  size_t i = 0;
+  while (i < b.size() && i < 16 && b[i] >= 'A' && b[i] <= 'Z') ++i;
+  return i > 0 && (i == b.size() || (i < b.size() && b[i] == ' '));
+}
+}  // namespace
+
+class EgressProxy::Connection : public std::enable_shared_from_this<Connection> {
+ public:
+  Connection(EgressProxy& p, tcp::socket client, uint32_t source, uint32_t dst_ip, uint16_t dst_port)
+      : p_(p), alive_(p.alive_), client_(std::move(client)), upstream_(p.io_), timer_(p.io_), source_(source),
+        dst_ip_(dst_ip), dst_port_(dst_port), peek_(kMaxPeek) {}
+  // A handler still queued when the proxy is gone may be the last owner.
+  ~Connection() {
+    if (*alive_) p_.done(this);
+  }
+
+  void start() {
+    timer_.expires_after(is_web_port(dst_port_) ? kPeekTimeout : kSilentClient);
+    timer_.async_wait([self = shared_from_this()](error_code ec) {
+      if (ec || self->closed_ || self->decided_) return;
+      // A client that said nothing: servers that speak first are judged by the address.
+      if (self->peeked_ == 0 && !is_web_port(self->dst_port_)) return self->decide_by_address();
+      self->refuse(false, "nothing to tell where the connection goes");
+    });
+    read_peek();
+  }
+
+  /// Whether the connection is still allowed by `pol` (after a policy change).
+  bool still_allowed(const SourcePolicy* pol) const {
+    if (!pol) return false;
+    if (pol->mode == "public") return !denied_reason(dialled_);
+    return !name_.empty() && pol->list.allows_name(name_, dst_port_);
+  }
+
+  void close(bool reset) {
+    if (closed_) return;
+    closed_ = true;
+    error_code ec;
+    timer_.cancel();
+    if (reset) client_.set_option(asio::socket_base::linger(true, 0), ec);
+    client_.close(ec);
+    upstream_.close(ec);
+  }
+
+  uint32_t source() const { return source_; }
+
+ private:
+  void read_peek() {
+    client_.async_read_some(asio::buffer(peek_.data() + peeked_, peek_.size() - peeked_),
+                            [self = shared_from_this()](error_code ec, size_t n) {
+                              if (self->closed_ || self->decided_) return;
+                              if (ec) return self->close(false);
+                              self->peeked_ += n;
+                              self->on_peek();
+                            });
+  }
+
+  void on_peek() {
+    const std::span<const uint8_t> got(peek_.data(), peeked_);
+    Peek pk;
+    if (got[0] == 0x16) {
+      pk = peek_tls(got);
+      http_ = false;
+    } else if (looks_like_http(got)) {
+      pk = peek_http(got);
+      http_ = true;
+    } else {
+      // Another protocol: the destination decides.
+      return decide_by_address();
+    }
+    if (pk.status == PeekStatus::kNeedMore) {
+      if (peeked_ >= peek_.size()) return refuse(http_, "the request head is too large to read");
+      return read_peek();
+    }
+    if (pk.status == PeekStatus::kInvalid) return refuse(http_, "unreadable " + std::string(http_ ? "HTTP request" : "TLS ClientHello") + ": " + pk.why);
+    if (pk.host.empty()) return decide_by_address();  // a ClientHello without server_name
+    decide_by_name(pk.host);
+  }
+
+  void decide_by_name(const std::string& host) {
+    decided_ = true;
+    timer_.cancel();
+    auto pol = p_.policies_.get(source_);
+    if (!pol || pol->mode != "allowlist" || !pol->list.allows_name(host, dst_port_))
+      return refuse(http_, host + ":" + std::to_string(dst_port_) + " is not on this sandbox's egress allowlist");
+    name_ = host;
+    p_.resolver_.resolve(host, [self = shared_from_this(), host](std::vector<uint32_t> addrs, uint32_t, std::string err) {
+      if (self->closed_) return;
+      if (!err.empty()) return self->refuse(self->http_, "resolving " + host + ": " + err);
+      if (addrs.empty()) return self->refuse(self->http_, host + " resolves to no address a sandbox may reach");
+      self->dial(std::move(addrs), 0);
+    });
+  }
+
+  void decide_by_address() {
+    decided_ = true;
+    timer_.cancel();
+    auto pol = p_.policies_.get(source_);
+    if (pol && pol->mode == "allowlist" && !denied_reason(dst_ip_)) {
+      for (auto& n : p_.resolver_.learned(source_, dst_ip_)) {
+        if (pol->list.allows_name(n, dst_port_)) {
+          name_ = n;
+          return dial({dst_ip_}, 0);
+        }
+      }
+    }
+    refuse(http_, ipv4_str(dst_ip_) + ":" + std::to_string(dst_port_) +
+                      " is not an address this sandbox was given for a name on its egress allowlist");
+  }
+
+  void dial(std::vector<uint32_t> addrs, size_t i) {
+    if (i >= addrs.size()) return refuse(false, "no address of " + name_ + " answered");
+    dialled_ = addrs[i];
+    timer_.expires_after(kConnectTimeout);
+    timer_.async_wait([self = shared_from_this()](error_code ec) {
+      if (!ec && !self->connected_) {
+        error_code e2;
+        self->upstream_.close(e2);  // the connect below fails and tries the next address
+      }
+    });
+    upstream_.async_connect({asio::ip::address_v4(addrs[i]), dst_port_},
+                            [self = shared_from_this(), addrs = std::move(addrs), i](error_code ec) mutable {
+                              if (self->closed_) return;
+                              if (ec) {
+                                error_code e2;
+                                self->upstream_.close(e2);
+                                self->timer_.cancel();
+                                return self->dial(std::move(addrs), i + 1);
+                              }
+                              self->connected_ = true;
+                              self->timer_.cancel();
+                              self->send_peeked();
+                            });
+  }
+
+  void send_peeked() {
+    asio::async_write(upstream_, asio::buffer(peek_.data(), peeked_), [self = shared_from_this()](error_code ec, size_t) {
+      if (self->closed_) return;
+      if (ec) return self->close(true);
+      self->peek_.clear();
+      self->peek_.shrink_to_fit();
+      self->pump(self->client_, self->upstream_, self->up_, 0);
+      self->pump(self->upstream_, self->client_, self->down_, 1);
+    });
+  }
+
+  void pump(tcp::socket& from, tcp::socket& to, std::array<uint8_t, kSpliceBuffer>& buf, int dir) {
+    from.async_read_some(asio::buffer(buf), [self = shared_from_this(), &from, &to, &buf, dir](error_code ec, size_t n) {
+      if (self->closed_) return;
+      if (ec) {
+        if (ec != asio::error::eof) return self->close(true);
+        error_code e2;
+        to.shutdown(tcp::socket::shutdown_send, e2);
+        if (++self->ended_ == 2) self->close(false);
+        return;
+      }
+      asio::async_write(to, asio::buffer(buf.data(), n), [self, &from, &to, &buf, dir](error_code ec, size_t) {
+        if (self->closed_) return;
+        if (ec) return self->close(true);
+        self->pump(from, to, buf, dir);
+      });
+    });
+  }
+
+  void refuse(bool http, const std::string& why) {
+    decided_ = true;
+    ++p_.refused_;
+    spdlog::info("egress proxy: refused a connection of {} to {}:{}: {}", ipv4_str(source_), ipv4_str(dst_ip_), dst_port_,
+                 why);
+    if (!http) return close(true);
+    auto body = std::make_shared<std::string>(forbidden_response(why));
+    asio::async_write(client_, asio::buffer(*body), [self = shared_from_this(), body](error_code, size_t) {
+      self->close(false);
+    });
+  }
+
+  EgressProxy& p_;
+  std::shared_ptr<bool> alive_;
+  tcp::socket client_, upstream_;
+  asio::steady_timer timer_;
+  const uint32_t source_, dst_ip_;
+  const uint16_t dst_port_;
+  std::vector<uint8_t> peek_;
+  size_t peeked_ = 0;
+  bool http_ = false, decided_ = false, connected_ = false, closed_ = false;
+  int ended_ = 0;
+  std::string name_;      // the allowed name the connection was matched to
+  uint32_t dialled_ = 0;  // the address it was sent to
+  std::array<uint8_t, kSpliceBuffer> up_{}, down_{};
+};
+
+EgressProxy::EgressProxy(asio::io_context& io, const PolicyTable& policies, Resolver& resolver)
+    : io_(io), policies_(policies), resolver_(resolver), acceptor_(io) {}
+
+EgressProxy::~EgressProxy() {
+  stop();
+  *alive_ = false;
+}
+
+Result<void> EgressProxy::start(uint32_t addr, uint16_t port) {
+  error_code ec;
+  const asio::ip::address_v4 a(addr);
+  acceptor_.open(tcp::v4(), ec);
+  if (!ec) acceptor_.set_option(tcp::acceptor::reuse_address(true), ec);
+  if (!ec) acceptor_.bind({a, port}, ec);
+  if (!ec) acceptor_.listen(1024, ec);
+  if (ec)
+    return fail(ErrorCode::kInternal,
+                "the egress proxy cannot listen on " + a.to_string() + ":" + std::to_string(port) + ": " + ec.message());
+  accept();
+  return {};
+}
+
+void EgressProxy::stop() {
+  error_code ec;
+  acceptor_.close(ec);
+  auto all = by_source_;
+  for (auto& [src, conns] : all)
+    for (auto* c : conns) c->close(true);
+}
+
+void EgressProxy::accept() {
+  acceptor_.async_accept([this](error_code ec, tcp::socket s) {
+    if (ec == asio::error::operation_aborted || !acceptor_.is_open()) return;
+    if (!ec) {
+      error_code e2;
+      const auto peer = s.remote_endpoint(e2);
+      sockaddr_in dst{};
+      socklen_t len = sizeof dst;
+      const bool have_dst = !e2 && peer.address().is_v4() &&
+                            ::getsockopt(s.native_handle(), SOL_IP, SO_ORIGINAL_DST, &dst, &len) == 0;
+      const uint32_t source = have_dst ? peer.address().to_v4().to_uint() : 0;
+      const uint32_t dst_ip = ntohl(dst.sin_addr.s_addr);
+      const uint16_t dst_port = ntohs(dst.sin_port);
+      const bool to_self = dst_ip == acceptor_.local_endpoint(e2).address().to_v4().to_uint();
+      if (!have_dst || to_self || total_ >= kMaxTotal || by_source_[source].size() >= kMaxPerSource) {
+        ++refused_;
+        s.set_option(asio::socket_base::linger(true, 0), e2);
+        s.close(e2);
+      } else {
+        auto c = std::make_shared<Connection>(*this, std::move(s), source, dst_ip, dst_port);
+        by_source_[source].insert(c.get());
+        ++total_;
+        c->start();
+      }
+    }
+    accept();
+  });
+}
+
+void EgressProxy::done(Connection* c) {
+  auto it = by_source_.find(c->source());
+  if (it == by_source_.end() || !it->second.erase(c)) return;
+  --total_;
+  if (it->second.empty()) by_source_.erase(it);
+}
+
+void EgressProxy::recheck(uint32_t source) {
+  auto it = by_source_.find(source);
+  if (it == by_source_.end()) return;
+  auto pol = policies_.get(source);
+  const auto conns = it->second;  // close() may end a connection, which leaves the set
+  for (auto* c : conns)
+    if (!c->still_allowed(pol.get())) c->close(true);
+}
+
+}  // namespace b3os::net
