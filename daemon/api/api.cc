@@ -290,6 +290,7 @@ const std::vector<Api::Route>& Api::routes() {
       {"GET", "/v1/sandboxes", &Api::list_sandboxes, nullptr},
       {"GET", "/v1/sandboxes/{sbx}", &Api::get_sandbox, nullptr},
       {"DELETE", "/v1/sandboxes/{sbx}", &Api::delete_sandbox, nullptr},
+      {"PATCH", "/v1/sandboxes/{sbx}", &Api::update_sandbox, nullptr},
       {"POST", "/v1/sandboxes/{sbx}/exec", &Api::exec, nullptr},
       {"PUT", "/v1/sandboxes/{sbx}/files", nullptr, &Api::upload},
       {"GET", "/v1/sandboxes/{sbx}/files", nullptr, &Api::download},
@@ -384,6 +385,12 @@ Result<Reply> Api::list_sandboxes(Call& c) {
 }
 
 Result<Reply> Api::get_sandbox(Call& c) { return reply(sandboxes_.get(c.principal, c.target.segments[2])); }
+
+Result<Reply> Api::update_sandbox(Call& c) {
+  auto req = sandbox::parse_update(c.body);
+  if (!req) return fail(req.error());
+  return reply(sandboxes_.update(c.principal, c.target.segments[2], *req, c.timing));
+}
 
 Result<Reply> Api::delete_sandbox(Call& c) {
   return reply(sandboxes_.remove(c.principal, c.target.segments[2], c.timing));

@@ -67,6 +67,7 @@ class Api {
   Result<Reply> list_sandboxes(Call& c);
   Result<Reply> get_sandbox(Call& c);
   Result<Reply> delete_sandbox(Call& c);
+  Result<Reply> update_sandbox(Call& c);
   Result<Reply> exec(Call& c);
   Result<Reply> remove_file(Call& c);
   Result<Reply> list_files(Call& c);

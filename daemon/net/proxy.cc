@@ -145,8 +145,9 @@ class EgressProxy::Connection : public std::enable_shared_from_this<Connection> 
         self->upstream_.close(e2);  // the connect below fails and tries the next address
       }
     });
-    upstream_.async_connect({asio::ip::address_v4(addrs[i]), dst_port_},
-                            [self = shared_from_this(), addrs = std::move(addrs), i](error_code ec) mutable {
+    // The endpoint before the handler takes the addresses (argument order is unspecified).
+    const tcp::endpoint to(asio::ip::address_v4(addrs[i]), dst_port_);
+    upstream_.async_connect(to, [self = shared_from_this(), addrs = std::move(addrs), i](error_code ec) mutable {
                               if (self->closed_) return;
                               if (ec) {
                                 error_code e2;

@@ -115,6 +115,9 @@ std::vector<std::string> Runsc::base_argv(const std::string& disk_dir, bool netw
   std::vector<std::string> a = {cfg_.runsc, "--root", cfg_.root_dir, "--platform", cfg_.platform,
                                 "--overlay2", disk_dir.empty() ? "root:memory" : "root:dir=" + disk_dir,
                                 "--network", network ? "sandbox" : "none"};
+  // A fork or snapshot resets the sandbox's open connections to the outside (the spec says
+  // so) instead of failing on them: the link endpoint is made with CapabilityDisconnectOk.
+  if (network) a.push_back("--net-disconnect-ok");
   return a;
 }
 

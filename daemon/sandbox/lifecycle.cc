@@ -342,6 +342,48 @@ Result<json> Lifecycle::create_launched(const Principal& p, const SandboxSpec& s
   return view(*s);
 }
 
+// ---- update ----
+
+Result<json> Lifecycle::update(const Principal& p, const std::string& id, const UpdateRequest& u, Timing& t) {
+  Stopwatch sw;
+  auto found = running(p, id);  // running or paused: a live sandbox
+  if (!found) return fail(found.error());
+  auto s = *found;
+  if (!u.egress) return view(*s);
+  // One change of this sandbox's egress at a time, each stored, then applied, in order.
+  std::lock_guard change(s->egress_change_mu);
+  store::SandboxRecord before;
+  {
+    std::lock_guard lk(s->mu);
+    if (s->rec.ended()) return fail(ErrorCode::kSandboxNotRunning, "sandbox " + id + " is stopped, not running");
+    before = s->rec;
+  }
+  if (!s->networked || before.egress_mode == "deny")
+    return fail(ErrorCode::kConflict, "sandbox " + id +
+                                          " was created with egress deny: it has no network, and deny is fixed at "
+                                          "create (create it with public or allowlist to change its egress later)");
+  auto set_egress = [&](const std::string& mode, const std::vector<std::string>& allow) {
+    std::lock_guard lk(s->mu);
+    s->rec.egress_mode = mode;
+    s->rec.egress_allow = allow;
+  };
+  set_egress(u.egress->mode, u.egress->allow);
+  if (auto r = persist(*s); !r) {
+    set_egress(before.egress_mode, before.egress_allow);
+    return fail(r.error());
+  }
+  t.lap("store", sw);
+  if (auto r = launcher_.apply_egress(*s, {u.egress->mode, u.egress->allow}); !r) {
+    // The old policy is still the one in force: the record says so again.
+    set_egress(before.egress_mode, before.egress_allow);
+    if (auto back = persist(*s); !back) spdlog::error("sandbox {}: {}", id, back.error().message);
+    return fail(r.error().wrap("changing the egress of " + id));
+  }
+  t.lap("egress", sw);
+  spdlog::info("sandbox {}: egress now {} ({} entries)", id, u.egress->mode, u.egress->allow.size());
+  return view(*s);
+}
+
 // ---- read ----
 
 Result<json> Lifecycle::get(const Principal& p, const std::string& id) {

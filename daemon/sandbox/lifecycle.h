@@ -20,6 +20,7 @@
 #include "daemon/sandbox/live.h"
 #include "daemon/sandbox/pools.h"
 #include "daemon/sandbox/registry.h"
+#include "daemon/sandbox/requests.h"
 #include "daemon/sandbox/spec.h"
 #include "daemon/sandbox/state.h"
 #include "daemon/sandbox/types.h"
@@ -44,6 +45,8 @@ class Lifecycle {
   Result<nlohmann::json> remove(const Principal& p, const std::string& id, Timing& t);
   Result<nlohmann::json> pause(const Principal& p, const std::string& id, Timing& t);
   Result<nlohmann::json> resume(const Principal& p, const std::string& id, Timing& t);
+  /// PATCH: a live sandbox's egress, stored before it is applied.
+  Result<nlohmann::json> update(const Principal& p, const std::string& id, const UpdateRequest& u, Timing& t);
   /// Reattaches to sandboxes that survived a restart and fails the rest.
   Result<void> recover();
   /// What is not the launcher's (containers, sandbox directories, disks): what a dead b3osd

@@ -63,6 +63,9 @@ struct LiveSandbox {
   // sandbox's egress are applied in the order they were stored.
   std::mutex egress_mu;
   std::optional<net::EgressPolicy> egress_applied;
+  // Held by a PATCH across its store write and its firewall change (taken before persist_mu
+  // and egress_mu, with no other lock held): two changes of one sandbox land in their order.
+  std::mutex egress_change_mu;
 
   // Checkpoint images of this sandbox still charged to its memory cgroup (checkpoints.cc).
   std::mutex room_mu;

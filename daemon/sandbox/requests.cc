@@ -99,4 +99,26 @@ Result<FileRequest> parse_file_request(const Params& params, bool allow_recursiv
   return r;
 }
 
+Result<UpdateRequest> parse_update(const json& body) {
+  if (!body.is_object())
+    return fail(ErrorCode::kInvalidRequest, "body: must be a JSON object like {\"egress\": {\"mode\": \"allowlist\", ...}}");
+  UpdateRequest u;
+  for (auto& [k, v] : body.items()) {
+    if (k != "egress")
+      return fail(ErrorCode::kInvalidRequest, k + ": cannot be changed on a running sandbox (only egress can)");
+  }
+  if (body.contains("egress")) {
+    auto e = parse_egress(body["egress"]);
+    if (!e) return fail(e.error());
+    if (!body["egress"].contains("mode"))
+      return fail(ErrorCode::kInvalidRequest, "egress.mode: is required (public or allowlist)");
+    if (e->mode == "deny")
+      return fail(ErrorCode::kInvalidRequest,
+                  "egress.mode: deny is fixed at create (such a sandbox has no network); to cut a running sandbox "
+                  "off, set {\"mode\": \"allowlist\", \"allow\": []}");
+    u.egress = std::move(*e);
+  }
+  return u;
+}
+
 }  // namespace b3os::sandbox

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/result.h"
+#include "daemon/sandbox/spec.h"
 #include "daemon/store/store.h"
 
 namespace b3os::sandbox {
@@ -28,6 +29,13 @@ struct ForkRequest {
   std::optional<std::map<std::string, std::string>> metadata;  // replaces the source's
 };
 Result<ForkRequest> parse_fork(const nlohmann::json& body);
+
+/// PATCH /v1/sandboxes/{id}: what may change on a live sandbox. Today its egress, between
+/// public and allowlist and between allow lists (deny is fixed at create: no network).
+struct UpdateRequest {
+  std::optional<EgressSpec> egress;
+};
+Result<UpdateRequest> parse_update(const nlohmann::json& body);
 
 /// GET /v1/sandboxes: a page, newest first, filtered by status and metadata.
 Result<store::SandboxQuery> parse_list_sandboxes(const Params& params);

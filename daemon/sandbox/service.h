@@ -90,6 +90,9 @@ class SandboxService {
   /// resuming a running one changes nothing.
   Result<nlohmann::json> pause(const Principal& p, const std::string& id, Timing& t) { return life_.pause(p, id, t); }
   Result<nlohmann::json> resume(const Principal& p, const std::string& id, Timing& t) { return life_.resume(p, id, t); }
+  Result<nlohmann::json> update(const Principal& p, const std::string& id, const UpdateRequest& u, Timing& t) {
+    return life_.update(p, id, u, t);
+  }
 
   Result<nlohmann::json> fork(const Principal& p, const std::string& id, int count,
                               const std::optional<std::map<std::string, std::string>>& metadata, Timing& t) {
