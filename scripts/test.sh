@@ -69,6 +69,10 @@ step "end to end: the model gateway's caps, keys, errors and restarts (scripted 
 B3OS_BIN=$root/build/bin ./tests/e2e/gateway.sh
 record gateway $?
 
+step "end to end: egress public and allowlist against a fake internet the test builds (tests/net)"
+B3OS_BIN=$root/build/bin ./tests/e2e/network.sh
+record network $?
+
 # The reliability suite (tests/reliability/README.md): each part starts its own b3osd and is
 # bounded in time; B3OS_RELIABILITY=0 skips it (said in the summary).
 for part in slow_clients hostile faults load leaks; do
@@ -88,9 +92,9 @@ if [ "$secs" = 0 ]; then
 else
   fuzz_ok=0
   CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DB3OS_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null &&
-    ninja -C build-fuzz -j"$(nproc)" frame_fuzz target_fuzz spec_fuzz http_request_fuzz http_head_fuzz || fuzz_ok=1
+    ninja -C build-fuzz -j"$(nproc)" frame_fuzz target_fuzz spec_fuzz http_request_fuzz http_head_fuzz peek_fuzz allow_fuzz dns_fuzz || fuzz_ok=1
   if [ $fuzz_ok = 0 ]; then
-    for f in frame_fuzz target_fuzz spec_fuzz http_request_fuzz http_head_fuzz; do
+    for f in frame_fuzz target_fuzz spec_fuzz http_request_fuzz http_head_fuzz peek_fuzz allow_fuzz dns_fuzz; do
       corpus=build-fuzz/corpus/$f
       mkdir -p "$corpus"
       seeds=tests/fuzz/seeds/$f

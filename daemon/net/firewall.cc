@@ -88,7 +88,10 @@ std::string Firewall::skeleton(bool guard_forwarding) const {
          "  chain to_host {\n"
          "    ct state established,related accept\n"
          "    ip daddr " + svc + " udp dport " + dns + " accept\n"
-         "    ip daddr " + svc + " tcp dport { " + dns + ", " + proxy + " } accept\n"
+         "    ip daddr " + svc + " tcp dport " + dns + " accept\n"
+         // Only connections the prerouting chain sent there: a sandbox that dials the proxy
+         // itself is refused at once, like any other connect to the host.
+         "    ip daddr " + svc + " tcp dport " + proxy + " ct status dnat accept\n"
          "    jump refuse\n"
          "  }\n"
          "  chain forward {\n"

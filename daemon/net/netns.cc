@@ -252,7 +252,9 @@ void destroy_netns(const std::string& sandbox_id) {
   // The veth pair goes with the namespace; a host end left by a failed create does not.
   const std::string up = uplink_name(sandbox_id);
   if (::if_nametoindex(up.c_str()) != 0) {
-    if (auto r = run_checked({"ip", "link", "del", up}); !r) spdlog::warn("{}", r.error().message);
+    // The kernel may still be taking it down with the namespace: gone is what we want.
+    if (auto r = run_checked({"ip", "link", "del", up}); !r && r.error().message.find("Cannot find device") == std::string::npos)
+      spdlog::warn("{}", r.error().message);
   }
 }
 

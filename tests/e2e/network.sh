@@ -1,0 +1,399 @@
+#!/usr/bin/env bash
+# End-to-end test of egress `public` and `allowlist` (docs/network.md) against a private b3osd
+# with sandbox networks on, and a fake internet the test builds (tests/net/fakenet.sh: test
+# hosts on TEST-NET addresses in a network namespace, a "private", a CGNAT and a "metadata"
+# host routed into it, dnsmasq logging every query, HTTP/HTTPS servers with a test CA).
+#   - public reaches the test hosts, and none of the always-denied ranges, the host, the
+#     resolver's other ports or another sandbox; refused connects fail at once;
+#   - allowlist allows exactly its entries (name, wildcard vs bare name, letter case, :port,
+#     CIDR); /etc/hosts spoofing, a bare IP, fronting, an allowed name resolving to a private
+#     address, an exfiltration name (never in the resolver's log), UDP 443: refused;
+#   - the policy holds after pause/resume, in each of 3 forks, after a snapshot restore and
+#     after SIGKILL of b3osd; a live change takes effect and survives a restart;
+#   - bad input gets its status and code and changes nothing;
+#   - 50 create/fork/delete cycles leave no namespace, veth, nft element or conntrack entry.
+# Network: 127.0.0.1 (the API) and the fake internet only; b3osd's resolver asks the test's
+# dnsmasq (--dns-upstream), never the host's.
+#
+# Usage (as root, with the base template built):
+#   B3OS_BIN=/work/main/build/bin tests/e2e/network.sh
+# shellcheck disable=SC2016 # single-quoted $VAR and $(...) are for jq or the sandbox's shell
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=tests/e2e/lib.sh
+. "$HERE/lib.sh"
+ROOT=$(cd "$HERE/../.." && pwd)
+B3OS_BIN=${B3OS_BIN:-$ROOT/build/bin}
+TEMPLATES=${B3OS_TEMPLATES_DIR:-/var/lib/b3os/templates}
+UPLINKS=${NET_E2E_UPLINKS:-10.202.0.0/16}
+TABLE=b3os_$(echo "$UPLINKS" | tr './' '__')
+SERVICE=$(python3 -c "import ipaddress,sys; print(ipaddress.ip_network(sys.argv[1])[1])" "$UPLINKS")
+CYCLES=${NET_E2E_CYCLES:-50}
+
+e2e_begin network python3 nft ip conntrack dnsmasq openssl
+
+FAKENET=$ROOT/tests/net/fakenet.sh
+FN=$T/fakenet
+on_exit() {
+  local rc=$?
+  set +e
+  trap - EXIT
+  [ "$rc" = 0 ] || [ "$(count_results FAIL)" != 0 ] || fail network "the test stopped at an unexpected error (exit $rc)"
+  cleanup_everything
+  net_leftovers_removed
+  "$FAKENET" down "$FN" >/dev/null 2>&1
+  if [ "$(count_results FAIL)" != 0 ]; then
+    echo "# ---- last 30 lines of the b3osd log ----"
+    tail -n 30 "$T/daemon.log" 2>/dev/null | sed 's/^/# /'
+  fi
+  [ "${B3OS_E2E_KEEP:-0}" = 1 ] && echo "# kept $T" || rm -rf "$T"
+  exit "$rc"
+}
+trap on_exit EXIT
+trap 'echo "# unexpected error at line $LINENO: $BASH_COMMAND" >&2' ERR
+trap 'echo "# interrupted; cleaning up" >&2; exit 130' INT TERM
+
+# ---- host state: what the run's sandboxes have on the host --------------------------------
+
+my_netns() { ip netns list 2>/dev/null | awk '{print $1}' | grep '^b3s-' | while read -r ns; do
+  ip -n "$ns" -4 -o addr show dev up0 2>/dev/null | grep -q " ${UPLINKS%.*.*}\." && echo "$ns"; done || true; }
+netns_count() { my_netns | wc -l; }
+uplink_count() { ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | grep -c '^b3u' || true; }
+set_elements() { nft -j list set inet "$TABLE" "$1" 2>/dev/null | jq '[.nftables[] | .set? | select(.) | .elem // [] | length] | add // 0'; }
+all_elements() { echo $(($(set_elements public_src) + $(set_elements allow_cidr) + $(set_elements proxy_ports))); }
+# Conntrack entries from uplink addresses no namespace of the run holds now (a released
+# sandbox's connections, which b3osd forgets when it releases the sandbox).
+stale_conntrack() {
+  local live
+  live=$(for ns in $(my_netns); do ip -n "$ns" -4 -o addr show dev up0 | awk '{print $4}' | cut -d/ -f1; done)
+  conntrack -L -s "$UPLINKS" 2>/dev/null | grep -o 'src=[0-9.]*' | sort -u | cut -d= -f2 |
+    while read -r a; do grep -qx "$a" <<<"$live" || echo "$a"; done | grep -c . || true
+}
+# For eventually (its command is run again each time, so the counts are read each time).
+netns_at_most() { [ "$(netns_count)" -le "$1" ]; }
+netns_is() { [ "$(netns_count)" = "$1" ]; }
+uplink_of() { ip -n "b3s-$1" -4 -o addr show dev up0 | awk '{print $4}' | cut -d/ -f1; }
+# The run's leftovers after the daemon is gone: namespaces, the table, the service address.
+net_leftovers_removed() {
+  local ns
+  for ns in $(my_netns); do ip netns del "$ns" 2>/dev/null; done
+  nft delete table inet "$TABLE" 2>/dev/null || true
+  ip addr del "$SERVICE/32" dev lo 2>/dev/null || true
+}
+
+# ---- in a sandbox ----------------------------------------------------------------------------
+
+# probe ID ARGS...: tests/net/probe.py ARGS inside sandbox ID; its JSON in $P.
+probe() {
+  local id=$1
+  shift
+  run_exec "$id" "$(printf '%s\n' "$@" | jq -R . | jq -sc '{cmd: (["python3", "/workspace/probe.py"] + .), timeout_ms: 30000}')"
+  P=$(j .stdout)
+  [ -n "$P" ] || P='{"ok": false, "error": "no output"}'
+}
+pj() { jq -e "$@" <<<"$P" >/dev/null 2>&1; }
+# inside ID 'sh': a shell command inside ID; stdout in $OUT.
+inside() {
+  run_exec "$1" "$(jq -nc --arg c "$2" '{cmd: $c, timeout_ms: 30000}')"
+  OUT=$(j .stdout)
+}
+upload_tools() {
+  api PUT "/v1/sandboxes/$1/files?path=/workspace/probe.py" -H 'Content-Type: application/octet-stream' \
+    --data-binary @"$ROOT/tests/net/probe.py"
+  api PUT "/v1/sandboxes/$1/files?path=/workspace/ca.pem" -H 'Content-Type: application/octet-stream' \
+    --data-binary @"$B3T_CA"
+}
+conn_lines() { grep -c " $1:" "$B3T_CONN_LOG" 2>/dev/null || true; }
+served_by() { pj --arg s "$1" '.ok and .status == 200 and .body.server == $s'; }
+refused() { pj '.ok == false or .status == 403'; }
+
+# ---- set-up ----------------------------------------------------------------------------------
+
+"$FAKENET" up "$FN" >"$T/fakenet.log" 2>&1 || die "the fake internet did not come up: $(tail -n 5 "$T/fakenet.log")"
+eval "$("$FAKENET" env "$FN")"
+E2E_NETWORK=on
+export E2E_NETWORK
+B3OS_E2E_DAEMON_ARGS="--net-uplinks $UPLINKS --dns-upstream $B3T_DNS --net-warm-pool 1 --net-fork-pool 1"
+export B3OS_E2E_DAEMON_ARGS
+start_private_daemon
+info "b3osd pid $(daemon_pid) on $URL, uplinks $UPLINKS (table $TABLE), resolver upstream $B3T_DNS, temp dir $T"
+
+# ---- public -----------------------------------------------------------------------------------
+
+s_public() {
+  create_sandbox '{"egress": {"mode": "public"}}'
+  local id=$CID
+  check public.create "want 201 with egress public, got $(snip)" okj 201 '.egress.mode == "public" and .egress.allow == []'
+  upload_tools "$id"
+  probe "$id" http "http://$B3T_NAME_A/"
+  check public.http_by_name "want a.b3t.test served by $B3T_HOST_A, got $P" served_by "$B3T_HOST_A"
+  probe "$id" http "https://$B3T_NAME_C/" --ca /workspace/ca.pem
+  check public.https_by_name "want c.b3t.test over TLS from $B3T_HOST_C, got $P" \
+    pj --arg s "$B3T_HOST_C" '.status == 200 and .body.server == $s and .body.sni == "c.b3t.test"'
+  probe "$id" udp "$B3T_HOST_A" 7
+  check public.udp "want the UDP echo of $B3T_HOST_A, got $P" pj '.ok and (.reply | startswith("udp"))'
+  inside "$id" 'cat /etc/resolv.conf'
+  check public.resolver_is_b3osd "want nameserver 10.0.0.1 in /etc/resolv.conf, got $OUT" grep -q 'nameserver 10.0.0.1' <<<"$OUT"
+
+  # Nothing of the always-denied ranges, the host or the resolver's other ports; at once.
+  : >"$B3T_CONN_LOG"
+  local target name
+  for target in "$B3T_HOST_PRIVATE:80:private" "$B3T_HOST_CGNAT:80:cgnat" "$B3T_HOST_META:80:metadata" \
+    "$B3T_GW:80:host" "$SERVICE:${PORT}:host_api_port" "$SERVICE:3129:proxy_port_direct" "$SERVICE:22:host_ssh"; do
+    name=${target##*:}
+    target=${target%:*}
+    probe "$id" tcp "${target%:*}" "${target##*:}"
+    check "public.refused.$name" "want $target refused within 100 ms, got $P" pj '.ok == false and .ms < 100'
+  done
+  probe "$id" http "http://$B3T_NAME_PRIVATE/"
+  check public.refused.name_to_private "want private.b3t.test ($B3T_HOST_PRIVATE) unreachable, got $P" refused
+  check public.denied_hosts_never_reached "the private/CGNAT/metadata hosts saw: $(grep -E "$B3T_HOST_PRIVATE|$B3T_HOST_CGNAT|$B3T_HOST_META" "$B3T_CONN_LOG" | head -3)" \
+    test "$(($(conn_lines "$B3T_HOST_PRIVATE") + $(conn_lines "$B3T_HOST_CGNAT") + $(conn_lines "$B3T_HOST_META")))" = 0
+  # Another sandbox, by its uplink address.
+  create_sandbox '{"egress": {"mode": "public"}}'
+  local other=$CID up
+  up=$(uplink_of "$other")
+  probe "$id" tcp "$up" 80
+  check public.refused.other_sandbox "want the other sandbox's uplink $up refused, got $P" pj '.ok == false and .ms < 100'
+  probe "$id" tcp 10.0.0.1 53
+  check public.dns_over_tcp "want the resolver on 10.0.0.1:53 over TCP too, got $P" pj '.ok'
+  inside "$id" 'python3 -c "import socket; s=socket.socket(socket.AF_INET6); s.settimeout(2)
+try:
+    s.connect((\"2001:db8::10\", 80)); print(\"connected\")
+except OSError as e: print(\"refused\", e)"'
+  check public.no_ipv6 "want IPv6 refused, got $OUT" grep -q refused <<<"$OUT"
+  delete_sandbox "$other"
+  delete_sandbox "$id"
+}
+
+# ---- allowlist ----------------------------------------------------------------------------------
+
+ALLOW='["a.b3t.test", "*.wild.b3t.test", "c.b3t.test:8080", "203.0.113.10/32:5432", "private.b3t.test", "multi.b3t.test"]'
+s_allowlist() {
+  create_sandbox "{\"egress\": {\"mode\": \"allowlist\", \"allow\": $ALLOW}}"
+  local id=$CID
+  check allow.create "want 201 with the list as given, got $(snip)" okj 201 ".egress.mode == \"allowlist\" and .egress.allow == $ALLOW"
+  upload_tools "$id"
+  : >"$B3T_CONN_LOG"
+  : >"$B3T_DNS_LOG"
+  probe "$id" http "http://$B3T_NAME_A/"
+  check allow.name "want a.b3t.test served, got $P" served_by "$B3T_HOST_A"
+  probe "$id" http "https://$B3T_NAME_A/" --ca /workspace/ca.pem
+  check allow.name_tls "want https://a.b3t.test served with SNI a.b3t.test, got $P" \
+    pj --arg s "$B3T_HOST_A" '.status == 200 and .body.server == $s and .body.sni == "a.b3t.test"'
+  probe "$id" http "http://A.B3T.Test/"
+  check allow.letter_case "want A.B3T.Test served (names match in any case), got $P" served_by "$B3T_HOST_A"
+  probe "$id" http "http://$B3T_NAME_B/"
+  check allow.other_name_refused "want b.b3t.test refused, got $P" refused
+  probe "$id" http "http://$B3T_NAME_WILD_X/"
+  check allow.wildcard_subdomain "want x.wild.b3t.test served, got $P" served_by "$B3T_HOST_WILD"
+  probe "$id" http "https://$B3T_NAME_WILD_YZ/" --ca /workspace/ca.pem
+  check allow.wildcard_deeper "want y.z.wild.b3t.test served, got $P" served_by "$B3T_HOST_WILD"
+  probe "$id" http "http://$B3T_NAME_WILD/"
+  check allow.wildcard_not_bare "want the bare wild.b3t.test refused by *.wild.b3t.test, got $P" refused
+  probe "$id" http "http://$B3T_NAME_C:8080/"
+  check allow.name_port "want c.b3t.test:8080 served, got $P" served_by "$B3T_HOST_C"
+  probe "$id" http "http://$B3T_NAME_C/"
+  check allow.name_other_port "want c.b3t.test:80 refused (the entry says :8080), got $P" refused
+  probe "$id" tcp "$B3T_HOST_C" 5432 --send hello
+  check allow.cidr_port "want the TCP echo of $B3T_HOST_C:5432, got $P" pj '.ok and (.reply | startswith("echo"))'
+  probe "$id" tcp "$B3T_HOST_A" 5432 --send hello
+  check allow.cidr_other_host "want $B3T_HOST_A:5432 refused within 100 ms, got $P" pj '.ok == false and .ms < 100'
+
+  # What must reach nothing else.
+  probe "$id" http "http://$B3T_NAME_A/" --connect "$B3T_HOST_B"
+  check allow.spoofed_address "a.b3t.test asked of $B3T_HOST_B must reach the real a.b3t.test only, got $P" served_by "$B3T_HOST_A"
+  inside "$id" "echo '$B3T_HOST_B a.b3t.test' >>/etc/hosts"
+  probe "$id" http "http://$B3T_NAME_A/"
+  check allow.etc_hosts_spoof "a forged /etc/hosts entry must not reach $B3T_HOST_B, got $P" served_by "$B3T_HOST_A"
+  probe "$id" http "http://$B3T_HOST_B/"
+  check allow.bare_ip_http "want a bare IP refused with 403 egress_denied, got $P" pj '.status == 403 and .body.error.code == "egress_denied"'
+  probe "$id" http "https://$B3T_HOST_B/"
+  check allow.bare_ip_tls "want TLS to a bare IP refused, got $P" pj '.ok == false'
+  probe "$id" http "https://$B3T_NAME_A/" --ca /workspace/ca.pem --host "$B3T_NAME_B"
+  check allow.fronting "SNI a.b3t.test with Host b.b3t.test must reach a.b3t.test's server only, got $P" served_by "$B3T_HOST_A"
+  check allow.b_never_reached "the servers of b.b3t.test saw: $(grep " $B3T_HOST_B:" "$B3T_CONN_LOG" | head -2)" test "$(conn_lines "$B3T_HOST_B")" = 0
+  probe "$id" resolve "$B3T_NAME_PRIVATE"
+  check allow.name_to_private_not_resolved "an allowed name resolving to $B3T_HOST_PRIVATE must not resolve, got $P" pj '.ok == false'
+  probe "$id" http "http://$B3T_NAME_PRIVATE/" --connect "$B3T_HOST_PRIVATE"
+  check allow.name_to_private_refused "want private.b3t.test refused, got $P" refused
+  check allow.private_never_reached "the private host saw: $(grep " $B3T_HOST_PRIVATE:" "$B3T_CONN_LOG" | head -2)" test "$(conn_lines "$B3T_HOST_PRIVATE")" = 0
+  probe "$id" resolve "$B3T_NAME_MULTI"
+  check allow.mixed_answer_filtered "want only $B3T_HOST_MULTI for multi.b3t.test, got $P" pj --arg s "$B3T_HOST_MULTI" '.ok and .addrs == [$s]'
+  local secret=exfil-$RANDOM$RANDOM
+  probe "$id" resolve "$secret.b3t.test"
+  probe "$id" http "https://$secret.b3t.test/"
+  inside "$id" "getent hosts $secret-2.wild2.b3t.test; curl -s -m 2 http://$secret-3.b3t.test/ >/dev/null; true"
+  check allow.exfiltration_name_never_sent "the test resolver's log names $secret: $(grep -m1 "$secret" "$B3T_DNS_LOG")" not grep -q "$secret" "$B3T_DNS_LOG"
+  probe "$id" udp "$B3T_HOST_A" 443
+  check allow.udp_refused "want UDP 443 refused, got $P" pj '.ok == false'
+  check allow.udp_never_reached "the UDP echo saw: $(grep "udp $B3T_HOST_A:443" "$B3T_CONN_LOG" | head -1)" not grep -q "udp $B3T_HOST_A:443" "$B3T_CONN_LOG"
+  probe "$id" tcp "$B3T_HOST_B" 22
+  check allow.refused_fast "want a connect to $B3T_HOST_B:22 refused within 100 ms, got $P" pj '.ok == false and .ms < 100'
+  delete_sandbox "$id"
+}
+
+# ---- the policy through the sandbox's life -------------------------------------------------------
+
+# holds NAME ID: the allowlist [a.b3t.test] holds in ID: a served, b refused.
+holds() {
+  probe "$2" http "http://$B3T_NAME_A/"
+  check "$1.allowed" "want a.b3t.test served, got $P" served_by "$B3T_HOST_A"
+  probe "$2" http "http://$B3T_NAME_B/" --connect "$B3T_HOST_B"
+  check "$1.refused" "want b.b3t.test refused, got $P" refused
+}
+s_lifecycle() {
+  create_sandbox '{"forkable": true, "egress": {"mode": "allowlist", "allow": ["a.b3t.test"]}}'
+  local id=$CID f i=0
+  upload_tools "$id"
+  holds life.created "$id"
+  api POST "/v1/sandboxes/$id/pause"
+  expect life.pause 200
+  api POST "/v1/sandboxes/$id/resume"
+  expect life.resume 200
+  holds life.after_resume "$id"
+  apij POST "/v1/sandboxes/$id/fork" '{"count": 3}'
+  expect life.fork 201
+  check life.fork.egress "want the source's egress in each fork's object, got $(snip)" \
+    jt '[.data[].egress] | length == 3 and all(.mode == "allowlist" and .allow == ["a.b3t.test"])'
+  for f in $(j '.data[].id'); do
+    echo "$f" >>"$T/ids"
+    i=$((i + 1))
+    holds "life.fork$i" "$f"
+  done
+  api POST "/v1/sandboxes/$id/snapshot"
+  expect life.snapshot 201
+  local snap
+  snap=$(j .id)
+  create_sandbox "{\"snapshot\": \"$snap\"}"
+  check life.restore "want 201 from the snapshot with its egress, got $(snip)" okj 201 '.egress.mode == "allowlist" and .egress.allow == ["a.b3t.test"]'
+  holds life.restored "$CID"
+
+  # A live change: tightened to b.b3t.test (a download from a.b3t.test open across it is
+  # cut), then the restart keeps it.
+  inside "$id" 'nohup sh -c "curl -s --limit-rate 200k -o /dev/null -w \"%{http_code} %{size_download}\" http://a.b3t.test/bytes/100000000 >/tmp/dl.out 2>&1; echo \" rc=\$?\" >>/tmp/dl.out" >/dev/null 2>&1 &
+sleep 1; cat /tmp/dl.out 2>/dev/null; true'
+  check life.download_started "the slow download must still be running before the change, got: $OUT" test -z "$OUT"
+  apij PATCH "/v1/sandboxes/$id" '{"egress": {"mode": "allowlist", "allow": ["b.b3t.test"]}}'
+  check life.patch "want 200 with the new list, got $(snip)" okj 200 '.egress.allow == ["b.b3t.test"]'
+  probe "$id" http "http://$B3T_NAME_B/"
+  check life.patch.new_allowed "want b.b3t.test served after the change, got $P" served_by "$B3T_HOST_B"
+  probe "$id" http "http://$B3T_NAME_A/" --connect "$B3T_HOST_A"
+  check life.patch.old_refused "want a.b3t.test refused after the change, got $P" refused
+  inside "$id" 'for i in $(seq 1 30); do [ -s /tmp/dl.out ] && grep -q rc= /tmp/dl.out && break; sleep 0.1; done; cat /tmp/dl.out'
+  check life.patch.open_connection_cut "want the download from a.b3t.test cut by the change, got: $OUT" \
+    grep -qvE '^200 100000000' <<<"${OUT:-none}"
+  stop_daemon KILL
+  start_daemon || die "b3osd did not start again after SIGKILL"
+  api GET "/v1/sandboxes/$id"
+  check life.restart.stored "want the changed list after the restart, got $(snip)" okj 200 '.status == "running" and .egress.allow == ["b.b3t.test"]'
+  probe "$id" http "http://$B3T_NAME_B/"
+  check life.restart.allowed "want b.b3t.test served after SIGKILL and restart, got $P" served_by "$B3T_HOST_B"
+  probe "$id" http "http://$B3T_NAME_A/" --connect "$B3T_HOST_A"
+  check life.restart.refused "want a.b3t.test still refused after the restart, got $P" refused
+  for f in $(cat "$T/ids"); do
+    api GET "/v1/sandboxes/$f"
+    [ "$(j .status)" = running ] || continue
+    [ "$(j '.egress.allow[0]')" = a.b3t.test ] || continue
+    holds "life.restart.$(j .id | tail -c 6)" "$f"
+  done
+  apij PATCH "/v1/sandboxes/$id" '{"egress": {"mode": "public"}}'
+  check life.patch.public "want 200 egress public, got $(snip)" okj 200 '.egress.mode == "public" and .egress.allow == []'
+  probe "$id" http "http://$B3T_NAME_C/"
+  check life.patch.public_reaches "want c.b3t.test served once public, got $P" served_by "$B3T_HOST_C"
+}
+
+# ---- bad input -------------------------------------------------------------------------------------
+
+s_bad_input() {
+  local before_ns before_el before_n
+  before_ns=$(netns_count)
+  before_el=$(all_elements)
+  api GET '/v1/sandboxes?status=running&limit=100'
+  before_n=$(j '.data | length')
+  create_sandbox '{"egress": {"mode": "allowlist", "allow": ["a.b3t.test", "Bad.Name"]}}'
+  expect_error bad.uppercase 400 invalid_request 'egress.allow[1]'
+  create_sandbox '{"egress": {"mode": "allowlist", "allow": ["10.0.0.0/8"]}}'
+  expect_error bad.private_cidr 403 egress_denied 'egress.allow[0]'
+  create_sandbox '{"egress": {"mode": "allowlist", "allow": ["169.254.169.254"]}}'
+  expect_error bad.metadata 403 egress_denied 'egress.allow[0]'
+  create_sandbox '{"egress": {"mode": "allowlist", "allow": ["*.com"]}}'
+  expect_error bad.wildcard_tld 400 invalid_request
+  create_sandbox '{"egress": {"mode": "allowlist", "allow": ["https://a.b3t.test"]}}'
+  expect_error bad.scheme 400 invalid_request
+  create_sandbox '{"egress": {"mode": "public", "allow": ["a.b3t.test"]}}'
+  expect_error bad.allow_with_public 400 invalid_request
+  create_sandbox "{\"egress\": {\"mode\": \"allowlist\", \"allow\": $(python3 -c 'import json; print(json.dumps([f"h{i}.b3t.test" for i in range(257)]))')}}"
+  expect_error bad.too_many 400 invalid_request
+  create_sandbox '{"egress": {"mode": "public"}}'
+  local id=$CID
+  apij PATCH "/v1/sandboxes/$id" '{"egress": {"mode": "deny"}}'
+  expect_error bad.patch_to_deny 400 invalid_request deny
+  apij PATCH "/v1/sandboxes/$id" '{"egress": {"mode": "allowlist", "allow": ["192.168.0.0/16"]}}'
+  expect_error bad.patch_private 403 egress_denied
+  apij PATCH "/v1/sandboxes/$id" '{"memory_mib": 1024}'
+  expect_error bad.patch_other_field 400 invalid_request memory_mib
+  api GET "/v1/sandboxes/$id"
+  check bad.patch_changed_nothing "want egress public still, got $(snip)" okj 200 '.egress.mode == "public"'
+  create_sandbox '{"egress": {"mode": "deny"}}'
+  local deny=$CID
+  apij PATCH "/v1/sandboxes/$deny" '{"egress": {"mode": "public"}}'
+  expect_error bad.patch_deny_sandbox 409 conflict deny
+  apij PATCH /v1/sandboxes/sbx_00000000000000000000000000 '{"egress": {"mode": "public"}}'
+  expect_error bad.patch_unknown 404 sandbox_not_found
+  delete_sandbox "$id"
+  delete_sandbox "$deny"
+  apij PATCH "/v1/sandboxes/$id" '{"egress": {"mode": "public"}}'
+  expect_error bad.patch_stopped 409 sandbox_not_running
+  eventually 30 netns_is "$before_ns" || true
+  check bad.no_namespace_left "namespaces: $before_ns before, $(netns_count) after" test "$(netns_count)" = "$before_ns"
+  check bad.no_element_left "firewall elements: $before_el before, $(all_elements) after" test "$(all_elements)" = "$before_el"
+  api GET '/v1/sandboxes?status=running&limit=100'
+  check bad.no_sandbox_left "running: $before_n before, $(j '.data | length') after" test "$(j '.data | length')" = "$before_n"
+}
+
+# ---- nothing left ---------------------------------------------------------------------------------
+
+s_cycles() {
+  local n before_ns before_up before_el i id f
+  # Only the pool's members hold networks now.
+  for id in $(cat "$T/ids"); do delete_sandbox "$id" >/dev/null 2>&1 || true; done
+  # Released behind the deletes' answers; then only the two pools' members have networks.
+  eventually 60 netns_at_most 2 || info "namespaces still there: $(my_netns | tr '\n' ' ')"
+  sleep 1
+  before_ns=$(netns_count)
+  before_up=$(uplink_count)
+  before_el=$(all_elements)
+  for i in $(seq 1 "$CYCLES"); do
+    if [ $((i % 2)) = 0 ]; then
+      create_sandbox '{"forkable": true, "egress": {"mode": "allowlist", "allow": ["a.b3t.test", "203.0.113.0/24:5432"]}}'
+    else
+      create_sandbox '{"forkable": true, "egress": {"mode": "public"}}'
+    fi
+    id=$CID
+    [ -n "$id" ] || { fail cycles.create "cycle $i: $(snip)"; return 0; }
+    inside "$id" 'curl -s -m 2 -o /dev/null http://a.b3t.test/; true'
+    apij POST "/v1/sandboxes/$id/fork" '{"count": 1}'
+    f=$(j '.data[0].id')
+    [ "$ST" = 201 ] || { fail cycles.fork "cycle $i: $(snip)"; return 0; }
+    delete_sandbox "$f"
+    delete_sandbox "$id"
+  done
+  pass cycles.ran
+  eventually 60 netns_is "$before_ns" || true
+  check cycles.no_netns_left "after $CYCLES create/fork/delete cycles: $before_ns namespaces before, $(netns_count) after" test "$(netns_count)" = "$before_ns"
+  check cycles.no_veth_left "uplinks: $before_up before, $(uplink_count) after" test "$(uplink_count)" = "$before_up"
+  check cycles.no_nft_element_left "firewall elements: $before_el before, $(all_elements) after" test "$(all_elements)" = "$before_el"
+  check cycles.no_conntrack_left "conntrack entries of released sandboxes' addresses: $(stale_conntrack)" test "$(stale_conntrack)" = 0
+}
+
+run_section s_public
+run_section s_allowlist
+run_section s_lifecycle
+run_section s_bad_input
+run_section s_cycles
+check_responses
+
+info "$(count_results PASS) passed, $(count_results FAIL) failed, $(count_results SKIP) skipped in $((($(now_ms) - SUITE_START) / 1000)) s"
+[ "$(count_results FAIL)" = 0 ]
