@@ -72,8 +72,9 @@ Result<void> write_sysctl(const std::string& name, std::string_view value) {
   return {};
 }
 
-// Checksum offload off: gVisor reads the veth with a packet socket and drops segments whose
-// checksum the kernel left for the hardware (ARCHITECTURE.md, quirk 3).
+// Checksum offload off on the sandbox's end: what the kernel would send out of eth0 must carry
+// its checksum (ARCHITECTURE.md, quirk 3). Its peer gw0 keeps offloads on: runsc reads eth0
+// with PACKET_VNET_HDR and takes segments whose checksum is left partial.
 Result<void> offloads_off(int sock, const std::string& ifname) {
   for (uint32_t cmd : {uint32_t{ETHTOOL_STXCSUM}, uint32_t{ETHTOOL_SRXCSUM}}) {
     ethtool_value v{cmd, 0};
@@ -222,9 +223,9 @@ Result<void> create_netns(const NetLayout& layout, const NetSlot& slot) {
   auto offloads = in_netns(slot.netns_path, [] {
     UniqueFd sock(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
     if (!sock) return Result<void>(fail(errno_error(ErrorCode::kInternal, "socket", errno)));
-    for (auto* ifname : {"eth0", "gw0"})
-      if (auto r = offloads_off(sock.get(), ifname); !r) return r;
-    return Result<void>{};
+    // eth0 only: gw0 keeps its offloads, so the host hands gVisor's packet socket whole GSO
+    // segments (measured: a download went from ~55 to ~100 MB/s on a loaded node).
+    return offloads_off(sock.get(), "eth0");
   });
   if (!offloads) return undo(offloads.error());
   if (auto r = run_checked({"ip", "netns", "exec", slot.netns, "nft", "-f", "-"}, netns_ruleset(layout)); !r)

@@ -157,6 +157,8 @@ class EgressProxy::Connection : public std::enable_shared_from_this<Connection> 
                               }
                               self->connected_ = true;
                               self->timer_.cancel();
+                              error_code e3;  // small writes (a ClientHello, a request) go at once
+                              self->upstream_.set_option(tcp::no_delay(true), e3);
                               self->send_peeked();
                             });
   }
@@ -266,6 +268,7 @@ void EgressProxy::accept() {
         s.set_option(asio::socket_base::linger(true, 0), e2);
         s.close(e2);
       } else {
+        s.set_option(tcp::no_delay(true), e2);
         auto c = std::make_shared<Connection>(*this, std::move(s), source, dst_ip, dst_port);
         by_source_[source].insert(c.get());
         ++total_;
