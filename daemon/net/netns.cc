@@ -23,12 +23,15 @@
 
 #include "common/file.h"
 #include "common/unique_fd.h"
+#include "daemon/sys/netns.h"
 #include "daemon/sys/process.h"
 
 namespace b3os::net {
 
 using namespace std::chrono_literals;
 using nlohmann::json;
+
+using sys::in_netns;
 
 namespace {
 constexpr auto kCommandTimeout = 10s;
@@ -41,27 +44,6 @@ Result<void> run_checked(const std::vector<std::string>& argv, std::string_view 
     return fail(ErrorCode::kInternal, sys::join_argv(argv) + " failed (exit " + std::to_string(r->exit_code) +
                                           "): " + r->output);
   return {};
-}
-
-// Runs `fn` on a thread that has entered the namespace at `path`: sockets it opens and the
-// /proc/sys/net it writes are that namespace's. The thread ends with it, so no thread of
-// b3osd stays in a sandbox's namespace.
-Result<void> in_netns(const std::string& path, const std::function<Result<void>()>& fn) {
-  Result<void> out;
-  std::thread t([&] {
-    UniqueFd ns(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-    if (!ns) {
-      out = fail(errno_error(ErrorCode::kInternal, "open " + path, errno));
-      return;
-    }
-    if (::setns(ns.get(), CLONE_NEWNET) != 0) {
-      out = fail(errno_error(ErrorCode::kInternal, "entering " + path, errno));
-      return;
-    }
-    out = fn();
-  });
-  t.join();
-  return out;
 }
 
 Result<void> write_sysctl(const std::string& name, std::string_view value) {

@@ -212,6 +212,56 @@ json loopback_links_arg() {
   };
 }
 
+namespace {
+std::string base64(std::string_view in) {
+  static constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  for (size_t i = 0; i < in.size(); i += 3) {
+    const uint32_t n = (uint32_t(uint8_t(in[i])) << 16) | (i + 1 < in.size() ? uint32_t(uint8_t(in[i + 1])) << 8 : 0) |
+                       (i + 2 < in.size() ? uint32_t(uint8_t(in[i + 2])) : 0);
+    out += kAlphabet[(n >> 18) & 63];
+    out += kAlphabet[(n >> 12) & 63];
+    out += i + 1 < in.size() ? kAlphabet[(n >> 6) & 63] : '=';
+    out += i + 2 < in.size() ? kAlphabet[n & 63] : '=';
+  }
+  return out;
+}
+
+std::string dotted(uint32_t a) {
+  return std::to_string(a >> 24) + "." + std::to_string((a >> 16) & 255) + "." + std::to_string((a >> 8) & 255) + "." +
+         std::to_string(a & 255);
+}
+}  // namespace
+
+json sandbox_links_arg(const PacketLink& link) {
+  json arg = loopback_links_arg();
+  const uint32_t mask = link.prefix == 0 ? 0 : ~uint32_t{0} << (32 - link.prefix);
+  const std::string mask_bytes = {char(mask >> 24), char((mask >> 16) & 255), char((mask >> 8) & 255), char(mask & 255)};
+  arg["FDBasedLinks"] = json::array({{
+      {"Name", "eth0"},
+      {"InterfaceIndex", 0},
+      {"MTU", link.mtu},
+      {"Addresses", {{{"Address", dotted(link.addr)}, {"PrefixLen", link.prefix}}}},
+      {"Routes", {{{"Destination", {{"IP", dotted(link.addr & mask)}, {"Mask", base64(mask_bytes)}}}, {"Gateway", ""}}}},
+      {"GSOMaxSize", 65536},
+      {"GVisorGSOEnabled", false},
+      {"GVisorGRO", false},
+      {"TXChecksumOffload", false},
+      {"RXChecksumOffload", true},
+      {"LinkAddress", base64(link.mac)},
+      {"QDisc", 1},
+      {"Neighbors", nullptr},
+      {"NumChannels", 1},
+      {"ProcessorsPerChannel", 0},
+  }});
+  // The CLI's default route: 0.0.0.0 with Go's 16-byte form of a zero IPv4 mask.
+  arg["Defaultv4Gateway"] = {
+      {"Route", {{"Destination", {{"IP", "0.0.0.0"}, {"Mask", "AAAAAAAAAAAAAP//AAAAAA=="}}}, {"Gateway", dotted(link.gateway)}}},
+      {"Name", "eth0"}};
+  arg["DisconnectOk"] = true;
+  return arg;
+}
+
 bool control_protocol_known(std::string_view runsc_version) {
   for (auto v : kKnownVersions)
     if (runsc_version == v) return true;

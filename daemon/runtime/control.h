@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <span>
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -48,6 +49,19 @@ long json_object_length(std::string_view buf);
 /// The argument runsc sends to Network.CreateLinksAndRoutes for --network=none: a loopback
 /// interface with 127.0.0.1/8 and ::1/128 and their routes.
 nlohmann::json loopback_links_arg();
+/// The sandbox's eth0 as runsc's CLI hands it over under --network=sandbox (read from its
+/// namespace: runsc start/restore's createInterfacesAndRoutesFromNS), its packet socket
+/// going with the call.
+struct PacketLink {
+  std::string mac;  // 6 bytes
+  int mtu = 1500;
+  uint32_t addr = 0;  // host byte order
+  int prefix = 0;
+  uint32_t gateway = 0;  // the default route's
+};
+/// Network.CreateLinksAndRoutes for --network=sandbox --net-disconnect-ok: loopback and one
+/// fd-based link (checked byte for byte against runsc 0.0~20240729.0's CLI with strace).
+nlohmann::json sandbox_links_arg(const PacketLink& link);
 
 /// Whether this runsc version's control messages are the ones this file speaks.
 bool control_protocol_known(std::string_view runsc_version);

@@ -6,6 +6,14 @@
 #include <signal.h>
 #include <sys/file.h>
 #include <sys/ioctl.h>
+#include <arpa/inet.h>
+#include <linux/if_packet.h>
+#include <linux/netlink.h>
+#include <linux/rtnetlink.h>
+#include <net/ethernet.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -22,6 +30,7 @@
 #include "common/scope_exit.h"
 #include "common/unique_fd.h"
 #include "daemon/runtime/control.h"
+#include "daemon/sys/netns.h"
 #include "daemon/sys/process.h"
 
 namespace b3os::runtime {
@@ -121,9 +130,12 @@ std::vector<std::string> Runsc::base_argv(const std::string& disk_dir, bool netw
   return a;
 }
 
-bool Runsc::networked(const std::string& id) const {
+bool Runsc::networked(const std::string& id) const { return !netns_of(id).empty(); }
+
+std::string Runsc::netns_of(const std::string& id) const {
   std::lock_guard lk(networked_mu_);
-  return networked_.count(id) > 0;
+  auto it = networked_.find(id);
+  return it == networked_.end() ? "" : it->second;
 }
 
 std::vector<std::string> Runsc::with_private_sysnet(std::vector<std::string> argv) {
@@ -171,7 +183,7 @@ Result<void> Runsc::create(const ContainerSpec& spec, int stdio_fd) {
   }
   if (network) {
     std::lock_guard lk(networked_mu_);
-    networked_.insert(spec.id);
+    networked_[spec.id] = spec.netns_path;
   }
   return {};
 }
@@ -245,7 +257,7 @@ Result<void> Runsc::checkpoint(const std::string& id, const std::string& image_d
 
 Result<void> Runsc::restore(const std::string& id, const std::string& bundle_dir, const std::string& image_dir) {
   const bool network = networked(id);
-  if (direct_control() && !network) return restore_direct(id, image_dir);
+  if (direct_control()) return restore_direct(id, image_dir);
   // The CLI's restore makes the sandbox itself: the same medium as the create.
   const DiskPaths disk = disk_paths(cfg_.disks, id);
   auto argv = base_argv(::access(disk.image.c_str(), F_OK) == 0 ? disk.mount : "", network);
@@ -291,7 +303,7 @@ Result<void> Runsc::resume(const std::string& id) {
 
 Result<void> Runsc::start(const std::string& id) {
   const bool network = networked(id);
-  if (direct_control() && !network) return start_direct(id);
+  if (direct_control()) return start_direct(id);
   auto argv = base_argv("", network);
   argv.insert(argv.end(), {"start", id});
   if (network) argv = with_private_sysnet(std::move(argv));
@@ -537,10 +549,7 @@ Result<void> Runsc::start_root(const std::string& id, std::string_view verb,
   const auto& sandbox = (*state)["sandbox"];
   auto conn = ControlConnection::connect(sandbox["controlSocketPath"].get<std::string>());
   if (!conn) return fail(conn.error().wrap(what));
-  // --network=none: the sandbox gets its loopback interface just before it starts.
-  if (auto r = conn->call("Network.CreateLinksAndRoutes", loopback_links_arg(), {}, kStartTimeout); !r) {
-    return fail(r.error().wrap(what));
-  }
+  if (auto r = create_links(*conn, id, what); !r) return r;
   if (auto r = run(*conn, sandbox["id"].get<std::string>()); !r) return fail(r.error().wrap(what));
 
   // What runsc's saveLocked leaves: the same document with status "running". Written beside
@@ -560,6 +569,102 @@ Result<void> Runsc::start_root(const std::string& id, std::string_view verb,
     ::unlink(tmp.c_str());
     return fail(errno_error(ErrorCode::kInternal, what + ": " + state_file, err));
   }
+  return {};
+}
+
+namespace {
+// What runsc's createInterfacesAndRoutesFromNS does for the one interface of a sandbox's
+// namespace, from a thread inside it: a packet socket bound to eth0 (virtio-net headers, so
+// the host can hand over whole GSO segments; 4 MiB buffers), eth0's MAC, MTU, address and
+// default route; then the address leaves the host side (the kernel must not answer for it).
+Result<UniqueFd> open_packet_link(const std::string& netns_path, PacketLink& link) {
+  UniqueFd out;
+  auto r = sys::in_netns(netns_path, [&]() -> Result<void> {
+    auto err = [](const std::string& what) { return fail(errno_error(ErrorCode::kInternal, what, errno)); };
+    const unsigned index = ::if_nametoindex("eth0");
+    if (index == 0) return err("eth0 in " + netns_path);
+    UniqueFd fd(::socket(AF_PACKET, SOCK_RAW | SOCK_CLOEXEC, 0));
+    if (!fd) return err("packet socket");
+    sockaddr_ll sll{};
+    sll.sll_family = AF_PACKET;
+    sll.sll_protocol = htons(ETH_P_ALL);
+    sll.sll_ifindex = static_cast<int>(index);
+    if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&sll), sizeof sll) != 0) return err("binding the packet socket to eth0");
+    const int one = 1, buf = 4 << 20;
+    if (::setsockopt(fd.get(), SOL_PACKET, PACKET_VNET_HDR, &one, sizeof one) != 0 ||
+        ::setsockopt(fd.get(), SOL_SOCKET, SO_RCVBUFFORCE, &buf, sizeof buf) != 0 ||
+        ::setsockopt(fd.get(), SOL_SOCKET, SO_SNDBUFFORCE, &buf, sizeof buf) != 0)
+      return err("setting up the packet socket");
+    UniqueFd s(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+    if (!s) return err("socket");
+    ifreq ifr{};
+    std::strncpy(ifr.ifr_name, "eth0", IFNAMSIZ - 1);
+    if (::ioctl(s.get(), SIOCGIFHWADDR, &ifr) != 0) return err("eth0's MAC");
+    link.mac.assign(ifr.ifr_hwaddr.sa_data, 6);
+    if (::ioctl(s.get(), SIOCGIFMTU, &ifr) != 0) return err("eth0's MTU");
+    link.mtu = ifr.ifr_mtu;
+    if (::ioctl(s.get(), SIOCGIFADDR, &ifr) != 0) return err("eth0's address");
+    link.addr = ntohl(reinterpret_cast<sockaddr_in*>(&ifr.ifr_addr)->sin_addr.s_addr);
+    if (::ioctl(s.get(), SIOCGIFNETMASK, &ifr) != 0) return err("eth0's netmask");
+    link.prefix = __builtin_popcount(reinterpret_cast<sockaddr_in*>(&ifr.ifr_netmask)->sin_addr.s_addr);
+    // The default route: /proc/thread-self/net is this thread's namespace's.
+    auto routes = read_small_file("/proc/thread-self/net/route", 1 << 16).value_or("");
+    for (size_t at = 0; (at = routes.find("\neth0\t", at)) != std::string::npos; ++at) {
+      unsigned dst = 1, gw = 0;
+      if (std::sscanf(routes.c_str() + at + 6, "%x %x", &dst, &gw) == 2 && dst == 0 && gw != 0) link.gateway = ntohl(gw);
+    }
+    if (link.gateway == 0) return fail(ErrorCode::kInternal, "eth0 in " + netns_path + " has no default route");
+    // RTM_DELADDR of eth0's address.
+    struct {
+      nlmsghdr nh;
+      ifaddrmsg ifa;
+      char attrs[64];
+    } req{};
+    req.nh.nlmsg_len = NLMSG_LENGTH(sizeof(ifaddrmsg));
+    req.nh.nlmsg_type = RTM_DELADDR;
+    req.nh.nlmsg_flags = NLM_F_REQUEST | NLM_F_ACK;
+    req.ifa.ifa_family = AF_INET;
+    req.ifa.ifa_prefixlen = static_cast<unsigned char>(link.prefix);
+    req.ifa.ifa_index = index;
+    auto* rta = reinterpret_cast<rtattr*>(reinterpret_cast<char*>(&req) + NLMSG_ALIGN(req.nh.nlmsg_len));
+    rta->rta_type = IFA_LOCAL;
+    rta->rta_len = RTA_LENGTH(4);
+    const uint32_t be = htonl(link.addr);
+    std::memcpy(RTA_DATA(rta), &be, 4);
+    req.nh.nlmsg_len = NLMSG_ALIGN(req.nh.nlmsg_len) + RTA_LENGTH(4);
+    UniqueFd nl(::socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE));
+    if (!nl || ::send(nl.get(), &req, req.nh.nlmsg_len, 0) < 0) return err("removing eth0's address");
+    char ack[512];
+    const ssize_t n = ::recv(nl.get(), ack, sizeof ack, 0);
+    const auto* h = reinterpret_cast<const nlmsghdr*>(ack);
+    if (n < static_cast<ssize_t>(NLMSG_LENGTH(sizeof(nlmsgerr))) || h->nlmsg_type != NLMSG_ERROR)
+      return fail(ErrorCode::kInternal, "removing eth0's address: no answer from the kernel");
+    if (const int e = reinterpret_cast<const nlmsgerr*>(NLMSG_DATA(h))->error; e != 0) {
+      errno = -e;
+      return err("removing eth0's address");
+    }
+    out = std::move(fd);
+    return {};
+  });
+  if (!r) return fail(r.error());
+  return out;
+}
+}  // namespace
+
+Result<void> Runsc::create_links(ControlConnection& conn, const std::string& id, const std::string& what) {
+  const std::string netns = netns_of(id);
+  if (netns.empty()) {
+    // --network=none: the sandbox gets its loopback interface just before it starts.
+    if (auto r = conn.call("Network.CreateLinksAndRoutes", loopback_links_arg(), {}, kStartTimeout); !r)
+      return fail(r.error().wrap(what));
+    return {};
+  }
+  PacketLink link;
+  auto fd = open_packet_link(netns, link);
+  if (!fd) return fail(fd.error().wrap(what));
+  const int fds[] = {fd->get()};
+  if (auto r = conn.call("Network.CreateLinksAndRoutes", sandbox_links_arg(link), fds, kStartTimeout); !r)
+    return fail(r.error().wrap(what));
   return {};
 }
 

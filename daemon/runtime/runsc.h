@@ -6,6 +6,7 @@
 #include <chrono>
 #include <functional>
 #include <mutex>
+#include <map>
 #include <set>
 #include <string>
 #include <string_view>
@@ -110,6 +111,10 @@ class Runsc : public Runtime {
   // under the state file's lock, require "created", set up loopback, then record "running".
   Result<void> start_root(const std::string& id, std::string_view verb,
                           const std::function<Result<void>(ControlConnection&, const std::string& sandbox_id)>& run);
+  /// The network the sandbox gets just before it starts or restores, as the CLI would give
+  /// it: loopback alone, or with its namespace's eth0 (a packet socket on it, the address
+  /// moved from the host side into the sandbox).
+  Result<void> create_links(ControlConnection& conn, const std::string& id, const std::string& what);
   struct StatePids {
     pid_t sandbox = 0, gofer = 0;
   };
@@ -126,7 +131,9 @@ class Runsc : public Runtime {
 
   RuntimeConfig cfg_;
   mutable std::mutex networked_mu_;
-  std::set<std::string> networked_;  // guarded by networked_mu_
+  std::map<std::string, std::string> networked_;  // id -> its netns path; guarded by networked_mu_
+  /// The netns path of a networked container ("" for none).
+  std::string netns_of(const std::string& id) const;
   std::once_flag control_once_;
   bool direct_ = false;
 };
