@@ -120,7 +120,13 @@ teardown() {
   if ns_exists "$NS"; then ip netns del "$NS"; fi
   # Deleting the netns destroys its veth end and with it b3t-h and the routes through it;
   # the rest is for a half-built state.
-  if ip link show "$H_IF" >/dev/null 2>&1; then ip link del "$H_IF"; fi
+  # The kernel may still be taking it down with the namespace: wait until it is gone.
+  local i
+  for i in $(seq 1 50); do
+    ip link show "$H_IF" >/dev/null 2>&1 || break
+    ip link del "$H_IF" 2>/dev/null || true
+    sleep 0.05
+  done
   local r
   for r in "${ROUTES[@]}"; do
     if ip route show exact "$r" 2>/dev/null | grep -q "via $N_ADDR"; then ip route del "$r" via "$N_ADDR" || true; fi
