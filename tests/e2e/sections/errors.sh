@@ -84,8 +84,9 @@ s_errors() {
   expect_error errors.json_over_1MiB_413 413 payload_too_large
   apij POST /v1/sandboxes '{"template":"no-such-template"}'
   expect_error errors.unknown_template_404 404 template_not_found
+  # This suite's b3osd runs with --network off (tests/e2e/network.sh tests the networks).
   apij POST /v1/sandboxes '{"egress":{"mode":"public"}}'
-  expect_error errors.egress_public_501 501 not_implemented egress
+  expect_error errors.egress_public_without_networks_503 503 product_unavailable 'network off'
   apij POST /v1/sandboxes '{"api":{"scopes":["infer:write"]}}'
   expect_error errors.api_unknown_scope_400 400 invalid_request api.scopes
   apij POST /v1/sandboxes '{"api":{"scopes":["infer:run"],"spend_cap_usd":-1}}'
@@ -95,7 +96,11 @@ s_errors() {
   apij POST /v1/sandboxes '{"ports":[{"port":8080,"public":true}]}'
   expect_error errors.ports_501 501 not_implemented ports
   apij POST /v1/sandboxes '{"egress":{"mode":"allowlist","allow":["192.0.2.0/24"]}}'
-  expect_error errors.egress_allowlist_501 501 not_implemented egress
+  expect_error errors.egress_allowlist_without_networks_503 503 product_unavailable 'network off'
+  apij POST /v1/sandboxes '{"egress":{"mode":"allowlist","allow":["10.0.0.0/8"]}}'
+  expect_error errors.egress_denied_range_403 403 egress_denied 'egress.allow[0]'
+  apij POST /v1/sandboxes '{"egress":{"mode":"allowlist","allow":["Example.com"]}}'
+  expect_error errors.egress_bad_entry_400 400 invalid_request 'egress.allow[0]'
   apij POST /v1/sandboxes '{"snapshot":"snp_00000000000000000000000000"}'
   expect_error errors.snapshot_unknown_404 404 snapshot_not_found
 
