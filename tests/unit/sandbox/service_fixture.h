@@ -38,7 +38,7 @@ class FakeServiceTest : public ::testing::Test {
   }
   /// Builds the service from cfg_ (set it first) and recovers, as b3osd's start does.
   void start() {
-    svc_ = std::make_unique<SandboxService>(cfg_, rt_, shims_, store_);
+    svc_ = std::make_unique<SandboxService>(cfg_, rt_, shims_, store_, ModelHooks{}, network_);
     ASSERT_TRUE(svc_->recover());
   }
   std::string create(SandboxSpec spec = {}) {
@@ -58,6 +58,7 @@ class FakeServiceTest : public ::testing::Test {
   fakes::FakeShims shims_;
   fakes::FakeStore store_;
   std::unique_ptr<SandboxService> svc_;
+  net::Network* network_ = nullptr;  // the node's sandbox networks (a fake), or none
   Principal p_;
 };
 
