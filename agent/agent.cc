@@ -12,6 +12,7 @@
 #include "agent/fs_ops.h"
 #include "agent/identity.h"
 #include "agent/log.h"
+#include "agent/port_stream.h"
 
 namespace b3os::agent {
 
@@ -214,6 +215,16 @@ void Agent::open_stream(uint32_t id, std::string_view payload) {
       s = FileWriteStream::open(channel_, id, *req);
     } else if (*op == "file_read") {
       s = FileReadStream::open(channel_, id, *req);
+    } else if (*op == "port_connect") {
+      size_t ports = 0;
+      for (const auto& [sid, st] : streams_) ports += dynamic_cast<const PortStream*>(st.get()) != nullptr;
+      if (ports >= kMaxPortStreams) {
+        send_end_error(channel_, id, Error{ErrorCode::kCapacityUnavailable,
+                                           "the sandbox has " + std::to_string(kMaxPortStreams) +
+                                               " port connections open; retry shortly"});
+        return;
+      }
+      s = PortStream::open(channel_, id, *req);
     } else if (*op == "list" || *op == "stat" || *op == "remove") {
       channel_.send(FrameType::kEnd, id, dump_json(run_fs_op(*op, *req)));
       return;

@@ -74,13 +74,17 @@ class PrivateDaemon:
     def __enter__(self):
         self.tmp = tempfile.mkdtemp(prefix="b3os-bench-")
         self.port = free_port()
+        # The preview listener (ports' URLs) of its own, so that benches never meet on 7080.
+        self.preview_port = free_port()
         self.runsc_root = f"{self.tmp}/run/runsc"
         self.proc = subprocess.Popen(
             [f"{self.bindir}/b3osd", "--listen", f"127.0.0.1:{self.port}", "--data-dir", f"{self.tmp}/data",
              "--run-dir", f"{self.tmp}/run", "--runsc-root", self.runsc_root, "--templates-dir", self.templates,
              "--quiet-key", "--rate", "100000", "--burst", "100000",
              # Sandbox networks only where a bench asks (one b3osd per uplink range on a host).
-             *([] if "--network" in self.flags else ["--network", "off"]), *self.flags],
+             *([] if "--network" in self.flags else ["--network", "off"]),
+             *([] if "--preview-listen" in self.flags else ["--preview-listen", f"127.0.0.1:{self.preview_port}"]),
+             *self.flags],
             stdout=open(f"{self.tmp}/b3osd.log", "w"), stderr=subprocess.STDOUT, start_new_session=True)
         for _ in range(100):
             try:

@@ -19,6 +19,7 @@
 #include "daemon/gateway/gateway.h"
 #include "daemon/gateway/relay.h"
 #include "daemon/http/server.h"
+#include "daemon/preview/preview.h"
 #include "daemon/runtime/runsc.h"
 #include "daemon/runtime/shims.h"
 #include "daemon/sandbox/config.h"
@@ -95,6 +96,13 @@ int main(int argc, char** argv) {
   std::string listen = "127.0.0.1:7070";
   bool quiet_key = false;
   app.add_option("--listen", listen, "address:port to serve the API on")->capture_default_str();
+  std::string preview_listen = "127.0.0.1:7080";
+  preview::Config preview_cfg;
+  app.add_option("--preview-listen", preview_listen, "address:port to serve ports' preview URLs on (docs/ports.md)")
+      ->capture_default_str();
+  app.add_option("--preview-domain", preview_cfg.domain,
+                 "domain of preview URLs: http://{port}-{host_id}.DOMAIN:{listen port}/ (*.localhost needs no DNS)")
+      ->capture_default_str();
   app.add_option("--data-dir", cfg.data_dir, "database and templates")->capture_default_str();
   app.add_option("--run-dir", cfg.run_dir, "per-sandbox runtime files")->capture_default_str();
   app.add_option("--templates-dir", cfg.templates_dir_override, "template root filesystems (default: DATA_DIR/templates)");
@@ -190,11 +198,25 @@ int main(int argc, char** argv) {
     std::cerr << "b3osd: --listen must be address:port\n";
     return 2;
   }
+  if (auto pc = preview_listen.rfind(':'); pc == std::string::npos || pc == 0) {
+    std::cerr << "b3osd: --preview-listen must be address:port\n";
+    return 2;
+  } else {
+    preview_cfg.host = preview_listen.substr(0, pc);
+    preview_cfg.port = std::atoi(preview_listen.c_str() + pc + 1);
+    if (preview_cfg.port < 1 || preview_cfg.port > 65535) {
+      std::cerr << "b3osd: --preview-listen needs a port from 1 to 65535 (it is part of every preview URL)\n";
+      return 2;
+    }
+  }
   listen_host = listen.substr(0, colon);
   listen_port = std::atoi(listen.c_str() + colon + 1);
   http_cfg.idle_timeout = ms(idle_timeout_s);
   http_cfg.head_timeout = ms(head_timeout_s);
   http_cfg.body_timeout = ms(body_timeout_s);
+  preview_cfg.idle_timeout = http_cfg.idle_timeout;
+  preview_cfg.head_timeout = http_cfg.head_timeout;
+  preview_cfg.body_timeout = http_cfg.body_timeout;
   if (cfg.agent_path.empty()) cfg.agent_path = beside_self("b3os-agent");
   if (shim_path.empty()) shim_path = beside_self("b3os-shim");
   for (auto* p : {&cfg.agent_path, &shim_path}) {
@@ -312,6 +334,11 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
+  // Public ports' URLs name the preview listener's port; their tokens come from a key kept
+  // beside the database.
+  cfg.preview.domain = preview_cfg.domain;
+  cfg.preview.listen_port = preview_cfg.port;
+  cfg.preview.key_file = cfg.data_dir + "/preview.key";
   sandbox::SandboxService sandboxes(cfg, runsc, shims, **store, hooks, network.get());
   gateway::Relay relay(&gw, [&sandboxes](const std::string& id) -> std::optional<gateway::SandboxGrant> {
     auto g = sandboxes.model_grant(id);
@@ -325,6 +352,12 @@ int main(int argc, char** argv) {
     std::cerr << "b3osd: " << r.error().message << "\n";
     return 1;
   }
+  preview::PreviewServer previews(preview_cfg, sandboxes);
+  if (auto r = previews.listen(); !r) {
+    std::cerr << "b3osd: " << r.error().message << "\n";
+    return 1;
+  }
+  std::thread([&] { previews.run(); }).detach();
   // The API answers from the first moment (503 with Retry-After until the sandboxes of a
   // previous b3osd are reattached), so a restart never looks like a dead node.
   std::thread([&] {

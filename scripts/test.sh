@@ -73,6 +73,10 @@ step "end to end: egress public and allowlist against a fake internet the test b
 B3OS_BIN=$root/build/bin ./tests/e2e/network.sh
 record network $?
 
+step "end to end: ports and preview URLs (tokens, forks, pause, WebSocket, SSE; egress deny)"
+B3OS_BIN=$root/build/bin ./tests/e2e/ports.sh
+record ports $?
+
 # The reliability suite (tests/reliability/README.md): each part starts its own b3osd and is
 # bounded in time; B3OS_RELIABILITY=0 skips it (said in the summary).
 for part in slow_clients hostile faults load leaks; do

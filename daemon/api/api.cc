@@ -300,6 +300,7 @@ const std::vector<Api::Route>& Api::routes() {
       {"POST", "/v1/sandboxes/{sbx}/pause", &Api::pause, nullptr},
       {"POST", "/v1/sandboxes/{sbx}/resume", &Api::resume, nullptr},
       {"POST", "/v1/sandboxes/{sbx}/snapshot", &Api::snapshot, nullptr},
+      {"POST", "/v1/sandboxes/{sbx}/ports/{port}/url", &Api::mint_port_url, nullptr},
   };
   return kRoutes;
 }
@@ -313,11 +314,15 @@ Api::Match Api::route(Call& c) {
   };
   if (!s.empty() && s[0] == "mcp")
     return refuse({ErrorCode::kNotImplemented, "the MCP endpoint (/mcp) is not available on this deployment yet", 0});
-  // Ports (and their preview URLs) belong to the networking issue: 501 for a sandbox that exists.
-  if (s.size() >= 4 && s[0] == "v1" && s[1] == "sandboxes" && s[3] == "ports") {
+  // The spec's other ports routes (list, expose, get, close a port) are not built: 501 for a
+  // sandbox that exists. Ports are given at create; their URLs are minted below (docs/ports.md).
+  if ((s.size() == 4 || s.size() == 5) && s[0] == "v1" && s[1] == "sandboxes" && s[3] == "ports") {
     if (!valid_id(s[2], "sbx")) return refuse(not_found(s[2]).value());
     if (auto src = sandboxes_.get(c.principal, s[2]); !src) return refuse(src.error());
-    return refuse({ErrorCode::kNotImplemented, "ports is not available on this deployment yet", 0});
+    return refuse({ErrorCode::kNotImplemented,
+                   "this ports route is not available on this deployment yet; ports are given at create, "
+                   "and POST /v1/sandboxes/{id}/ports/{port}/url mints a URL",
+                   0});
   }
   std::string allowed;
   for (const Route& r : routes()) {
@@ -327,6 +332,8 @@ Api::Match Api::route(Call& c) {
     for (size_t i = 0; i < s.size() && same; ++i) {
       if (pattern[i] == "{sbx}") {
         if (!valid_id(s[i], "sbx")) return refuse(not_found(s[i]).value());
+      } else if (pattern[i] == "{port}") {
+        // any segment: its handler says what is wrong with it (400)
       } else if (pattern[i] == "{snp}") {
         if (!valid_id(s[i], "snp")) return refuse({ErrorCode::kSnapshotNotFound, "no snapshot " + s[i] + " in this project", 0});
       } else {
@@ -420,6 +427,12 @@ Result<Reply> Api::resume(Call& c) { return reply(sandboxes_.resume(c.principal,
 
 Result<Reply> Api::snapshot(Call& c) {
   return reply(sandboxes_.snapshot(c.principal, c.target.segments[2], c.timing), 201);
+}
+
+Result<Reply> Api::mint_port_url(Call& c) {
+  auto req = sandbox::parse_port_url(c.target.segments[4], c.body);
+  if (!req) return fail(req.error());
+  return reply(sandboxes_.mint_port_url(c.principal, c.target.segments[2], req->port, req->ttl_s), 201);
 }
 
 Result<Reply> Api::exec(Call& c) {

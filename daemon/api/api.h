@@ -73,6 +73,7 @@ class Api {
   Result<Reply> list_files(Call& c);
   Result<Reply> fork(Call& c);
   Result<Reply> pause(Call& c);
+  Result<Reply> mint_port_url(Call& c);
   Result<Reply> resume(Call& c);
   Result<Reply> snapshot(Call& c);
   void upload(Call& c);

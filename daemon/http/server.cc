@@ -1,5 +1,7 @@
 #include "daemon/http/server.h"
 
+#include "daemon/http/proxy.h"
+
 #include "daemon/sys/deadline_stream.h"
 
 #include <fcntl.h>
@@ -166,6 +168,16 @@ class BeastExchange final : public Exchange {
   }
 
   bool responded() const override { return responded_; }
+
+  Result<void> proxy(Upstream& up, const ProxyOptions& opts) override {
+    detail::ProxyState st;
+    auto r = detail::relay(*this, sock_, buf_, parser_, up, opts, st);
+    if (st.responded) {
+      responded_ = true;
+      if (!st.reusable) broken_ = true;
+    }
+    return r;
+  }
 
   bool client_gone() const override {
     pollfd p{const_cast<tcp::socket&>(sock_).native_handle(), POLLRDHUP, 0};

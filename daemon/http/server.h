@@ -18,6 +18,29 @@ namespace b3os::http {
 
 using Headers = std::vector<std::pair<std::string, std::string>>;
 
+/// A byte pipe to an HTTP/1.1 server: for the preview, a connection to an app inside a
+/// sandbox through its agent (daemon/preview). Reads and writes may run on two threads at once.
+class Upstream {
+ public:
+  using Deadline = std::chrono::steady_clock::time_point;
+  virtual ~Upstream() = default;
+  /// Reads up to `cap` bytes; 0 once the server sent its last byte. Nothing by `deadline` is
+  /// a kUpstreamTimeout error (the caller may wait again).
+  virtual Result<size_t> read(char* buf, size_t cap, Deadline deadline) = 0;
+  virtual Result<void> write(std::string_view bytes, Deadline deadline) = 0;
+  /// Nothing more will be written (a half-close).
+  virtual void close_write() = 0;
+};
+
+/// How Exchange::proxy changes the request and its answer on the way.
+struct ProxyOptions {
+  std::string target;         // the request target to send (the client's, minus the token)
+  std::string cookie;         // the Cookie header to send ("" sends none)
+  Headers response_headers;   // added to the response head (a Set-Cookie)
+  /// No byte either way for this long ends a response or an upgraded connection.
+  std::chrono::milliseconds idle_timeout{60'000};
+};
+
 /// One request and its response on a connection.
 class Exchange {
  public:
@@ -54,6 +77,13 @@ class Exchange {
   virtual bool responded() const = 0;
   /// True when the client closed its side (work it started can be cancelled).
   virtual bool client_gone() const = 0;
+
+  /// Relays this request to `up` and the answer back (daemon/http/proxy.cc): heads through
+  /// Beast's parser and serializer, hop-by-hop headers dropped, bodies streamed as they come
+  /// (chunked, server-sent events), and an Upgrade answered 101 becomes raw bytes both ways
+  /// until either side ends or `idle_timeout` passes with no byte. Fails without having
+  /// responded when the server gave no response head (the caller answers then).
+  virtual Result<void> proxy(Upstream& up, const ProxyOptions& opts) = 0;
 };
 
 using Handler = std::function<void(Exchange&)>;

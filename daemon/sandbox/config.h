@@ -9,6 +9,16 @@
 
 namespace b3os::sandbox {
 
+/// Where preview URLs point (ports.h).
+struct PreviewConfig {
+  std::string domain = "localhost";
+  int listen_port = 7080;
+  /// A file of 32 random bytes (made 0600 on first start) from which public ports' tokens are
+  /// derived; "" keeps a key in memory only (public URLs then change at every start).
+  std::string key_file;
+};
+
+
 struct Config {
   std::string data_dir = "/var/lib/b3os";  // b3os.db, templates/, snapshots/, fork-images/
   std::string run_dir = "/run/b3os";       // per-sandbox bundles, shim sockets, logs
@@ -38,6 +48,8 @@ struct Config {
   /// The gateway's default model, set in sandboxes granted infer:run as B3OS_MODEL ("" when
   /// no model is configured).
   std::string default_model;
+  /// Preview URLs of ports (docs/ports.md).
+  PreviewConfig preview;
 
   std::string templates_dir() const { return templates_dir_override.empty() ? data_dir + "/templates" : templates_dir_override; }
   std::string snapshots_dir() const { return data_dir + "/snapshots"; }

@@ -86,7 +86,7 @@ json Lifecycle::view(LiveSandbox& s) {
   if (is_live(copy.state)) copy.last_activity_ms = s.last_activity_ms.load();
   std::optional<double> spent;
   if (!copy.budget_id.empty() && spent_) spent = spent_(copy.budget_id);
-  return sandbox_object(copy, now_unix_ms(), spent);
+  return sandbox_object(copy, now_unix_ms(), spent, port_urls_);
 }
 
 Result<std::shared_ptr<LiveSandbox>> Lifecycle::running(const Principal& p, const std::string& id) {
@@ -147,6 +147,8 @@ bool Lifecycle::finish(const std::shared_ptr<LiveSandbox>& s, Transition end, st
   }
   if (!saved) spdlog::error("sandbox {}: {}", s->id, saved.error().message);
   registry_.remove(s->id);
+  // Its minted preview URLs die with it (public ones are derived, and the host is gone).
+  if (auto r = store_.delete_port_tokens(s->id); !r) spdlog::warn("sandbox {}: {}", s->id, r.error().message);
   launcher_.end(*s);
   spdlog::info("sandbox {}: {} ({}){}", s->id, end == Transition::kStop ? "stopped" : "failed",
                store::stop_reason_name(reason), message.empty() ? "" : ": " + message);
@@ -393,7 +395,7 @@ Result<json> Lifecycle::get(const Principal& p, const std::string& id) {
   if (!*row) return fail(not_found(id));
   std::optional<double> spent;
   if (!(*row)->budget_id.empty() && spent_) spent = spent_((*row)->budget_id);
-  return sandbox_object(**row, now_unix_ms(), spent);
+  return sandbox_object(**row, now_unix_ms(), spent, port_urls_);
 }
 
 Result<json> Lifecycle::list(const Principal& p, store::SandboxQuery q) {
@@ -411,7 +413,7 @@ Result<json> Lifecycle::list(const Principal& p, store::SandboxQuery q) {
     }
     std::optional<double> spent;
     if (!r.budget_id.empty() && spent_) spent = spent_(r.budget_id);
-    data.push_back(sandbox_object(r, now, spent));
+    data.push_back(sandbox_object(r, now, spent, port_urls_));
   }
   return json{{"object", "list"}, {"data", data}, {"next_cursor", more ? json(rows->back().id) : json(nullptr)}};
 }

@@ -19,6 +19,7 @@
 #include "daemon/sandbox/launcher.h"
 #include "daemon/sandbox/live.h"
 #include "daemon/sandbox/pools.h"
+#include "daemon/sandbox/ports.h"
 #include "daemon/sandbox/registry.h"
 #include "daemon/sandbox/requests.h"
 #include "daemon/sandbox/spec.h"
@@ -35,9 +36,10 @@ class Lifecycle {
  public:
   using SpendLookup = std::function<std::optional<double>(const std::string& budget_id)>;
   Lifecycle(const Config& cfg, runtime::Runtime& rt, runtime::Shims& shims, store::SandboxStore& store,
-            Registry& registry, Launcher& launcher, Pools& pools, Freezer& freezer, SpendLookup spent)
+            Registry& registry, Launcher& launcher, Pools& pools, Freezer& freezer, SpendLookup spent,
+            const PortUrls* port_urls = nullptr)
       : cfg_(cfg), rt_(rt), shims_(shims), store_(store), registry_(registry), launcher_(launcher), pools_(pools),
-        freezer_(freezer), spent_(std::move(spent)) {}
+        freezer_(freezer), spent_(std::move(spent)), port_urls_(port_urls) {}
 
   Result<nlohmann::json> create(const Principal& p, const SandboxSpec& spec, Timing& t);
   Result<nlohmann::json> get(const Principal& p, const std::string& id);
@@ -108,6 +110,7 @@ class Lifecycle {
   Pools& pools_;
   Freezer& freezer_;
   SpendLookup spent_;
+  const PortUrls* port_urls_;  // public ports' URLs in the sandbox object (null: none)
 };
 
 }  // namespace b3os::sandbox

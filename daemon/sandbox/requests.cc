@@ -47,6 +47,26 @@ Result<ForkRequest> parse_fork(const json& body) {
   return r;
 }
 
+Result<PortUrlRequest> parse_port_url(const std::string& port, const json& body) {
+  PortUrlRequest r;
+  char* end = nullptr;
+  const long p = std::strtol(port.c_str(), &end, 10);
+  if (port.empty() || port.size() > 5 || *end || p < 1 || p > 65535)
+    return fail(ErrorCode::kInvalidRequest, "port: must be an integer from 1 to 65535, got \"" + port.substr(0, 12) + "\"");
+  r.port = static_cast<int>(p);
+  if (body.is_null()) return r;
+  if (!body.is_object()) return fail(ErrorCode::kInvalidRequest, "body: must be a JSON object");
+  for (auto& [k, v] : body.items())
+    if (k != "ttl_s") return fail(ErrorCode::kInvalidRequest, k + ": unknown field");
+  if (body.contains("ttl_s") && !body["ttl_s"].is_null()) {
+    const json& t = body["ttl_s"];
+    if (!t.is_number_integer() || t.get<int64_t>() < 1 || t.get<int64_t>() > 7 * 24 * 3600)
+      return fail(ErrorCode::kInvalidRequest, "ttl_s: must be an integer from 1 to 604800 (7 days)");
+    r.ttl_s = t.get<int>();
+  }
+  return r;
+}
+
 Result<store::SandboxQuery> parse_list_sandboxes(const Params& params) {
   store::SandboxQuery q;
   auto limit = parse_limit(params);

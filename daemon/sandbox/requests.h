@@ -30,6 +30,14 @@ struct ForkRequest {
 };
 Result<ForkRequest> parse_fork(const nlohmann::json& body);
 
+/// POST /v1/sandboxes/{id}/ports/{port}/url: a preview URL that expires (docs/ports.md).
+struct PortUrlRequest {
+  int port = 0;
+  int ttl_s = 3600;
+};
+/// `port`: the path segment (1-65535); the body's `ttl_s` 1 to 604800 (7 days).
+Result<PortUrlRequest> parse_port_url(const std::string& port, const nlohmann::json& body);
+
 /// PATCH /v1/sandboxes/{id}: what may change on a live sandbox. Today its egress, between
 /// public and allowlist and between allow lists (deny is fixed at create: no network).
 struct UpdateRequest {

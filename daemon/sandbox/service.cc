@@ -11,6 +11,7 @@ namespace fs = std::filesystem;
 SandboxService::SandboxService(Config cfg, runtime::Runtime& rt, runtime::Shims& shims, store::SandboxStore& store,
                                ModelHooks hooks, net::Network* network)
     : cfg_(std::move(cfg)),
+      port_urls_(PortUrls::load(cfg_.preview)),
       hooks_(std::move(hooks)),
       registry_(cfg_.max_sandboxes_per_project, cfg_.max_sandboxes_per_node),
       freezer_(rt, registry_, cfg_.idle_freeze_ms),
@@ -19,9 +20,10 @@ SandboxService::SandboxService(Config cfg, runtime::Runtime& rt, runtime::Shims&
              [this](LiveSandbox& s, const std::string& dir, Timing& t, Stopwatch& sw) {
                return checkpoints_.write_image(s, dir, t, sw);
              }),
-      life_(cfg_, rt, shims, store, registry_, launcher_, pools_, freezer_, hooks_.spent_usd),
+      life_(cfg_, rt, shims, store, registry_, launcher_, pools_, freezer_, hooks_.spent_usd, &port_urls_),
       checkpoints_(cfg_, rt, store, registry_, pools_, life_),
       exec_(cfg_, life_),
+      ports_(port_urls_, store, registry_, life_),
       reaper_(registry_, life_, std::chrono::milliseconds(cfg.liveness_quiet_ms),
               std::chrono::milliseconds(cfg.liveness_timeout_ms)) {
   Launcher::IncomingHandler incoming;

@@ -34,6 +34,7 @@
 #include "daemon/sandbox/launcher.h"
 #include "daemon/sandbox/lifecycle.h"
 #include "daemon/sandbox/pools.h"
+#include "daemon/sandbox/ports.h"
 #include "daemon/sandbox/reaper.h"
 #include "daemon/sandbox/registry.h"
 #include "daemon/sandbox/spec.h"
@@ -132,6 +133,15 @@ class SandboxService {
   /// One pass of the idle freezer now (tests).
   void freeze_idle_now() { freezer_.sweep(steady_ms() + freezer_.grace_ms()); }
 
+  /// A preview URL of `port` that expires after `ttl_s` (docs/ports.md).
+  Result<nlohmann::json> mint_port_url(const Principal& p, const std::string& id, int port, int ttl_s) {
+    return ports_.mint(p, id, port, ttl_s);
+  }
+  /// A connection to a port inside a sandbox, for a preview request carrying `token`.
+  Result<std::unique_ptr<PortConnection>> connect_port(const PreviewTarget& t, const std::optional<std::string>& token) {
+    return ports_.connect(t, token);
+  }
+
   /// Round trip over a sandbox's agent channel (benchmarks).
   Result<double> ping(const Principal& p, const std::string& id) { return exec_.ping(p, id); }
 
@@ -142,6 +152,7 @@ class SandboxService {
 
  private:
   Config cfg_;
+  PortUrls port_urls_;
   ModelHooks hooks_;
   Registry registry_;
   Freezer freezer_;
@@ -150,6 +161,7 @@ class SandboxService {
   Lifecycle life_;
   Checkpoints checkpoints_;
   Exec exec_;
+  Ports ports_;
   Reaper reaper_;
   std::atomic<bool> ready_{false};
   std::thread sweeper_;  // removes orphans after a restart, and looks again now and then

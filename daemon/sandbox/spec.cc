@@ -250,7 +250,6 @@ Result<SandboxSpec> parse_create(const json& body, const SpecLimits& limits) {
 
 Result<void> check_supported(const SandboxSpec& s) {
   auto nyi = [](const std::string& what) { return fail(ErrorCode::kNotImplemented, what); };
-  if (!s.ports.empty()) return nyi("ports: exposing ports is not available on this deployment yet");
   return {};
 }
 

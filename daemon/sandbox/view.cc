@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "common/clock.h"
+#include "daemon/sandbox/ports.h"
 #include "daemon/sandbox/state.h"
 
 namespace b3os::sandbox {
@@ -28,9 +29,12 @@ Usage usage_of(const store::SandboxRecord& r, int64_t now_ms) {
   return {int64_t(r.vcpu) * ran, alive * r.memory_mib / 1024};
 }
 
-json sandbox_object(const store::SandboxRecord& r, int64_t now_ms, std::optional<double> spent_usd) {
+json sandbox_object(const store::SandboxRecord& r, int64_t now_ms, std::optional<double> spent_usd, const PortUrls* urls) {
   json ports = json::array();
-  for (auto& p : r.ports) ports.push_back({{"port", p.port}, {"public", p.is_public}, {"url", nullptr}});
+  if (urls)
+    ports = urls->ports_json(r);
+  else
+    for (auto& p : r.ports) ports.push_back({{"port", p.port}, {"public", p.is_public}, {"url", nullptr}});
   json secret_names = json::array();
   for (auto& [k, v] : r.secrets) secret_names.push_back(k);
   const bool live = is_live(r.state);
@@ -43,7 +47,7 @@ json sandbox_object(const store::SandboxRecord& r, int64_t now_ms, std::optional
       {"id", r.id},
       {"object", "sandbox"},
       {"status", api_status(r.state)},
-      {"host_id", "sbx-" + r.id.substr(std::min<size_t>(4, r.id.size()))},
+      {"host_id", host_id_of(r.id)},
       {"template", {{"id", "tpl_" + r.template_name}, {"name", r.template_name}}},
       {"snapshot", r.snapshot_id ? json(*r.snapshot_id) : json(nullptr)},
       {"vcpu", r.vcpu},

@@ -11,6 +11,8 @@
 
 namespace b3os::sandbox {
 
+class PortUrls;
+
 /// Metered use: vCPU while running, memory while alive (paused included).
 struct Usage {
   int64_t vcpu_ms = 0;
@@ -19,7 +21,9 @@ struct Usage {
 Usage usage_of(const store::SandboxRecord& r, int64_t now_ms);
 
 /// The sandbox object as of `now_ms`. `spent_usd`: what its grant's budget has spent.
-nlohmann::json sandbox_object(const store::SandboxRecord& r, int64_t now_ms, std::optional<double> spent_usd);
+/// `urls`: where public ports' URLs point (null: every url is null).
+nlohmann::json sandbox_object(const store::SandboxRecord& r, int64_t now_ms, std::optional<double> spent_usd,
+                              const PortUrls* urls = nullptr);
 nlohmann::json snapshot_object(const store::SnapshotRecord& r);
 
 }  // namespace b3os::sandbox

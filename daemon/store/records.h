@@ -51,6 +51,16 @@ struct PortRecord {
   bool is_public = false;
 };
 
+/// A minted preview URL's token (docs/ports.md): only its SHA-256 is kept, with what it opens
+/// and until when. Public ports' tokens are derived, never stored.
+struct PortTokenRecord {
+  std::string token_sha256;  // lowercase hex
+  std::string sandbox_id;
+  int port = 0;
+  int64_t created_ms = 0;
+  int64_t expires_ms = 0;
+};
+
 /// One sandbox, as kept across restarts. Times are Unix milliseconds.
 struct SandboxRecord {
   std::string id;          // sbx_...

@@ -163,6 +163,21 @@ CREATE INDEX ledger_budget ON ledger(budget_id, id);
 
 Result<void> typed_records_v3(sqlite3* db);
 
+/// Version 4: minted preview tokens (ports), kept as SHA-256 only.
+Result<void> port_tokens_v4(sqlite3* db) {
+  return exec_sql(db, R"sql(
+CREATE TABLE port_tokens (
+  token_sha256 TEXT PRIMARY KEY,
+  sandbox_id TEXT NOT NULL,
+  port INTEGER NOT NULL,
+  created_ms INTEGER NOT NULL,
+  expires_ms INTEGER NOT NULL
+);
+CREATE INDEX port_tokens_sandbox ON port_tokens(sandbox_id);
+CREATE INDEX port_tokens_expiry ON port_tokens(expires_ms);
+)sql");
+}
+
 struct Migration {
   int version;         // the user_version after this step
   const char* what;    // for errors and logs
@@ -173,6 +188,7 @@ constexpr Migration kMigrations[] = {
     {1, "the schema of b3os 0.1", schema_v1},
     {2, "money in integer micro-dollars", integer_money_v2},
     {3, "sandboxes and snapshots in typed columns", typed_records_v3},
+    {4, "minted preview tokens", port_tokens_v4},
 };
 
 constexpr bool versions_are_consecutive() {
@@ -623,6 +639,37 @@ Result<std::optional<ApiKeyRecord>> Store::find_api_key(std::string_view plain_k
   if (rc == SQLITE_DONE) return std::optional<ApiKeyRecord>();
   if (rc != SQLITE_ROW) return fail(db_error(db_, "looking up key"));
   return ApiKeyRecord{st.text(0), st.text(1), st.text(2), st.text(3), st.i64(4)};
+}
+
+Result<void> Store::put_port_token(const PortTokenRecord& rec, int64_t now_ms) {
+  std::lock_guard lk(mu_);
+  {
+    Stmt del(db_, "DELETE FROM port_tokens WHERE expires_ms <= ?");
+    del.bind(1, now_ms);
+    if (del.step() != SQLITE_DONE) return fail(db_error(db_, "forgetting expired port tokens"));
+  }
+  Stmt st(db_, "INSERT INTO port_tokens (token_sha256, sandbox_id, port, created_ms, expires_ms) VALUES (?, ?, ?, ?, ?)");
+  st.bind(1, rec.token_sha256).bind(2, rec.sandbox_id).bind(3, int64_t{rec.port}).bind(4, rec.created_ms).bind(5, rec.expires_ms);
+  if (st.step() != SQLITE_DONE) return fail(db_error(db_, "saving a port token"));
+  return {};
+}
+
+Result<std::optional<PortTokenRecord>> Store::find_port_token(const std::string& token_sha256) {
+  std::lock_guard lk(mu_);
+  Stmt st(db_, "SELECT token_sha256, sandbox_id, port, created_ms, expires_ms FROM port_tokens WHERE token_sha256 = ?");
+  st.bind(1, token_sha256);
+  const int rc = st.step();
+  if (rc == SQLITE_DONE) return std::optional<PortTokenRecord>();
+  if (rc != SQLITE_ROW) return fail(db_error(db_, "looking up a port token"));
+  return PortTokenRecord{st.text(0), st.text(1), static_cast<int>(st.i64(2)), st.i64(3), st.i64(4)};
+}
+
+Result<void> Store::delete_port_tokens(const std::string& sandbox_id) {
+  std::lock_guard lk(mu_);
+  Stmt st(db_, "DELETE FROM port_tokens WHERE sandbox_id = ?");
+  st.bind(1, sandbox_id);
+  if (st.step() != SQLITE_DONE) return fail(db_error(db_, "forgetting the port tokens of " + sandbox_id));
+  return {};
 }
 
 Result<std::vector<ApiKeyRecord>> Store::list_api_keys() {

@@ -106,6 +106,12 @@ class SandboxStore {
   /// Creates a budget unless it exists (its cap, in micro-dollars, is then left as it is).
   virtual Result<void> ensure_budget(const std::string& id, const std::string& project_id,
                                      std::optional<Micros> cap) = 0;
+  /// Keeps a minted preview token (its hash) and forgets those expired before `now_ms`.
+  virtual Result<void> put_port_token(const PortTokenRecord& rec, int64_t now_ms) = 0;
+  /// The token with this SHA-256 (lowercase hex), if kept.
+  virtual Result<std::optional<PortTokenRecord>> find_port_token(const std::string& token_sha256) = 0;
+  /// Forgets every token of a sandbox (it ended).
+  virtual Result<void> delete_port_tokens(const std::string& sandbox_id) = 0;
 };
 
 class Store : public SandboxStore {
@@ -138,6 +144,9 @@ class Store : public SandboxStore {
                                                      const std::optional<std::string>& after_id, int limit) override;
   Result<void> delete_snapshot(const std::string& project_id, const std::string& id) override;
   Result<std::vector<std::string>> snapshot_ids() override;
+  Result<void> put_port_token(const PortTokenRecord& rec, int64_t now_ms) override;
+  Result<std::optional<PortTokenRecord>> find_port_token(const std::string& token_sha256) override;
+  Result<void> delete_port_tokens(const std::string& sandbox_id) override;
 
   /// Claims `key` for a request, or finds its earlier response. Records expire after 24 h.
   Result<IdempotencyHit> idempotency_begin(const std::string& project_id, const std::string& key,

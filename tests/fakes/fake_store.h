@@ -24,6 +24,23 @@ class FakeStore : public store::SandboxStore {
   Result<std::vector<std::string>> snapshot_ids() override;
   Result<bool> project_allows_infer(const std::string&) override { return true; }
   Result<void> ensure_budget(const std::string& id, const std::string&, std::optional<Micros>) override;
+  Result<void> put_port_token(const store::PortTokenRecord& rec, int64_t now_ms) override {
+    std::lock_guard lk(mu_);
+    std::erase_if(port_tokens_, [&](const auto& kv) { return kv.second.expires_ms <= now_ms; });
+    port_tokens_[rec.token_sha256] = rec;
+    return {};
+  }
+  Result<std::optional<store::PortTokenRecord>> find_port_token(const std::string& h) override {
+    std::lock_guard lk(mu_);
+    auto it = port_tokens_.find(h);
+    if (it == port_tokens_.end()) return std::optional<store::PortTokenRecord>();
+    return std::optional<store::PortTokenRecord>(it->second);
+  }
+  Result<void> delete_port_tokens(const std::string& sandbox_id) override {
+    std::lock_guard lk(mu_);
+    std::erase_if(port_tokens_, [&](const auto& kv) { return kv.second.sandbox_id == sandbox_id; });
+    return {};
+  }
 
   /// The next `n` writes (sandbox or snapshot) fail.
   void fail_writes(int n) {
@@ -46,6 +63,7 @@ class FakeStore : public store::SandboxStore {
   std::map<std::string, store::SandboxRecord> sandboxes_;
   std::map<std::string, store::SnapshotRecord> snapshots_;
   std::map<std::string, bool> budgets_;
+  std::map<std::string, store::PortTokenRecord> port_tokens_;
   int fail_writes_ = 0;
 };
 

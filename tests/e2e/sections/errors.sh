@@ -93,8 +93,8 @@ s_errors() {
   expect_error errors.api_negative_cap_400 400 invalid_request api.spend_cap_usd
   apij POST /v1/sandboxes '{"api":{"scopes":["root:all"]}}'
   expect_error errors.api_unknown_scope_400 400 invalid_request root:all
-  apij POST /v1/sandboxes '{"ports":[{"port":8080,"public":true}]}'
-  expect_error errors.ports_501 501 not_implemented ports
+  apij POST /v1/sandboxes '{"ports":[{"port":0,"public":true}]}'
+  expect_error errors.ports_out_of_range_400 400 invalid_request 'ports[0].port'
   apij POST /v1/sandboxes '{"egress":{"mode":"allowlist","allow":["192.0.2.0/24"]}}'
   expect_error errors.egress_allowlist_without_networks_503 503 product_unavailable 'network off'
   apij POST /v1/sandboxes '{"egress":{"mode":"allowlist","allow":["10.0.0.0/8"]}}'

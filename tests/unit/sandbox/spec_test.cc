@@ -82,7 +82,7 @@ TEST(CheckSupported, LaterFeaturesAre501) {
   EXPECT_TRUE(check_supported(spec({{"egress", {{"mode", "public"}}}})));  // networks are here
   EXPECT_TRUE(check_supported(spec({{"egress", {{"mode", "allowlist"}, {"allow", {"a.b3t.test"}}}}})));
   EXPECT_TRUE(check_supported(spec({{"api", {{"scopes", {"infer:run"}}}}})));  // the gateway is here
-  EXPECT_EQ(check_supported(spec({{"ports", {{{"port", 8080}}}}})).error().code, ErrorCode::kNotImplemented);
+  EXPECT_TRUE(check_supported(spec({{"ports", {{{"port", 8080}, {"public", true}}}}})));  // ports are here
   EXPECT_TRUE(check_supported(spec({{"on_idle", "pause"}})));
   EXPECT_TRUE(check_supported(spec({{"snapshot", "snp_x"}})));
 }

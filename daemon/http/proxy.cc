@@ -1,0 +1,343 @@
+#include "daemon/http/proxy.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <atomic>
+#include <thread>
+
+#include <boost/asio/write.hpp>
+#include <spdlog/spdlog.h>
+
+#include "common/clock.h"
+#include "daemon/sys/deadline_stream.h"
+
+namespace b3os::http::detail {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace bh = boost::beast::http;
+using tcp = asio::ip::tcp;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr size_t kChunk = 64 * 1024;
+constexpr size_t kHeadLimit = 64 * 1024;
+constexpr auto kSlice = std::chrono::milliseconds(500);   // how often a wait looks at the client
+constexpr auto kWriteStall = std::chrono::seconds(60);    // a client write that makes no progress
+
+/// Headers of one hop only (RFC 9110 7.6.1), never passed on; framing is set anew.
+bool hop_by_hop(bh::field f, beast::string_view name) {
+  switch (f) {
+    case bh::field::connection:
+    case bh::field::keep_alive:
+    case bh::field::proxy_connection:
+    case bh::field::te:
+    case bh::field::trailer:
+    case bh::field::transfer_encoding:
+    case bh::field::content_length:
+    case bh::field::upgrade:
+      return true;
+    default:
+      return beast::iequals(name, "proxy-authenticate") || beast::iequals(name, "proxy-authorization");
+  }
+}
+
+/// The upstream as Beast's SyncWriteStream.
+struct UpWriter {
+  Upstream& up;
+  std::chrono::milliseconds timeout;
+  std::optional<Error> error;
+  template <class Buffers>
+  size_t write_some(const Buffers& buffers, beast::error_code& ec) {
+    size_t n = 0;
+    for (auto b : beast::buffers_range_ref(buffers)) {
+      if (auto r = up.write(std::string_view(static_cast<const char*>(b.data()), b.size()), Clock::now() + timeout); !r) {
+        error = r.error();
+        ec = asio::error::broken_pipe;
+        return n;
+      }
+      n += b.size();
+    }
+    return n;
+  }
+  template <class Buffers>
+  size_t write_some(const Buffers& buffers) {
+    beast::error_code ec;
+    const size_t n = write_some(buffers, ec);
+    if (ec) throw beast::system_error(ec);
+    return n;
+  }
+};
+
+/// The upstream as Beast's SyncReadStream: waits in slices, giving up when the client went
+/// away or nothing came for the idle timeout.
+struct UpReader {
+  Upstream& up;
+  Exchange& ex;
+  std::chrono::milliseconds idle;
+  std::optional<Error> error;
+  template <class Buffers>
+  size_t read_some(const Buffers& buffers, beast::error_code& ec) {
+    auto b = *asio::buffer_sequence_begin(buffers);
+    const auto until = Clock::now() + idle;
+    for (;;) {
+      auto r = up.read(static_cast<char*>(b.data()), b.size(), std::min(until, Clock::now() + kSlice));
+      if (r) {
+        if (*r == 0) ec = asio::error::eof;
+        return *r;
+      }
+      if (r.error().code == ErrorCode::kUpstreamTimeout && Clock::now() < until && !ex.client_gone()) continue;
+      error = r.error().code == ErrorCode::kUpstreamTimeout && Clock::now() >= until
+                  ? Error{ErrorCode::kUpstreamTimeout,
+                          "the app sent nothing for " + std::to_string(idle.count() / 1000) + " s", 0}
+                  : r.error();
+      ec = asio::error::timed_out;
+      return 0;
+    }
+  }
+  template <class Buffers>
+  size_t read_some(const Buffers& buffers) {
+    beast::error_code ec;
+    const size_t n = read_some(buffers, ec);
+    if (ec) throw beast::system_error(ec);
+    return n;
+  }
+};
+
+sys::DeadlineStream client_writer(tcp::socket& sock) {
+  sys::DeadlineStream out(sock.native_handle(), sock.get_executor());
+  out.arm(Clock::now() + kWriteStall, nullptr);
+  return out;
+}
+
+bool send_all(int fd, const char* p, size_t n) {
+  const auto until = Clock::now() + kWriteStall;
+  while (n > 0) {
+    const ssize_t w = ::send(fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (w > 0) {
+      p += w;
+      n -= static_cast<size_t>(w);
+      continue;
+    }
+    if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return false;
+    if (Clock::now() >= until) return false;
+    pollfd pfd{fd, POLLOUT, 0};
+    (void)::poll(&pfd, 1, 100);
+  }
+  return true;
+}
+
+/// After a 101: bytes both ways until either side ends, or nothing moved for `idle`.
+void tunnel(tcp::socket& sock, beast::flat_buffer& client_buf, beast::flat_buffer& up_buf, Upstream& up,
+            std::chrono::milliseconds idle) {
+  const int fd = sock.native_handle();
+  std::atomic<int64_t> last{steady_ms()};
+  std::atomic<bool> done{false};
+  const auto idle_passed = [&] { return steady_ms() - last.load() >= idle.count(); };
+  std::thread from_client([&] {
+    if (client_buf.size() > 0) {
+      auto d = client_buf.data();
+      if (!up.write(std::string_view(static_cast<const char*>(d.data()), d.size()), Clock::now() + idle)) {
+        done = true;
+        return;
+      }
+      client_buf.consume(client_buf.size());
+    }
+    char tmp[kChunk];
+    while (!done) {
+      pollfd p{fd, POLLIN, 0};
+      const int r = ::poll(&p, 1, static_cast<int>(kSlice.count()));
+      if (r == 0) {
+        if (idle_passed()) break;
+        continue;
+      }
+      const ssize_t n = ::recv(fd, tmp, sizeof tmp, MSG_DONTWAIT);
+      if (n > 0) {
+        last = steady_ms();
+        if (!up.write(std::string_view(tmp, static_cast<size_t>(n)), Clock::now() + idle)) break;
+        continue;
+      }
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) continue;
+      if (n == 0) up.close_write();  // the client's half-close goes on to the app
+      break;
+    }
+    done = true;
+  });
+  if (up_buf.size() > 0) {
+    auto d = up_buf.data();
+    if (!send_all(fd, static_cast<const char*>(d.data()), d.size())) done = true;
+    up_buf.consume(up_buf.size());
+  }
+  char tmp[kChunk];
+  // The client's half-close ends the thread above; the app's answer may still come.
+  while (!(done && idle_passed())) {
+    auto r = up.read(tmp, sizeof tmp, Clock::now() + kSlice);
+    if (!r) {
+      if (r.error().code == ErrorCode::kUpstreamTimeout && !idle_passed()) continue;
+      break;
+    }
+    if (*r == 0) break;
+    last = steady_ms();
+    if (!send_all(fd, tmp, *r)) break;
+  }
+  done = true;
+  ::shutdown(fd, SHUT_RDWR);
+  from_client.join();
+}
+
+}  // namespace
+
+Result<void> relay(Exchange& ex, tcp::socket& sock, beast::flat_buffer& buf, bh::request_parser<bh::buffer_body>& parser,
+                   Upstream& up, const ProxyOptions& opts, ProxyState& st) {
+  const auto& in = parser.get();
+  const bool upgrade = parser.upgrade();
+  const bool head_request = in.method() == bh::verb::head;
+
+  // ---- the request ----
+  bh::request<bh::buffer_body> req;
+  req.method_string(in.method_string());
+  req.target(opts.target);
+  req.version(11);
+  for (const auto& f : in) {
+    if (hop_by_hop(f.name(), f.name_string()) || f.name() == bh::field::cookie || f.name() == bh::field::expect) continue;
+    req.insert(f.name_string(), f.value());
+  }
+  if (!opts.cookie.empty()) req.set(bh::field::cookie, opts.cookie);
+  if (upgrade) {
+    req.set(bh::field::connection, "Upgrade");
+    req.set(bh::field::upgrade, in[bh::field::upgrade]);
+  } else {
+    // One connection inside per request: the app may close once it answered.
+    req.set(bh::field::connection, "close");
+  }
+  const bool body = ex.has_body();
+  if (parser.chunked())
+    req.chunked(true);
+  else if (auto len = parser.content_length(); len && *len > 0)
+    req.content_length(*len);
+  req.body().data = nullptr;
+  req.body().more = body;
+  UpWriter w{up, opts.idle_timeout, {}};
+  bh::request_serializer<bh::buffer_body> rs(req);
+  beast::error_code ec;
+  bh::write_header(w, rs, ec);
+  if (ec) return fail(w.error.value_or(Error{ErrorCode::kUpstreamError, "sending the request: " + ec.message(), 0}));
+  if (body) {
+    char chunk[kChunk];
+    for (;;) {
+      auto n = ex.read_chunk(chunk, sizeof chunk, ~uint64_t{0});
+      if (!n) return fail(n.error());
+      req.body().data = *n ? chunk : nullptr;
+      req.body().size = *n;
+      req.body().more = *n != 0;
+      bh::write(w, rs, ec);
+      if (ec == bh::error::need_buffer) ec = {};
+      if (ec) return fail(w.error.value_or(Error{ErrorCode::kUpstreamError, "sending the request body: " + ec.message(), 0}));
+      if (*n == 0) break;
+    }
+  }
+
+  // ---- the response head (1xx other than 101 are the app's business, not the client's) ----
+  UpReader r{up, ex, opts.idle_timeout, {}};
+  beast::flat_buffer up_buf;
+  std::optional<bh::response_parser<bh::buffer_body>> rp;
+  for (;;) {
+    rp.emplace();
+    rp->header_limit(kHeadLimit);
+    rp->body_limit(boost::none);
+    if (head_request) rp->skip(true);
+    bh::read_header(r, up_buf, *rp, ec);
+    if (ec) {
+      if (r.error) return fail(*r.error);
+      return fail(ErrorCode::kUpstreamError, "the app answered no HTTP response (" + ec.message() + ")");
+    }
+    const unsigned s = rp->get().result_int();
+    if (s >= 200 || s == 101) break;
+  }
+  const auto& head = rp->get();
+  const unsigned status = head.result_int();
+
+  if (status == 101) {
+    if (!upgrade) return fail(ErrorCode::kUpstreamError, "the app switched protocols on a request that asked for no upgrade");
+    bh::response<bh::empty_body> res{bh::status::switching_protocols, 11};
+    for (const auto& f : head) res.insert(f.name_string(), f.value());
+    for (auto& [k, v] : opts.response_headers) res.insert(k, v);
+    auto cw = client_writer(sock);
+    bh::write(cw, res, ec);
+    st.responded = true;
+    if (ec) return {};
+    tunnel(sock, buf, up_buf, up, opts.idle_timeout);
+    return {};  // an upgraded connection never carries another request
+  }
+
+  bh::response<bh::buffer_body> res;
+  res.result(status);
+  res.reason(head.reason());
+  res.version(11);
+  for (const auto& f : head)
+    if (!hop_by_hop(f.name(), f.name_string())) res.insert(f.name_string(), f.value());
+  for (auto& [k, v] : opts.response_headers) res.insert(k, v);
+  const bool no_body = head_request || status == 204 || status == 304 || (status >= 100 && status < 200);
+  bool close_after = false;
+  if (no_body) {
+    if (auto len = rp->content_length(); len && head_request) res.content_length(*len);
+  } else if (rp->chunked()) {
+    res.chunked(true);
+  } else if (auto len = rp->content_length()) {
+    res.content_length(*len);
+  } else if (in.version() >= 11) {
+    res.chunked(true);  // a body that ends when the app closes goes on chunked: keep-alive stays
+  } else {
+    close_after = true;
+  }
+  const bool keep_alive = in.keep_alive() && parser.is_done() && !close_after;
+  res.keep_alive(keep_alive);
+  res.body().data = nullptr;
+  res.body().more = !no_body;
+  bh::response_serializer<bh::buffer_body> sr(res);
+  auto cw = client_writer(sock);
+  bh::write_header(cw, sr, ec);
+  st.responded = true;
+  if (ec) return {};
+  if (no_body) {
+    st.reusable = keep_alive;
+    return {};
+  }
+  char chunk[kChunk];
+  while (!rp->is_done()) {
+    rp->get().body().data = chunk;
+    rp->get().body().size = sizeof chunk;
+    bh::read_some(r, up_buf, *rp, ec);
+    if (ec == bh::error::need_buffer) ec = {};
+    const size_t n = sizeof chunk - rp->get().body().size;
+    if (n > 0) {
+      res.body().data = chunk;
+      res.body().size = n;
+      res.body().more = true;
+      auto out = client_writer(sock);
+      beast::error_code wec;
+      bh::write(out, sr, wec);
+      if (wec == bh::error::need_buffer) wec = {};
+      if (wec) return {};  // the client went away
+    }
+    if (ec) {
+      // The app broke off mid-body: the client sees the body cut short, never complete.
+      spdlog::debug("preview: the app's response broke off: {}", r.error ? r.error->message : ec.message());
+      beast::error_code ignored;
+      sock.shutdown(tcp::socket::shutdown_both, ignored);
+      return {};
+    }
+  }
+  res.body().data = nullptr;
+  res.body().size = 0;
+  res.body().more = false;
+  auto out = client_writer(sock);
+  bh::write(out, sr, ec);
+  if (ec == bh::error::need_buffer) ec = {};
+  st.reusable = keep_alive && !ec;
+  return {};
+}
+
+}  // namespace b3os::http::detail

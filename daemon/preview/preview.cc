@@ -1,0 +1,167 @@
+#include "daemon/preview/preview.h"
+
+#include <cstring>
+
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "common/error.h"
+
+namespace b3os::preview {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+using protocol::FrameType;
+
+namespace {
+
+constexpr auto kConnectTimeout = std::chrono::seconds(10);
+
+void respond_error(http::Exchange& ex, const Error& e) {
+  http::Headers h;
+  const int status = error_http_status(e.code);
+  if (status == 429 || status == 503) h.emplace_back("Retry-After", "1");
+  h.emplace_back("Cache-Control", "no-store");
+  json body = {{"error", {{"code", std::string(error_code_name(e.code))}, {"message", e.message}}}};
+  ex.respond(status, "application/json", body.dump(), h);
+}
+
+Error end_error(const protocol::Frame& f) {
+  json j = json::parse(f.payload, nullptr, false);
+  if (!j.is_object()) return Error{ErrorCode::kUpstreamError, "unreadable answer from the agent", 0};
+  const json e = j.value("error", json::object());
+  return Error{error_code_from_name(e.value("code", "upstream_error")), e.value("message", "the agent ended the connection"), 0};
+}
+
+/// The connection inside the sandbox as http::Upstream: DATA frames in, DATA out, credit
+/// granted back as the bytes are taken.
+class PortPipe final : public http::Upstream {
+ public:
+  explicit PortPipe(agentlink::Stream& s) : s_(s) {}
+
+  /// Waits for the agent's HEADER (connected) or END (nothing listens: 502).
+  Result<void> wait_connected(Deadline deadline) {
+    for (;;) {
+      auto f = s_.next(deadline);
+      if (!f) return fail(ErrorCode::kUpstreamUnavailable, "connecting inside the sandbox: " + f.error().message);
+      if (f->type == FrameType::kHeader) return {};
+      if (f->type == FrameType::kEnd) {
+        ended_ = true;
+        return fail(end_error(*f));
+      }
+    }
+  }
+
+  Result<size_t> read(char* buf, size_t cap, Deadline deadline) override {
+    while (pos_ == pending_.size()) {
+      if (eof_) return size_t{0};
+      auto f = s_.next(deadline);
+      if (!f) {
+        if (Clock::now() >= deadline) return fail(ErrorCode::kUpstreamTimeout, "no byte from the app in time");
+        return fail(ErrorCode::kUpstreamError, f.error().message);
+      }
+      switch (f->type) {
+        case FrameType::kData:
+          pending_ = std::move(f->payload);
+          pos_ = 0;
+          s_.grant(static_cast<uint32_t>(pending_.size()));
+          break;
+        case FrameType::kEof:
+          eof_ = true;
+          break;
+        case FrameType::kEnd: {
+          eof_ = ended_ = true;
+          json j = json::parse(f->payload, nullptr, false);
+          if (j.is_object() && !j.value("ok", false)) return fail(end_error(*f));
+          break;
+        }
+        default:
+          break;
+      }
+    }
+    const size_t n = std::min(cap, pending_.size() - pos_);
+    std::memcpy(buf, pending_.data() + pos_, n);
+    pos_ += n;
+    return n;
+  }
+
+  Result<void> write(std::string_view bytes, Deadline deadline) override {
+    auto r = s_.send_data(bytes, deadline);
+    if (!r && Clock::now() >= deadline) return fail(ErrorCode::kUpstreamTimeout, "the app took no byte in time");
+    if (!r) return fail(ErrorCode::kUpstreamError, "the app's connection ended: " + r.error().message);
+    return {};
+  }
+
+  void close_write() override { (void)s_.send_eof(); }
+
+ private:
+  agentlink::Stream& s_;
+  std::string pending_;
+  size_t pos_ = 0;
+  bool eof_ = false;
+  bool ended_ = false;
+};
+
+}  // namespace
+
+PreviewServer::PreviewServer(Config cfg, sandbox::SandboxService& sandboxes)
+    : cfg_(cfg),
+      sandboxes_(sandboxes),
+      server_(cfg.host, cfg.port,
+              http::Config{cfg.max_connections, cfg.max_requests, cfg.idle_timeout, cfg.head_timeout, cfg.body_timeout},
+              [this](http::Exchange& ex) { handle(ex); }) {}
+
+Result<void> PreviewServer::listen() {
+  if (auto r = server_.listen(); !r) return fail(r.error().wrap("the preview listener (--preview-listen)"));
+  return {};
+}
+
+bool PreviewServer::take_slot(const std::string& id) {
+  std::lock_guard lk(mu_);
+  int& n = in_flight_[id];
+  if (n >= cfg_.max_per_sandbox) return false;
+  ++n;
+  return true;
+}
+
+void PreviewServer::give_slot(const std::string& id) {
+  std::lock_guard lk(mu_);
+  if (auto it = in_flight_.find(id); it != in_flight_.end() && --it->second <= 0) in_flight_.erase(it);
+}
+
+void PreviewServer::handle(http::Exchange& ex) {
+  auto target = sandbox::parse_preview_host(ex.header("host"), cfg_.domain);
+  if (!target) return respond_error(ex, target.error());
+  auto stripped = sandbox::strip_token_param(ex.target());
+  auto cookies = sandbox::strip_token_cookies(ex.header("cookie"), target->port);
+  // A token in the URL wins over a cookie (a newer URL replaces the cookie it left).
+  const std::optional<std::string> token = stripped.token ? stripped.token : cookies.token;
+
+  if (!take_slot(target->sandbox_id))
+    return respond_error(ex, Error{ErrorCode::kConcurrencyLimited,
+                                   "sandbox " + target->sandbox_id + " has " + std::to_string(cfg_.max_per_sandbox) +
+                                       " preview requests in flight; retry shortly",
+                                   0});
+  struct Slot {
+    PreviewServer* self;
+    std::string id;
+    ~Slot() { self->give_slot(id); }
+  } slot{this, target->sandbox_id};
+
+  auto conn = sandboxes_.connect_port(*target, token);
+  if (!conn) return respond_error(ex, conn.error());
+  PortPipe pipe((*conn)->stream());
+  if (auto r = pipe.wait_connected(Clock::now() + kConnectTimeout); !r) return respond_error(ex, r.error());
+
+  http::ProxyOptions opts;
+  opts.target = stripped.target.empty() ? "/" : stripped.target;
+  opts.cookie = cookies.cookie;
+  opts.idle_timeout = cfg_.idle_timeout;
+  // The token of a URL becomes a cookie of this host, so the app's own links and requests
+  // (which carry no token) are let in too; the URL is served as it is, for clients without
+  // cookies (curl, websocket clients).
+  if (stripped.token) opts.response_headers.emplace_back("Set-Cookie", sandbox::token_cookie(target->port, *stripped.token));
+  if (auto r = ex.proxy(pipe, opts); !r && !ex.responded()) respond_error(ex, r.error());
+}
+
+}  // namespace b3os::preview

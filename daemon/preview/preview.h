@@ -1,0 +1,61 @@
+#pragma once
+// PreviewServer: b3osd's second listener (--preview-listen), which serves the preview URLs of
+// sandboxes' ports (docs/ports.md). Each request's Host names the port and the sandbox
+// ({port}-{host_id}.{domain}); its token (the b3os_token query parameter, or the cookie it
+// became) is checked by the sandbox module, the token is stripped, and the request goes to
+// 127.0.0.1:{port} inside the sandbox through its agent channel (op port_connect), answered
+// back by http::Exchange::proxy. A module above sandbox and http; main.cc assembles it.
+
+#include <chrono>
+#include <map>
+#include <mutex>
+#include <string>
+
+#include "common/result.h"
+#include "daemon/http/server.h"
+#include "daemon/sandbox/service.h"
+
+namespace b3os::preview {
+
+struct Config {
+  std::string host = "127.0.0.1";
+  int port = 7080;
+  std::string domain = "localhost";
+  /// Open preview connections on the node, idle ones included, and requests being served
+  /// (each holds a thread; an upgraded one two).
+  int max_connections = 4096;
+  int max_requests = 1024;
+  /// Requests being served for one sandbox at once; the next one is 429 concurrency_limited.
+  int max_per_sandbox = 256;
+  std::chrono::milliseconds idle_timeout{60'000};  // a connection waiting for its next request;
+                                                   // a response or websocket with no byte either way
+  std::chrono::milliseconds head_timeout{15'000};  // a request head once its first byte came
+  std::chrono::milliseconds body_timeout{30'000};  // a request body with no byte
+};
+
+class PreviewServer {
+ public:
+  PreviewServer(Config cfg, sandbox::SandboxService& sandboxes);
+  /// Binds and listens; fails with a clear message when the address is taken.
+  Result<void> listen();
+  /// Serves until stop(); blocks.
+  void run() { server_.run(); }
+  void stop() { server_.stop(); }
+  int port() const { return server_.port(); }
+
+  /// One preview request (public for tests of the whole path).
+  void handle(http::Exchange& ex);
+
+ private:
+  /// A slot of the sandbox's requests in flight, or false at its cap.
+  bool take_slot(const std::string& sandbox_id);
+  void give_slot(const std::string& sandbox_id);
+
+  Config cfg_;
+  sandbox::SandboxService& sandboxes_;
+  http::Server server_;
+  std::mutex mu_;
+  std::map<std::string, int> in_flight_;  // sandbox id -> requests being served
+};
+
+}  // namespace b3os::preview

@@ -1,0 +1,305 @@
+#include "daemon/sandbox/ports.h"
+
+#include <fcntl.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/sha.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <cstring>
+#include <charconv>
+#include <thread>
+
+#include <spdlog/spdlog.h>
+
+#include "common/clock.h"
+#include "common/ids.h"
+#include "common/unique_fd.h"
+#include "daemon/sandbox/lifecycle.h"
+#include "daemon/sandbox/registry.h"
+#include "daemon/sandbox/state.h"
+
+namespace b3os::sandbox {
+
+using nlohmann::json;
+using namespace std::chrono_literals;
+
+namespace {
+
+constexpr size_t kKeyBytes = 32;
+constexpr size_t kTokenChars = 32;  // base32: 160 bits
+constexpr std::string_view kB32 = "0123456789abcdefghjkmnpqrstvwxyz";
+
+std::string base32(const unsigned char* p, size_t n, size_t chars) {
+  std::string out;
+  uint32_t acc = 0;
+  int bits = 0;
+  for (size_t i = 0; i < n && out.size() < chars; ++i) {
+    acc = (acc << 8) | p[i];
+    bits += 8;
+    while (bits >= 5 && out.size() < chars) {
+      out.push_back(kB32[(acc >> (bits - 5)) & 31]);
+      bits -= 5;
+    }
+  }
+  return out;
+}
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  for (auto& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+// One cookie pair's name, trimmed.
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+Error not_found_host(std::string_view host) {
+  return Error{ErrorCode::kNotFound,
+               "no preview here: the host \"" + std::string(host.substr(0, 200)) +
+                   "\" is not of the form {port}-{host_id}.{domain}",
+               0};
+}
+
+}  // namespace
+
+std::string host_id_of(std::string_view sandbox_id) {
+  return "sbx-" + std::string(sandbox_id.substr(std::min<size_t>(4, sandbox_id.size())));
+}
+
+Result<PreviewTarget> parse_preview_host(std::string_view host_in, std::string_view domain_in) {
+  std::string host = lower(host_in);
+  const std::string domain = lower(domain_in);
+  // The listener's port, if the client sent one, is not part of the name.
+  if (const size_t colon = host.rfind(':'); colon != std::string::npos) {
+    const std::string_view p = std::string_view(host).substr(colon + 1);
+    if (p.empty() || p.find_first_not_of("0123456789") != std::string_view::npos) return fail(not_found_host(host_in));
+    host.resize(colon);
+  }
+  if (!host.empty() && host.back() == '.') host.pop_back();  // a fully qualified name
+  if (host.size() <= domain.size() + 1 || host.compare(host.size() - domain.size(), domain.size(), domain) != 0 ||
+      host[host.size() - domain.size() - 1] != '.')
+    return fail(not_found_host(host_in));
+  const std::string_view label = std::string_view(host).substr(0, host.size() - domain.size() - 1);
+  const size_t dash = label.find('-');
+  if (dash == std::string_view::npos || dash == 0) return fail(not_found_host(host_in));
+  const std::string_view port_s = label.substr(0, dash);
+  const std::string_view host_id = label.substr(dash + 1);
+  if (port_s.find_first_not_of("0123456789") != std::string_view::npos) return fail(not_found_host(host_in));
+  const std::string sandbox_id = "sbx_" + std::string(host_id.substr(std::min<size_t>(4, host_id.size())));
+  if (host_id.substr(0, 4) != "sbx-" || !valid_id(sandbox_id, "sbx")) return fail(not_found_host(host_in));
+  int port = 0;
+  if (port_s.size() > 5 || std::from_chars(port_s.data(), port_s.data() + port_s.size(), port).ec != std::errc() ||
+      port < 1 || port > 65535)
+    return fail(ErrorCode::kInvalidRequest, "port " + std::string(port_s.substr(0, 12)) + " is outside 1-65535");
+  return PreviewTarget{sandbox_id, std::string(host_id), port};
+}
+
+StrippedTarget strip_token_param(std::string_view target) {
+  StrippedTarget out;
+  const size_t q = target.find('?');
+  if (q == std::string_view::npos) {
+    out.target = std::string(target);
+    return out;
+  }
+  out.target = std::string(target.substr(0, q));
+  std::string_view query = target.substr(q + 1);
+  std::string kept;
+  while (true) {
+    const size_t amp = query.find('&');
+    const std::string_view part = query.substr(0, amp);
+    const std::string_view name = part.substr(0, part.find('='));
+    if (name == kTokenParam) {
+      if (!out.token) out.token = std::string(part.size() > name.size() ? part.substr(name.size() + 1) : "");
+    } else if (!part.empty()) {
+      if (!kept.empty()) kept += '&';
+      kept += part;
+    }
+    if (amp == std::string_view::npos) break;
+    query.remove_prefix(amp + 1);
+  }
+  if (!kept.empty()) out.target += "?" + kept;
+  return out;
+}
+
+StrippedCookies strip_token_cookies(std::string_view header, int port) {
+  StrippedCookies out;
+  const std::string mine = std::string(kTokenParam) + "_" + std::to_string(port);
+  std::optional<std::string> plain;
+  while (!header.empty()) {
+    const size_t semi = header.find(';');
+    const std::string_view pair = trim(header.substr(0, semi));
+    const size_t eq = pair.find('=');
+    const std::string_view name = trim(pair.substr(0, eq));
+    const std::string_view value = eq == std::string_view::npos ? std::string_view() : trim(pair.substr(eq + 1));
+    if (name == mine) {
+      out.token = std::string(value);
+    } else if (name == kTokenParam) {
+      plain = std::string(value);
+    } else if (name.substr(0, kTokenParam.size() + 1) == std::string(kTokenParam) + "_") {
+      // Another port's cookie (browsers send every cookie of the host's parent domains too).
+    } else if (!pair.empty()) {
+      if (!out.cookie.empty()) out.cookie += "; ";
+      out.cookie += pair;
+    }
+    if (semi == std::string_view::npos) break;
+    header.remove_prefix(semi + 1);
+  }
+  if (!out.token) out.token = std::move(plain);
+  return out;
+}
+
+std::string token_cookie(int port, std::string_view token) {
+  return std::string(kTokenParam) + "_" + std::to_string(port) + "=" + std::string(token) +
+         "; HttpOnly; SameSite=Lax; Path=/";
+}
+
+std::string token_sha256(std::string_view token) {
+  unsigned char md[SHA256_DIGEST_LENGTH];
+  SHA256(reinterpret_cast<const unsigned char*>(token.data()), token.size(), md);
+  return to_hex(std::string_view(reinterpret_cast<const char*>(md), sizeof md));
+}
+
+bool tokens_equal(std::string_view a, std::string_view b) {
+  // The length of a token is no secret (it is fixed); the contents are compared in full.
+  if (a.size() != b.size()) return false;
+  return CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
+}
+
+std::string new_port_token() { return random_base32(kTokenChars); }
+
+PortUrls PortUrls::load(const PreviewConfig& cfg) {
+  if (!cfg.key_file.empty()) {
+    UniqueFd fd(::open(cfg.key_file.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!fd && errno == ENOENT) {
+      const std::string key = random_bytes(kKeyBytes);
+      const std::string tmp = cfg.key_file + ".tmp";
+      UniqueFd w(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+      if (w && ::write(w.get(), key.data(), key.size()) == static_cast<ssize_t>(key.size()) && ::fsync(w.get()) == 0 &&
+          ::rename(tmp.c_str(), cfg.key_file.c_str()) == 0)
+        return PortUrls(cfg, key);
+      spdlog::warn("preview: cannot write {}: {}; public port URLs will change at the next start", cfg.key_file,
+                   std::strerror(errno));
+    } else if (fd) {
+      char buf[kKeyBytes];
+      if (::read(fd.get(), buf, sizeof buf) == static_cast<ssize_t>(sizeof buf)) return PortUrls(cfg, std::string(buf, sizeof buf));
+      spdlog::warn("preview: {} is not a key of {} bytes; using one in memory", cfg.key_file, kKeyBytes);
+    } else {
+      spdlog::warn("preview: cannot read {}: {}; using a key in memory", cfg.key_file, std::strerror(errno));
+    }
+  }
+  return PortUrls(cfg, random_bytes(kKeyBytes));
+}
+
+std::string PortUrls::public_token(std::string_view sandbox_id, int port) const {
+  const std::string msg = "b3os public port\n" + std::string(sandbox_id) + "\n" + std::to_string(port);
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  HMAC(EVP_sha256(), key_.data(), static_cast<int>(key_.size()), reinterpret_cast<const unsigned char*>(msg.data()),
+       msg.size(), md, &len);
+  return base32(md, len, kTokenChars);
+}
+
+std::string PortUrls::url(std::string_view sandbox_id, int port, std::string_view token) const {
+  return "http://" + std::to_string(port) + "-" + host_id_of(sandbox_id) + "." + cfg_.domain + ":" +
+         std::to_string(cfg_.listen_port) + "/?" + std::string(kTokenParam) + "=" + std::string(token);
+}
+
+json PortUrls::ports_json(const store::SandboxRecord& r) const {
+  json ports = json::array();
+  for (auto& p : r.ports) {
+    // An ended sandbox serves nothing: its URLs are not shown.
+    const bool show = p.is_public && !r.ended();
+    ports.push_back({{"port", p.port}, {"public", p.is_public}, {"url", show ? json(url(r.id, p.port, public_token(r.id, p.port))) : json(nullptr)}});
+  }
+  return ports;
+}
+
+Result<json> Ports::mint(const Principal& p, const std::string& id, int port, int ttl_s) {
+  if (port < 1 || port > 65535) return fail(ErrorCode::kInvalidRequest, "port must be 1 to 65535");
+  if (ttl_s < 1 || ttl_s > kMaxUrlTtlS)
+    return fail(ErrorCode::kInvalidRequest, "ttl_s must be 1 to " + std::to_string(kMaxUrlTtlS) + " (7 days)");
+  auto s = lifecycle_.running(p, id);  // 404, or 409 sandbox_not_running for an ended one
+  if (!s) return fail(s.error());
+  {
+    std::lock_guard lk((*s)->mu);
+    if ((*s)->rec.ended()) return fail(ErrorCode::kSandboxNotRunning, "sandbox " + id + " is " + std::string(api_status((*s)->rec.state)));
+  }
+  const std::string token = new_port_token();
+  const int64_t now = now_unix_ms();
+  store::PortTokenRecord rec{token_sha256(token), id, port, now, now + int64_t{ttl_s} * 1000};
+  if (auto r = store_.put_port_token(rec, now); !r) return fail(r.error());
+  return json{{"object", "port_url"}, {"port", port}, {"url", urls_.url(id, port, token)}, {"expires_at", format_rfc3339(rec.expires_ms)}};
+}
+
+Result<void> Ports::check_token(const store::SandboxRecord& rec, int port, const std::optional<std::string>& token) {
+  if (!token || token->empty())
+    return fail(ErrorCode::kUnauthorized, "no token: open the preview URL (with ?b3os_token=...) the API gave");
+  for (auto& p : rec.ports)
+    if (p.port == port && p.is_public && tokens_equal(*token, urls_.public_token(rec.id, port))) return {};
+  auto row = store_.find_port_token(token_sha256(*token));
+  if (!row) return fail(row.error());
+  if (!*row) return fail(ErrorCode::kUnauthorized, "unknown token for this preview URL");
+  if ((*row)->sandbox_id != rec.id || (*row)->port != port)
+    return fail(ErrorCode::kForbidden, "this token is for another sandbox or port");
+  if ((*row)->expires_ms <= now_unix_ms())
+    return fail(ErrorCode::kUnauthorized, "this preview URL expired at " + format_rfc3339((*row)->expires_ms) +
+                                              "; mint another (POST /v1/sandboxes/" + rec.id + "/ports/" +
+                                              std::to_string(port) + "/url)");
+  return {};
+}
+
+Result<std::unique_ptr<PortConnection>> Ports::connect(const PreviewTarget& t, const std::optional<std::string>& token) {
+  auto s = registry_.find(t.sandbox_id);
+  const auto gone = [&] {
+    return Error{ErrorCode::kSandboxNotFound, "no running sandbox has host_id " + t.host_id, 0};
+  };
+  if (!s) return fail(gone());
+  store::SandboxRecord rec;
+  {
+    std::lock_guard lk(s->mu);
+    rec = s->rec;
+  }
+  if (rec.ended()) return fail(gone());
+  if (auto r = check_token(rec, t.port, token); !r) return fail(r.error());
+  // A paused sandbox (on_idle: pause, or POST pause) is resumed by its first request. While a
+  // pause or a resume is under way the request waits for it (up to 10 s), rather than fail.
+  for (auto until = std::chrono::steady_clock::now() + 10s;;) {
+    State state;
+    {
+      std::lock_guard lk(s->mu);
+      state = s->rec.state;
+    }
+    if (is_live(state) && state != State::kPaused && state != State::kPausing && state != State::kResuming) break;
+    if (!is_live(state)) return fail(gone());
+    if (state == State::kPaused) {
+      Timing timing;
+      auto r = lifecycle_.resume(Principal{rec.project_id, ""}, t.sandbox_id, timing);
+      if (r) {
+        spdlog::info("sandbox {}: resumed by a request to port {}", t.sandbox_id, t.port);
+        continue;
+      }
+      if (r.error().code != ErrorCode::kSandboxNotRunning) return fail(r.error());
+    }
+    if (std::chrono::steady_clock::now() >= until)
+      return fail(ErrorCode::kSandboxNotRunning, "sandbox " + t.sandbox_id + " did not finish pausing or resuming in 10 s");
+    std::this_thread::sleep_for(20ms);
+  }
+  Awake awake = lifecycle_.awake(*s);
+  // Activity keeps the sandbox from its idle timeout; written at most once a second, not per
+  // request (each write is a store transaction).
+  if (now_unix_ms() - s->last_activity_ms.load() >= 1000) lifecycle_.touch(*s);
+  auto stream = s->channel ? s->channel->open({{"op", "port_connect"}, {"port", t.port}})
+                           : Result<std::shared_ptr<agentlink::Stream>>(fail(ErrorCode::kSandboxNotRunning, "no agent channel"));
+  if (!stream) return fail(lifecycle_.explain(*s, stream.error()));
+  return std::make_unique<PortConnection>(std::move(s), std::move(awake), std::move(*stream));
+}
+
+}  // namespace b3os::sandbox

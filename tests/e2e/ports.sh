@@ -1,0 +1,238 @@
+#!/usr/bin/env bash
+# End-to-end test of ports and their preview URLs (docs/ports.md) against a private b3osd:
+#   - an app bound to 127.0.0.1 inside an egress-deny sandbox (no network at all), served
+#     through its public URL; keep-alive, chunked, a 1 MiB POST, server-sent events, WebSocket;
+#   - a private port: url null, reached only through a minted URL, refused once it expired;
+#   - bad, missing and other ports' tokens refused, and the app's log shows it never saw them;
+#     the token stripped from the query and from the Cookie header before the app sees them;
+#   - a fork gets its own host_id and tokens: its app answers only its own URL, the source's
+#     token is refused on the fork's host (and the other way round);
+#   - a paused sandbox woken by a request; 100 connections at once to one port;
+#   - malformed hosts, ports out of range, bad mint requests; after delete: 404, 409, nothing left.
+# Network: only 127.0.0.1 (the preview listener); the sandboxes have egress deny.
+#
+# Usage (as root, with the base template built):
+#   B3OS_BIN=/work/main/build/bin tests/e2e/ports.sh
+# Prints PASS/FAIL/SKIP lines and "#" information lines, then the counts; exits 1 on a FAIL.
+# shellcheck disable=SC2016 # single-quoted $VAR and $(...) are for jq or the sandbox's shell
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=tests/e2e/lib.sh
+. "$HERE/lib.sh"
+ROOT=$(cd "$HERE/../.." && pwd)
+B3OS_BIN=${B3OS_BIN:-$ROOT/build/bin}
+TEMPLATES=${B3OS_TEMPLATES_DIR:-/var/lib/b3os/templates}
+APP=$HERE/ports_app.py
+CLIENT=$HERE/ports_client.py
+
+e2e_begin ports python3
+
+on_exit() {
+  local rc=$?
+  [ "$rc" = 0 ] || [ "$(count_results FAIL)" != 0 ] || fail ports "the test stopped at an unexpected error (exit $rc)"
+  finish_private_suite "$rc"
+}
+trap on_exit EXIT
+trap 'echo "# unexpected error at line $LINENO: $BASH_COMMAND" >&2' ERR
+trap 'echo "# interrupted; cleaning up" >&2; exit 130' INT TERM
+
+start_private_daemon
+PADDR=127.0.0.1:$PREVIEW_PORT
+info "b3osd pid $(daemon_pid) on $URL, previews on $PADDR"
+
+# preview HOST TARGET [curl args...]: one request to the preview listener with Host HOST. Sets
+# ST; the body is in $RESP and the headers in $RESPH (record_response is not for the app's own
+# answers, which the OpenAPI document does not describe).
+preview() {
+  local host=$1 target=$2
+  shift 2
+  : >"$RESP"
+  : >"$RESPH"
+  ST=$(curl -sS -g -o "$RESP" -D "$RESPH" -w '%{http_code}' -H "Host: $host" "$@" "$PREVIEW$target" 2>"$T/curl.err") || ST=000
+}
+# start_app ID PORT: the test app on 127.0.0.1:PORT inside the sandbox, logging to /tmp/app-PORT.log.
+start_app() {
+  api PUT "/v1/sandboxes/$1/files?path=/opt/ports_app.py" -H 'Content-Type: application/octet-stream' --data-binary "@$APP"
+  run_exec "$1" "$(jq -nc --arg p "$2" '{cmd: ("nohup python3 /opt/ports_app.py " + $p + " /tmp/app-" + $p + ".log >/tmp/app-" + $p + ".out 2>&1 & for i in $(seq 50); do grep -q listening /tmp/app-" + $p + ".log 2>/dev/null && break; sleep 0.1; done; cat /tmp/app-" + $p + ".log")}')"
+}
+app_log() {
+  run_exec "$1" "$(jq -nc --arg p "$2" '{cmd: ("cat /tmp/app-" + $p + ".log")}')"
+  j .stdout
+}
+host_of() { echo "$2-$(jq -r .host_id <<<"$1").localhost"; }  # host_of SANDBOX_JSON PORT
+token_of() { sed 's/.*b3os_token=//' <<<"$1"; }
+
+# ---- 1. a public port, loopback only, egress deny ---------------------------------------------
+
+create_sandbox '{"forkable": true, "ports": [{"port": 8000, "public": true}, {"port": 9000, "public": false}]}'
+check create.ports_201 "$(snip)" okj 201 '.host_id as $h | .egress.mode == "deny" and (.ports | length == 2) and .ports[1].url == null
+  and (.ports[0].url | test("^http://8000-" + $h + "\\.localhost:[0-9]+/\\?b3os_token=[0-9a-z]{32}$"))
+  and .host_id == ("sbx-" + (.id | ltrimstr("sbx_")))'
+SBX=$CID
+SJSON=$(cat "$RESP")
+PUB=$(jq -r '.ports[0].url' <<<"$SJSON")
+PUB_TOKEN=$(token_of "$PUB")
+H8=$(host_of "$SJSON" 8000)
+H9=$(host_of "$SJSON" 9000)
+check create.url_names_listener "$PUB" bash -c "[[ '$PUB' == *':$PREVIEW_PORT/'* ]]"
+api GET "/v1/sandboxes/$SBX"
+check get.shows_same_url "$(snip)" bash -c "[ $ST = 200 ] && jq -e --arg u '$PUB' '.ports[0].url == \$u' '$RESP' >/dev/null"
+start_app "$SBX" 8000
+check app.bound_loopback "$(snip)" jt '.stdout | contains("listening on 127.0.0.1:8000")'
+
+preview "$H8" "/?b3os_token=$PUB_TOKEN"
+check public.served "HTTP $ST $(head -c 200 "$RESP")" bash -c "[ $ST = 200 ] && grep -q 'hello from the sandbox' '$RESP'"
+check public.cookie_set "$(grep -i set-cookie "$RESPH")" bash -c "grep -qi '^set-cookie: b3os_token_8000=$PUB_TOKEN; HttpOnly; SameSite=Lax; Path=/' '$RESPH'"
+# Through the name itself: *.localhost resolves to loopback in curl.
+ST=$(curl -s -o "$RESP" -w '%{http_code}' "$PUB")
+check public.by_name "HTTP $ST" test "$ST" = 200
+preview "$H8" "/cookie-only?x=1" -H "Cookie: a=1; b3os_token_8000=$PUB_TOKEN; b=2"
+check public.cookie_lets_in "HTTP $ST" test "$ST" = 404  # the app's own 404: the request got in
+preview "$H8" "/chunked" -H "Cookie: b3os_token_8000=$PUB_TOKEN"
+check public.chunked "HTTP $ST $(head -c 100 "$RESP")" bash -c "[ $ST = 200 ] && [ \"\$(cat '$RESP')\" = 'one,two,three' ]"
+head -c 1048576 /dev/urandom >"$T/blob"
+preview "$H8" "/echo?b3os_token=$PUB_TOKEN" --data-binary "@$T/blob" -H 'Content-Type: application/octet-stream'
+check public.post_1mib "HTTP $ST" bash -c "[ $ST = 200 ] && cmp -s '$RESP' '$T/blob'"
+ka=$(curl -s -o /dev/null -o /dev/null -w '%{http_code}:%{num_connects} ' -H "Host: $H8" -H "Cookie: b3os_token_8000=$PUB_TOKEN" \
+  "$PREVIEW/" "$PREVIEW/big?n=1000")
+check public.keep_alive "$ka (status:new connections per request)" test "$ka" = "200:1 200:0 "
+"$CLIENT" sse "$PADDR" "$H8" "/sse?b3os_token=$PUB_TOKEN" >"$T/sse.json"
+check public.sse_streamed "$(cat "$T/sse.json")" jq -e '.status == 200 and .content_type == ["text/event-stream"] and (.events | length == 3)
+  and (.events[2].at_s - .events[0].at_s) > 0.4' "$T/sse.json" >/dev/null
+"$CLIENT" ws "$PADDR" "$H8" "/ws?b3os_token=$PUB_TOKEN" hello "second message" >"$T/ws.json"
+check public.websocket_echo "$(cat "$T/ws.json")" jq -e '.status == 101 and .echoes == ["hello", "second message"] and .close_opcode == 8' "$T/ws.json" >/dev/null
+"$CLIENT" many "$PADDR" "$H8" "/big?n=65536&b3os_token=$PUB_TOKEN" 100 >"$T/many.json"
+check public.hundred_at_once "$(jq -c 'group_by(.status) | map({status: .[0].status, n: length})' "$T/many.json")" \
+  jq -e 'length == 100 and all(.[]; .status == 200 and .bytes == 65536)' "$T/many.json" >/dev/null
+
+# ---- 2. tokens refused, never seen by the app -------------------------------------------------
+
+preview "$H8" "/probe-no-token"
+expect_error tokens.missing_401 401 unauthorized
+preview "$H8" "/probe-bad-token?b3os_token=0000000000000000000000000000000"
+expect_error tokens.bad_401 401 unauthorized
+preview "$H8" "/probe-bad-cookie" -H "Cookie: b3os_token_8000=nope"
+expect_error tokens.bad_cookie_401 401 unauthorized
+apij POST "/v1/sandboxes/$SBX/ports/9000/url" '{"ttl_s": 600}'
+check mint.201 "$(snip)" okj 201 '(.url | test("^http://9000-sbx-[0-9a-z]{26}\\.localhost:[0-9]+/\\?b3os_token=[0-9a-z]{32}$")) and (.expires_at | type == "string") and .port == 9000'
+M9=$(j .url)
+preview "$H8" "/probe-other-port?b3os_token=$(token_of "$M9")"
+expect_error tokens.other_port_403 403 forbidden
+preview "$H8" "/x?a=1&b3os_token=$PUB_TOKEN&b=2" -H "Cookie: keep=me; b3os_token=$PUB_TOKEN; b3os_token_9000=zzz"
+check tokens.stripped_request "HTTP $ST" test "$ST" = 404
+LOG8=$(app_log "$SBX" 8000)
+info "the app saw: $(grep -c . <<<"$LOG8") lines"
+check tokens.app_never_saw_refused "$(grep probe <<<"$LOG8" | head -3)" bash -c "! grep -q probe <<<\"\$0\"" "$LOG8"
+check tokens.app_never_saw_a_token "$(grep -i b3os <<<"$LOG8" | head -3)" bash -c "! grep -qi b3os_token <<<\"\$0\"" "$LOG8"
+check tokens.rest_of_query_and_cookies_kept "$(grep '^GET /x' <<<"$LOG8")" bash -c "grep -q \"^GET /x?a=1&b=2 cookie='keep=me'\" <<<\"\$0\"" "$LOG8"
+
+# ---- 3. a private port through a minted URL, until it expires ----------------------------------
+
+start_app "$SBX" 9000
+preview "$H9" "/"
+expect_error private.no_url_no_entry 401 unauthorized
+preview "$H9" "/?b3os_token=$PUB_TOKEN"
+check private.public_token_not_for_private "$(snip)" test "$ST" = 401 -o "$ST" = 403
+apij POST "/v1/sandboxes/$SBX/ports/9000/url" '{"ttl_s": 2}'
+SHORT=$(j .url)
+preview "$H9" "/?b3os_token=$(token_of "$SHORT")"
+check private.minted_served "HTTP $ST $(head -c 100 "$RESP")" bash -c "[ $ST = 200 ] && grep -q hello '$RESP'"
+sleep 2.5
+preview "$H9" "/probe-expired?b3os_token=$(token_of "$SHORT")"
+expect_error private.expired_401 401 unauthorized expired
+check private.app_never_saw_expired "" bash -c "! grep -q probe-expired <<<\"\$0\"" "$(app_log "$SBX" 9000)"
+# Any port may be minted, listed or not (the app decides what listens).
+apij POST "/v1/sandboxes/$SBX/ports/3000/url" '{}'
+check mint.unlisted_port "$(snip)" okj 201 '.port == 3000'
+preview "$(host_of "$SJSON" 3000)" "/?b3os_token=$(token_of "$(j .url)")"
+expect_error private.nothing_listens_502 502 upstream_unavailable
+
+# ---- 4. bad input ----------------------------------------------------------------------------
+
+preview "nonsense.localhost" "/"
+expect_error host.malformed_404 404 not_found
+preview "8000-sbx-00000000000000000000000000.localhost" "/?b3os_token=$PUB_TOKEN"
+expect_error host.unknown_404 404 sandbox_not_found
+preview "8000-$(jq -r .host_id <<<"$SJSON").example.com" "/?b3os_token=$PUB_TOKEN"
+expect_error host.other_domain_404 404 not_found
+preview "70000-$(jq -r .host_id <<<"$SJSON").localhost" "/"
+expect_error host.port_out_of_range_400 400 invalid_request
+apij POST "/v1/sandboxes/$SBX/ports/9000/url" '{"ttl_s": 0}'
+expect_error mint.ttl_zero_400 400 invalid_request ttl_s
+apij POST "/v1/sandboxes/$SBX/ports/9000/url" '{"ttl_s": 604801}'
+expect_error mint.ttl_too_long_400 400 invalid_request ttl_s
+apij POST "/v1/sandboxes/$SBX/ports/65536/url" '{}'
+expect_error mint.port_400 400 invalid_request port
+apij POST "/v1/sandboxes/sbx_00000000000000000000000000/ports/80/url" '{}'
+expect_error mint.unknown_404 404 sandbox_not_found
+apij POST /v1/sandboxes '{"ports": [{"port": 8000}, {"port": 8000}]}'
+expect_error create.duplicate_port_400 400 invalid_request
+
+# ---- 5. a fork: its own host_id, its own tokens ------------------------------------------------
+
+apij POST "/v1/sandboxes/$SBX/fork" '{"count": 1}'
+check fork.201 "$(snip)" okj 201 '.data | length == 1'
+FJSON=$(j -c '.data[0]')
+FORK=$(jq -r .id <<<"$FJSON")
+echo "$FORK" >>"$T/ids"
+FPUB=$(jq -r '.ports[0].url' <<<"$FJSON")
+FH8=$(host_of "$FJSON" 8000)
+check fork.new_host_id_and_token "$FPUB" bash -c "[ '$(jq -r .host_id <<<"$FJSON")' = 'sbx-${FORK#sbx_}' ] && [ '$(token_of "$FPUB")' != '$PUB_TOKEN' ] && [ '$FH8' != '$H8' ]"
+preview "$FH8" "/from-fork?b3os_token=$(token_of "$FPUB")"
+check fork.own_url_served "HTTP $ST" test "$ST" = 404  # the app (carried over in memory) answered
+preview "$FH8" "/probe-source-token?b3os_token=$PUB_TOKEN"
+check fork.source_token_refused "$(snip)" bash -c "[ $ST = 401 ] || [ $ST = 403 ]"
+preview "$FH8" "/probe-source-minted?b3os_token=$(token_of "$M9")"
+check fork.source_minted_refused "$(snip)" bash -c "[ $ST = 401 ] || [ $ST = 403 ]"
+preview "$H8" "/probe-fork-token?b3os_token=$(token_of "$FPUB")"
+check fork.fork_token_refused_on_source "$(snip)" bash -c "[ $ST = 401 ] || [ $ST = 403 ]"
+check fork.app_saw_only_its_own "" bash -c "grep -q from-fork <<<\"\$0\" && ! grep -q probe-source <<<\"\$0\"" "$(app_log "$FORK" 8000)"
+check fork.source_app_never_saw_fork_token "" bash -c "! grep -q probe-fork-token <<<\"\$0\" && ! grep -q from-fork <<<\"\$0\"" "$(app_log "$SBX" 8000)"
+
+# ---- 6. a paused sandbox is woken by a request -------------------------------------------------
+
+api POST "/v1/sandboxes/$FORK/pause"
+check pause.paused "$(snip)" okj 200 '.status == "paused"'
+preview "$FH8" "/?b3os_token=$(token_of "$FPUB")"
+check pause.request_wakes_and_is_served "HTTP $ST $(head -c 80 "$RESP")" bash -c "[ $ST = 200 ] && grep -q hello '$RESP'"
+api GET "/v1/sandboxes/$FORK"
+check pause.running_again "$(snip)" okj 200 '.status == "running"'
+# on_idle: pause: the timeout pauses it, a request wakes it.
+create_sandbox '{"timeout_s": 2, "on_idle": "pause", "ports": [{"port": 8000, "public": true}]}'
+IDLE=$CID
+IJSON=$(cat "$RESP")
+start_app "$IDLE" 8000
+eventually 20 bash -c "curl -s -H 'Authorization: Bearer $KEY' '$URL/v1/sandboxes/$IDLE' | jq -e '.status == \"paused\"' >/dev/null"
+api GET "/v1/sandboxes/$IDLE"
+check idle.paused_by_timeout "$(snip)" okj 200 '.status == "paused"'
+preview "$(host_of "$IJSON" 8000)" "/?b3os_token=$(token_of "$(jq -r '.ports[0].url' <<<"$IJSON")")"
+check idle.woken_by_request "HTTP $ST" test "$ST" = 200
+
+# ---- 7. after delete: 404, 409, nothing left ---------------------------------------------------
+
+delete_sandbox "$FORK" || true
+delete_sandbox "$IDLE" || true
+delete_sandbox "$SBX"
+check delete.200 "$(snip)" okj 200 '.status == "stopped" and all(.ports[]; .url == null)'
+preview "$H8" "/?b3os_token=$PUB_TOKEN"
+expect_error delete.public_url_404 404 sandbox_not_found
+preview "$H9" "/?b3os_token=$(token_of "$M9")"
+expect_error delete.minted_url_404 404 sandbox_not_found
+preview "$FH8" "/?b3os_token=$(token_of "$FPUB")"
+expect_error delete.fork_url_404 404 sandbox_not_found
+apij POST "/v1/sandboxes/$SBX/ports/9000/url" '{}'
+expect_error delete.mint_409 409 sandbox_not_running
+check delete.no_containers "$(runsc_list | tr '\n' ' ')" eventually 30 bash -c "! runsc --root '$T/run/runsc' list --quiet 2>/dev/null | grep -qE '$SBX|$FORK|$IDLE'"
+check delete.no_cgroups "$(cgroup_dirs "$SBX") $(cgroup_dirs "$FORK")" eventually 30 bash -c "[ -z \"\$(ls -d /sys/fs/cgroup/*/b3os/{$SBX,$FORK,$IDLE} 2>/dev/null)\" ]"
+check delete.no_tokens_kept "$(sqlite3 "$T/data/b3os.db" 'SELECT count(*) FROM port_tokens' 2>&1)" \
+  bash -c "[ \"\$(sqlite3 '$T/data/b3os.db' 'SELECT count(*) FROM port_tokens')\" = 0 ]"
+
+# Every response of the API the suite received, against docs/openapi.yaml.
+check_responses
+
+P=$(count_results PASS)
+F=$(count_results FAIL)
+S=$(count_results SKIP)
+echo "passed $P, failed $F, skipped $S in $((($(now_ms) - SUITE_START) / 1000)) s"
+[ "$F" = 0 ] || exit 1
