@@ -269,9 +269,14 @@ now_ms() { date +%s%3N; }
 
 # free_port: a TCP port on 127.0.0.1 nothing listens on.
 free_port() {
-  local p
+  # Below the kernel's ephemeral range: a port kept across a restart of b3osd (the API's, the
+  # preview listener's) cannot be taken meanwhile as the local port of some client connection
+  # (seen: "Address already in use" for the preview listener after a SIGKILL).
+  local p low
+  low=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
+  [ "$low" -gt 21000 ] 2>/dev/null || low=32768
   for _ in $(seq 1 50); do
-    p=$((20000 + RANDOM % 40000))
+    p=$((20000 + RANDOM % (low - 20000)))
     if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
       echo "$p"
       return 0
