@@ -190,9 +190,13 @@ Result<void> HostNetwork::apply(const std::string& sandbox_id, const EgressPolic
     had_policy = it->second.has_policy;
   }
   // The resolver and the proxy judge by the new policy before the firewall lets anything
-  // new through; connections the old one allowed are judged again after.
+  // new through; connections the old one allowed are judged again after. A firewall that
+  // refuses the change leaves the old policy in force everywhere.
+  auto previous = policies_.get(source);
   policies_.set(source, sp);
   if (auto r = firewall_.replace(source, before, after); !r) {
+    if (previous) policies_.set(source, previous);
+    else policies_.erase(source);
     spdlog::error("sandbox {}: {}", sandbox_id, r.error().message);
     return fail(r.error());
   }

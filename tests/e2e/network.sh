@@ -38,17 +38,13 @@ FN=$T/fakenet
 on_exit() {
   local rc=$?
   set +e
-  trap - EXIT
   [ "$rc" = 0 ] || [ "$(count_results FAIL)" != 0 ] || fail network "the test stopped at an unexpected error (exit $rc)"
+  # The daemon first (cleanup_everything stops it), then what its networks left, then the
+  # fake internet; finish_private_suite does the rest (log tail on a FAIL, the temp dir).
   cleanup_everything
   net_leftovers_removed
   "$FAKENET" down "$FN" >/dev/null 2>&1
-  if [ "$(count_results FAIL)" != 0 ]; then
-    echo "# ---- last 30 lines of the b3osd log ----"
-    tail -n 30 "$T/daemon.log" 2>/dev/null | sed 's/^/# /'
-  fi
-  [ "${B3OS_E2E_KEEP:-0}" = 1 ] && echo "# kept $T" || rm -rf "$T"
-  exit "$rc"
+  finish_private_suite "$rc"
 }
 trap on_exit EXIT
 trap 'echo "# unexpected error at line $LINENO: $BASH_COMMAND" >&2' ERR
