@@ -37,11 +37,7 @@ void element_ops(json& cmds, const std::string& table, const char* op, uint32_t 
 }
 
 Result<void> nft(const std::vector<std::string>& argv, std::string_view input, std::string_view what) {
-  auto r = sys::run(argv, kNftTimeout, input);
-  if (!r) return fail(r.error().wrap(what));
-  if (r->exit_code != 0)
-    return fail(ErrorCode::kInternal, std::string(what) + ": nft failed (exit " + std::to_string(r->exit_code) +
-                                          "): " + r->output);
+  if (auto r = sys::run_checked(argv, kNftTimeout, input); !r) return fail(r.error().wrap(what));
   return {};
 }
 }  // namespace

@@ -38,12 +38,7 @@ constexpr auto kCommandTimeout = 10s;
 const std::string kNetnsDir = "/run/netns";
 
 Result<void> run_checked(const std::vector<std::string>& argv, std::string_view input = {}) {
-  auto r = sys::run(argv, kCommandTimeout, input);
-  if (!r) return fail(r.error());
-  if (r->exit_code != 0)
-    return fail(ErrorCode::kInternal, sys::join_argv(argv) + " failed (exit " + std::to_string(r->exit_code) +
-                                          "): " + r->output);
-  return {};
+  return sys::run_checked(argv, kCommandTimeout, input);
 }
 
 Result<void> write_sysctl(const std::string& name, std::string_view value) {

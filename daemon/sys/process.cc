@@ -234,6 +234,16 @@ Result<CommandResult> run(const std::vector<std::string>& argv, std::chrono::mil
   return res;
 }
 
+Result<void> run_checked(const std::vector<std::string>& argv, std::chrono::milliseconds timeout,
+                         std::string_view input) {
+  auto r = run(argv, timeout, input);
+  if (!r) return fail(r.error());
+  if (r->exit_code != 0)
+    return fail(ErrorCode::kInternal,
+                join_argv(argv) + " failed (exit " + std::to_string(r->exit_code) + "): " + r->output);
+  return {};
+}
+
 std::optional<int> orphan_status(pid_t pid, std::chrono::milliseconds wait) {
   std::unique_lock lk(g_reaped_mu);
   std::optional<int> found;

@@ -38,6 +38,10 @@ Result<CommandResult> run(const std::vector<std::string>& argv, std::chrono::mil
 Result<CommandResult> run(const std::vector<std::string>& argv, std::chrono::milliseconds timeout,
                           std::string_view input);
 
+/// run() with a non-zero exit as an error naming the command and carrying its output.
+Result<void> run_checked(const std::vector<std::string>& argv, std::chrono::milliseconds timeout,
+                         std::string_view input = {});
+
 /// Waits for a child started by spawn(); returns its exit code (128+signal when killed).
 Result<int> wait_exit(pid_t pid);
 /// Reaps a child started by spawn() if it has exited; true when it is gone.
