@@ -241,6 +241,13 @@ void HostNetwork::release(const std::string& sandbox_id) {
   free_slot(sb.slot.index);
 }
 
+std::vector<std::string> HostNetwork::list() {
+  std::vector<std::string> mine;
+  for (auto& id : list_netns())
+    if (read_slot_index(cfg_.layout, netns_name(id))) mine.push_back(id);
+  return mine;
+}
+
 Result<NetSlot> HostNetwork::recover(const std::string& sandbox_id) {
   const std::string ns = netns_name(sandbox_id);
   auto index = read_slot_index(cfg_.layout, ns);

@@ -50,7 +50,9 @@ class HostNetwork : public Network {
   Result<void> apply(const std::string& sandbox_id, const EgressPolicy& policy) override;
   void release(const std::string& sandbox_id) override;
   Result<NetSlot> recover(const std::string& sandbox_id) override;
-  std::vector<std::string> list() override { return list_netns(); }
+  /// Only namespaces whose uplink is in this node's range: another b3osd on the host (with a
+  /// range of its own) has namespaces of the same b3s- form, and they are not ours to sweep.
+  std::vector<std::string> list() override;
   std::string resolv_conf() const override { return cfg_.run_dir + "/net/resolv.conf"; }
 
   const NetLayout& layout() const { return cfg_.layout; }

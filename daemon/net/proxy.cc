@@ -288,6 +288,8 @@ void EgressProxy::done(Connection* c) {
 
 void EgressProxy::recheck(uint32_t source) {
   auto it = by_source_.find(source);
+  spdlog::info("egress proxy: policy of {} changed: {} connections to judge again", ipv4_str(source),
+               it == by_source_.end() ? 0 : it->second.size());
   if (it == by_source_.end()) return;
   auto pol = policies_.get(source);
   const auto conns = it->second;  // close() may end a connection, which leaves the set
