@@ -49,18 +49,27 @@ struct UpWriter {
   Upstream& up;
   std::chrono::milliseconds timeout;
   std::optional<Error> error;
+  std::string joined;
+  /// One upstream write per call: a head is a sequence of many small buffers (each field
+  /// one), and each write is a frame to the agent and a send to the app.
   template <class Buffers>
   size_t write_some(const Buffers& buffers, beast::error_code& ec) {
-    size_t n = 0;
-    for (auto b : beast::buffers_range_ref(buffers)) {
-      if (auto r = up.write(std::string_view(static_cast<const char*>(b.data()), b.size()), Clock::now() + timeout); !r) {
-        error = r.error();
-        ec = asio::error::broken_pipe;
-        return n;
-      }
-      n += b.size();
+    const size_t total = beast::buffer_bytes(buffers);
+    std::string_view bytes;
+    auto range = beast::buffers_range_ref(buffers);
+    if (auto first = range.begin(); first != range.end() && std::next(first) == range.end()) {
+      bytes = std::string_view(static_cast<const char*>((*first).data()), (*first).size());
+    } else {
+      joined.resize(total);
+      asio::buffer_copy(asio::buffer(joined), buffers);
+      bytes = joined;
     }
-    return n;
+    if (auto r = up.write(bytes, Clock::now() + timeout); !r) {
+      error = r.error();
+      ec = asio::error::broken_pipe;
+      return 0;
+    }
+    return total;
   }
   template <class Buffers>
   size_t write_some(const Buffers& buffers) {

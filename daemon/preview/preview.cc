@@ -15,8 +15,6 @@ using protocol::FrameType;
 
 namespace {
 
-constexpr auto kConnectTimeout = std::chrono::seconds(10);
-
 void respond_error(http::Exchange& ex, const Error& e) {
   http::Headers h;
   const int status = error_http_status(e.code);
@@ -34,23 +32,13 @@ Error end_error(const protocol::Frame& f) {
 }
 
 /// The connection inside the sandbox as http::Upstream: DATA frames in, DATA out, credit
-/// granted back as the bytes are taken.
+/// granted back as the bytes are taken. The request is sent right behind the OPEN, without
+/// waiting for the agent's HEADER (connected): the agent keeps it until its connect to the app
+/// is done, so a request costs one round trip over the channel, not two. An END with an error
+/// (nothing listens: 502) is what the first read, or a write after it, finds.
 class PortPipe final : public http::Upstream {
  public:
   explicit PortPipe(agentlink::Stream& s) : s_(s) {}
-
-  /// Waits for the agent's HEADER (connected) or END (nothing listens: 502).
-  Result<void> wait_connected(Deadline deadline) {
-    for (;;) {
-      auto f = s_.next(deadline);
-      if (!f) return fail(ErrorCode::kUpstreamUnavailable, "connecting inside the sandbox: " + f.error().message);
-      if (f->type == FrameType::kHeader) return {};
-      if (f->type == FrameType::kEnd) {
-        ended_ = true;
-        return fail(end_error(*f));
-      }
-    }
-  }
 
   Result<size_t> read(char* buf, size_t cap, Deadline deadline) override {
     while (pos_ == pending_.size()) {
@@ -88,13 +76,30 @@ class PortPipe final : public http::Upstream {
   Result<void> write(std::string_view bytes, Deadline deadline) override {
     auto r = s_.send_data(bytes, deadline);
     if (!r && Clock::now() >= deadline) return fail(ErrorCode::kUpstreamTimeout, "the app took no byte in time");
-    if (!r) return fail(ErrorCode::kUpstreamError, "the app's connection ended: " + r.error().message);
+    if (!r) {
+      // The agent ended the stream: its END says why (nothing listens, say), if it came.
+      if (auto why = end_reason()) return fail(*why);
+      return fail(ErrorCode::kUpstreamError, "the app's connection ended: " + r.error().message);
+    }
     return {};
   }
 
   void close_write() override { (void)s_.send_eof(); }
 
  private:
+  /// The error of an END already received (the frames before it are no longer wanted).
+  std::optional<Error> end_reason() {
+    while (!ended_) {
+      auto f = s_.next(Clock::now());
+      if (!f) return std::nullopt;
+      if (f->type != FrameType::kEnd) continue;
+      ended_ = true;
+      json j = json::parse(f->payload, nullptr, false);
+      if (j.is_object() && !j.value("ok", false)) return end_error(*f);
+    }
+    return std::nullopt;
+  }
+
   agentlink::Stream& s_;
   std::string pending_;
   size_t pos_ = 0;
@@ -151,7 +156,6 @@ void PreviewServer::handle(http::Exchange& ex) {
   auto conn = sandboxes_.connect_port(*target, token);
   if (!conn) return respond_error(ex, conn.error());
   PortPipe pipe((*conn)->stream());
-  if (auto r = pipe.wait_connected(Clock::now() + kConnectTimeout); !r) return respond_error(ex, r.error());
 
   http::ProxyOptions opts;
   opts.target = stripped.target.empty() ? "/" : stripped.target;

@@ -145,8 +145,13 @@ check private.app_never_saw_expired "" bash -c "! grep -q probe-expired <<<\"\$0
 # Any port may be minted, listed or not (the app decides what listens).
 apij POST "/v1/sandboxes/$SBX/ports/3000/url" '{}'
 check mint.unlisted_port "$(snip)" okj 201 '.port == 3000'
-preview "$(host_of "$SJSON" 3000)" "/?b3os_token=$(token_of "$(j .url)")"
+T3000=$(token_of "$(j .url)")
+preview "$(host_of "$SJSON" 3000)" "/?b3os_token=$T3000"
 expect_error private.nothing_listens_502 502 upstream_unavailable
+# The request is sent behind the OPEN without waiting for the agent's connect (docs/ports.md):
+# a body sent into a port where nothing listens still gets the agent's reason.
+preview "$(host_of "$SJSON" 3000)" "/echo?b3os_token=$T3000" --data-binary "@$T/blob" -H 'Content-Type: application/octet-stream'
+expect_error private.nothing_listens_post_502 502 upstream_unavailable
 
 # ---- 4. bad input ----------------------------------------------------------------------------
 
