@@ -209,8 +209,12 @@ Result<void> HostNetwork::apply(const std::string& sandbox_id, const EgressPolic
   }
   if (had_policy) {
     resolver_.forget(source);
-    firewall_.forget_connections(source);
+    // The proxy resets what the new policy refuses before conntrack forgets the sandbox's
+    // connections: its reset must still be translated back to the address the sandbox
+    // dialled. Once the entry is gone it would leave as SERVICE:proxy-port, which the sandbox
+    // ignores, and a download that sends nothing (a full receive window) would hang on.
     on_net_thread([this, source] { proxy_.recheck(source); });
+    firewall_.forget_connections(source);
   }
   return {};
 }
