@@ -7,6 +7,9 @@
 #     the token stripped from the query and from the Cookie header before the app sees them;
 #   - a fork gets its own host_id and tokens: its app answers only its own URL, the source's
 #     token is refused on the fork's host (and the other way round);
+#   - a snapshot restore: its own host_id and tokens, the app carried over in memory;
+#   - b3osd SIGKILLed with a WebSocket open: the client's connection ends, the URL serves again
+#     after the restart, and the agent lets go of the app's connection;
 #   - a paused sandbox woken by a request; 100 connections at once to one port;
 #   - malformed hosts, ports out of range, bad mint requests; after delete: 404, 409, nothing left.
 # Network: only 127.0.0.1 (the preview listener); the sandboxes have egress deny.
@@ -213,6 +216,64 @@ api GET "/v1/sandboxes/$IDLE"
 check idle.paused_by_timeout "$(snip)" okj 200 '.status == "paused"'
 preview "$(host_of "$IJSON" 8000)" "/?b3os_token=$(token_of "$(jq -r '.ports[0].url' <<<"$IJSON")")"
 check idle.woken_by_request "HTTP $ST" test "$ST" = 200
+
+# ---- 6b. a snapshot restore: new host_id and tokens, the app carried over -----------------------
+
+api POST "/v1/sandboxes/$SBX/snapshot"
+check snapshot.201 "$(snip)" okj 201 '.sandbox_id == "'"$SBX"'"'
+SNAP=$(j .id)
+# Ports are the restore request's, as at create (a snapshot does not hold them: docs/ports.md).
+create_sandbox "{\"snapshot\": \"$SNAP\", \"ports\": [{\"port\": 8000, \"public\": true}]}"
+check restore.201_with_port "$(snip)" okj 201 '.snapshot == "'"$SNAP"'" and (.ports | length == 1) and (.ports[0].url | type == "string")'
+RJSON=$(cat "$RESP")
+RESTORED=$CID
+RPUB=$(jq -r '.ports[0].url' <<<"$RJSON")
+RH8=$(host_of "$RJSON" 8000)
+check restore.new_host_id_and_token "$RPUB" bash -c "[ '$RH8' != '$H8' ] && [ '$(token_of "$RPUB")' != '$PUB_TOKEN' ]"
+preview "$RH8" "/from-restore?b3os_token=$(token_of "$RPUB")"
+check restore.app_served "HTTP $ST" test "$ST" = 404  # the app's own 404: it was restored with its memory
+preview "$RH8" "/probe-restore-source-token?b3os_token=$PUB_TOKEN"
+check restore.source_token_refused "$(snip)" bash -c "[ $ST = 401 ] || [ $ST = 403 ]"
+preview "$H8" "/probe-restore-token?b3os_token=$(token_of "$RPUB")"
+check restore.token_refused_on_source "$(snip)" bash -c "[ $ST = 401 ] || [ $ST = 403 ]"
+check restore.app_saw_only_its_own "" bash -c "grep -q from-restore <<<\"\$0\" && ! grep -q probe-restore <<<\"\$0\"" "$(app_log "$RESTORED" 8000)"
+delete_sandbox "$RESTORED" || true
+
+# ---- 6c. b3osd killed with a preview connection open --------------------------------------------
+
+# A WebSocket held open through the preview, then SIGKILL of b3osd: the client's connection
+# ends with it; after the restart the same URL serves again (the public token is
+# derived from the node key, kept on disk), and inside the sandbox the agent has let go of the
+# app's connection (no established connection to :8000 stays behind).
+APP_CONNS_CMD=$(jq -nc '{cmd: "cat /proc/net/tcp /proc/net/tcp6 | awk '"'"'$2 ~ /:1F40$/ && $4 == \"01\"'"'"' | wc -l"}')
+app_conns() {  # established TCP connections to local port 8000 inside sandbox $1
+  run_exec "$1" "$APP_CONNS_CMD" >/dev/null
+  j .stdout | tr -d '[:space:]'
+}
+app_conns_at_least() { [ "$(app_conns "$1")" -ge "$2" ] 2>/dev/null; }
+app_conns_none() { [ "$(app_conns "$1")" = 0 ]; }
+# A WebSocket held open (a slow download would drain the socket buffers first: minutes).
+python3 -c '
+import socket, sys
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=60)
+s.sendall(("GET /ws?b3os_token=%s HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+           "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n" % (sys.argv[3], sys.argv[2])).encode())
+head = s.recv(4096)
+assert head.startswith(b"HTTP/1.1 101"), head
+while s.recv(4096):
+    pass
+' "$PREVIEW_PORT" "$H8" "$PUB_TOKEN" &
+HELD=$!
+check restart.connection_open "$(app_conns "$SBX") established" eventually 10 app_conns_at_least "$SBX" 1
+stop_daemon KILL
+HELD_RC=0
+timeout 10 tail --pid="$HELD" -f /dev/null || HELD_RC=$?
+check restart.client_connection_ended "the held websocket's client still waits 10 s after the kill" test "$HELD_RC" = 0
+kill "$HELD" 2>/dev/null || true
+start_daemon || die "b3osd did not start again after SIGKILL"
+preview "$H8" "/after-restart?b3os_token=$PUB_TOKEN"
+check restart.url_serves_again "HTTP $ST" test "$ST" = 404  # the app's own 404
+check restart.app_connection_released "$(app_conns "$SBX") established" eventually 15 app_conns_none "$SBX"
 
 # ---- 7. after delete: 404, 409, nothing left ---------------------------------------------------
 
