@@ -142,6 +142,9 @@ void PreviewServer::handle(http::Exchange& ex) {
   // A token in the URL wins over a cookie (a newer URL replaces the cookie it left).
   const std::optional<std::string> token = stripped.token ? stripped.token : cookies.token;
 
+  // The token before a slot: a client without one must not fill the sandbox's slots and so
+  // keep its token holders out with 429s (connect_port checks it again).
+  if (auto ok = sandboxes_.authorize_port(*target, token); !ok) return respond_error(ex, ok.error());
   if (!take_slot(target->sandbox_id))
     return respond_error(ex, Error{ErrorCode::kConcurrencyLimited,
                                    "sandbox " + target->sandbox_id + " has " + std::to_string(cfg_.max_per_sandbox) +

@@ -256,6 +256,17 @@ Result<void> Ports::check_token(const store::SandboxRecord& rec, int port, const
   return {};
 }
 
+Result<void> Ports::authorize(const PreviewTarget& t, const std::optional<std::string>& token) {
+  auto s = registry_.find(t.sandbox_id);
+  store::SandboxRecord rec;
+  if (s) {
+    std::lock_guard lk(s->mu);
+    rec = s->rec;
+  }
+  if (!s || rec.ended()) return fail(ErrorCode::kSandboxNotFound, "no running sandbox has host_id " + t.host_id);
+  return check_token(rec, t.port, token);
+}
+
 Result<std::unique_ptr<PortConnection>> Ports::connect(const PreviewTarget& t, const std::optional<std::string>& token) {
   auto s = registry_.find(t.sandbox_id);
   const auto gone = [&] {

@@ -112,8 +112,12 @@ class Ports {
   Result<nlohmann::json> mint(const Principal& p, const std::string& id, int port, int ttl_s);
   /// Checks `token` for the target (404 no such live sandbox, 401 no, unknown or expired
   /// token, 403 a token of another sandbox or port), resumes a paused sandbox, and opens a
-  /// port_connect stream. The caller waits for its HEADER (connected) or END (refused).
+  /// port_connect stream. The caller may send at once (the agent keeps the bytes until its
+  /// connect is done); an END with an error says the connect inside failed.
   Result<std::unique_ptr<PortConnection>> connect(const PreviewTarget& t, const std::optional<std::string>& token);
+  /// connect's checks alone (404, 401, 403 as there), with no other effect: the preview
+  /// checks a request's token before it takes one of the sandbox's request slots.
+  Result<void> authorize(const PreviewTarget& t, const std::optional<std::string>& token);
 
  private:
   Result<void> check_token(const store::SandboxRecord& rec, int port, const std::optional<std::string>& token);

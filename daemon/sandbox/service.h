@@ -141,6 +141,10 @@ class SandboxService {
   Result<std::unique_ptr<PortConnection>> connect_port(const PreviewTarget& t, const std::optional<std::string>& token) {
     return ports_.connect(t, token);
   }
+  /// connect_port's token check alone, with no other effect.
+  Result<void> authorize_port(const PreviewTarget& t, const std::optional<std::string>& token) {
+    return ports_.authorize(t, token);
+  }
 
   /// Round trip over a sandbox's agent channel (benchmarks).
   Result<double> ping(const Principal& p, const std::string& id) { return exec_.ping(p, id); }

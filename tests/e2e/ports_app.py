@@ -5,8 +5,9 @@ Usage: ports_app.py PORT LOGFILE [--bind ADDR]
 
 Routes: GET / (a short text), GET /big?n=BYTES (that many bytes, Content-Length), GET /chunked
 (a chunked body), GET /sse (three server-sent events, then the end), GET /ws (a WebSocket that
-echoes text and binary messages), POST /echo (the body back). Every request line, its Cookie
-header and its Host go to LOGFILE, so a test can prove what the app saw (and never saw).
+echoes text and binary messages), POST /echo (the body back), GET /sleep?s=SECONDS (a short
+text after that long: a slow endpoint). Every request line, its Cookie header and its Host go
+to LOGFILE, so a test can prove what the app saw (and never saw).
 """
 import base64
 import hashlib
@@ -86,6 +87,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return
         if path == "/ws":
             return self.websocket()
+        if path == "/sleep":
+            s = float(self.path.split("s=")[1].split("&")[0]) if "s=" in self.path else 1.0
+            time.sleep(min(s, 600))
+            return self.send_text(f"slept {s:g}\n")
         self.send_error(404)
 
     def do_POST(self):

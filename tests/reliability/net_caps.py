@@ -1,0 +1,473 @@
+#!/usr/bin/env python3
+"""A hostile allowlist sandbox against the resolver's and the egress proxy's per-sandbox caps
+(docs/network.md: 64 DNS questions in flight per sandbox, SERVFAIL beyond; 256 proxy
+connections per sandbox, reset beyond; a silent client of port 80/443 reset after 5 s).
+tests/reliability/net_caps.sh runs it against a private b3osd with sandbox networks on, the
+fake internet of tests/net/fakenet.sh, and the `upstream` below as b3osd's only DNS upstream.
+
+Usage:
+  net_caps.py upstream --port-file F --log F --answer NAME=IPV4... --drop SUFFIX
+      On the host: a DNS server on 127.0.0.1 (a free UDP port, written to --port-file) that
+      answers A of the --answer names (TTL 60), never answers a name under --drop (a slow
+      upstream: each such question waits b3osd's 1.5 s upstream timeout), and NXDOMAIN for
+      the rest. Each question is a line "MONOTONIC_TIME NAME" of --log.
+  net_caps.py inside dnsflood SECONDS N SUFFIX | inside query NAME | inside http URL |
+              inside hold IP PORT N SECONDS
+      In a sandbox: N unique A questions under SUFFIX kept outstanding for SECONDS (each answer
+      is replaced by a new question at once); one question; one GET; N silent TCP connections
+      held SECONDS, with when each was closed. One JSON object on stdout.
+  net_caps.py check --url URL --key KEY --upstream-log F [--daemon-pid PID] ...
+      The checks (one line each: PASS name / FAIL name: detail / SKIP name: reason):
+    setup                  two allowlist sandboxes: X (the attacker: *.slow.b3t.test and
+                           a.b3t.test) and Y (a bystander: a.b3t.test); both resolve a.b3t.test
+    dns.cap_servfail       X keeps 200 questions for slow names outstanding for 5 s: those past
+                           the cap are answered SERVFAIL at once (under 0.5 s)
+    dns.cap_held           the upstream never had more than 64 of X's questions outstanding
+                           (the most it received in any 1.4 s, under the 1.5 s a question
+                           waits), and it had 64: the cap was reached
+    dns.waiting_servfail   the questions that did go upstream are answered SERVFAIL after the
+                           upstream timeout; none is left unanswered
+    dns.other_sandbox      meanwhile Y's question for a.b3t.test is answered within 1 s
+    dns.healthz            meanwhile the API's /healthz answers within 1 s
+    dns.bounded            b3osd's threads grew by at most 8 and its fds by at most 64 + 32
+    dns.after              afterwards X's own question for a.b3t.test is answered
+    proxy.cap_reset        X opens 300 silent connections to a.b3t.test:80: those past 256 are
+                           reset at once (under 1 s), 256 are held
+    proxy.silent_reset     the 256 held are reset at the 5 s deadline for a silent client
+    proxy.other_sandbox    meanwhile Y's GET http://a.b3t.test/ goes through the proxy in 1 s
+    proxy.bounded          b3osd's threads grew by at most 8 and its fds by at most 256 + 32
+    proxy.after            afterwards X's own GET http://a.b3t.test/ is served
+    dns.upstream_saw_only_the_zone  every question b3osd sent upstream was for a listed name
+Exit 1 if any check failed. Standard library only; the inside modes too (they run in the
+base template's python3).
+"""
+import argparse
+import json
+import os
+import random
+import select
+import socket
+import struct
+import sys
+import threading
+import time
+
+RESOLVER = "10.0.0.1"   # every sandbox's /etc/resolv.conf
+PROMPT_S = 1.0
+PER_SANDBOX_DNS = 64    # Resolver::kMaxPendingPerSource
+PER_SANDBOX_PROXY = 256  # EgressProxy::kMaxPerSource
+SILENT_RESET_S = 5      # EgressProxy::kPeekTimeout
+UPSTREAM_TIMEOUT_S = 1.5  # Resolver::kUpstreamTimeout
+
+
+# ---- DNS wire format (just A questions) -----------------------------------------------------
+
+def encode_name(name):
+    return b"".join(bytes([len(p)]) + p.encode() for p in name.rstrip(".").split(".")) + b"\0"
+
+
+def make_query(name, qid):
+    return struct.pack(">HHHHHH", qid, 0x0100, 1, 0, 0, 0) + encode_name(name) + struct.pack(">HH", 1, 1)
+
+
+def question_of(packet):
+    """(id, name, qtype, the question section's bytes), or None."""
+    if len(packet) < 12:
+        return None
+    qid, _, qd = struct.unpack(">HHH", packet[:6])
+    if qd != 1:
+        return None
+    i, labels = 12, []
+    while i < len(packet) and packet[i] != 0:
+        n = packet[i]
+        if n & 0xC0 or i + 1 + n > len(packet):
+            return None
+        labels.append(packet[i + 1:i + 1 + n].decode(errors="replace"))
+        i += 1 + n
+    if i + 5 > len(packet):
+        return None
+    qtype = struct.unpack(">H", packet[i + 1:i + 3])[0]
+    return qid, ".".join(labels), qtype, packet[12:i + 5]
+
+
+def answer_of(packet):
+    """(id, rcode, [A addresses]) of an answer, or None."""
+    if len(packet) < 12:
+        return None
+    qid, flags, qd, an = struct.unpack(">HHHH", packet[:8])
+    i = 12
+    for _ in range(qd):
+        while i < len(packet) and packet[i] != 0:
+            if packet[i] & 0xC0:
+                i += 1
+                break
+            i += 1 + packet[i]
+        i += 5
+    addrs = []
+    for _ in range(an):
+        if i < len(packet) and packet[i] & 0xC0:
+            i += 2
+        else:
+            while i < len(packet) and packet[i] != 0:
+                i += 1 + packet[i]
+            i += 1
+        if i + 10 > len(packet):
+            break
+        rtype, _, _, rdlen = struct.unpack(">HHIH", packet[i:i + 10])
+        i += 10
+        if rtype == 1 and rdlen == 4:
+            addrs.append(socket.inet_ntoa(packet[i:i + 4]))
+        i += rdlen
+    return qid, flags & 0xF, addrs
+
+
+# ---- the upstream (on the host) ---------------------------------------------------------------
+
+def upstream(a):
+    answers = dict(x.split("=", 1) for x in a.answer)
+    drop = "." + a.drop.strip(".").lower()
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind(("127.0.0.1", 0))
+    log = open(a.log, "a", buffering=1)
+    with open(a.port_file + ".tmp", "w") as f:
+        f.write(str(s.getsockname()[1]))
+    os.rename(a.port_file + ".tmp", a.port_file)
+    while True:
+        packet, peer = s.recvfrom(4096)
+        q = question_of(packet)
+        if not q:
+            continue
+        qid, name, qtype, question = q
+        log.write(f"{time.monotonic():.4f} {name}\n")
+        if name.lower().endswith(drop):
+            continue
+        ip = answers.get(name.lower())
+        if ip and qtype == 1:
+            rr = struct.pack(">HHHIH", 0xC00C, 1, 1, 60, 4) + socket.inet_aton(ip)
+            s.sendto(struct.pack(">HHHHHH", qid, 0x8180, 1, 1, 0, 0) + question + rr, peer)
+        else:
+            s.sendto(struct.pack(">HHHHHH", qid, 0x8183 if not ip else 0x8180, 1, 0, 0, 0) + question, peer)
+
+
+# ---- inside a sandbox -----------------------------------------------------------------------
+
+def inside_dnsflood(seconds, n, suffix):
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.connect((RESOLVER, 53))
+    tag = "%06x" % random.getrandbits(24)
+    waiting, results, counter = {}, [], [0]
+
+    def send_one():
+        counter[0] += 1
+        qid = counter[0] & 0xFFFF
+        s.send(make_query(f"q{counter[0]}-{tag}.{suffix}", qid))
+        waiting[qid] = time.monotonic()
+
+    t0, w0 = time.monotonic(), time.time()
+    for _ in range(n):
+        send_one()
+    while waiting and time.monotonic() - t0 < seconds + 2 * UPSTREAM_TIMEOUT_S + 1:
+        r, _, _ = select.select([s], [], [], 0.2)
+        if not r:
+            continue
+        ans = answer_of(s.recv(4096))
+        if not ans or ans[0] not in waiting:
+            continue
+        results.append((time.monotonic() - waiting.pop(ans[0]), ans[1]))
+        if time.monotonic() - t0 < seconds:
+            send_one()
+    servfail = [lat for lat, rc in results if rc == 2]
+    print(json.dumps({
+        "start": w0, "end": w0 + (time.monotonic() - t0), "sent": counter[0], "answered": len(results),
+        "unanswered": len(waiting),
+        "servfail_fast": sum(1 for x in servfail if x < 0.5),
+        "servfail_slow": sum(1 for x in servfail if x >= UPSTREAM_TIMEOUT_S - 0.2),
+        "servfail_slow_max": round(max(servfail, default=0), 2),
+        "other_rcodes": sorted({rc for _, rc in results if rc != 2})}))
+
+
+def inside_query(name):
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.settimeout(5)
+    t0, w0 = time.monotonic(), time.time()
+    try:
+        s.connect((RESOLVER, 53))
+        s.send(make_query(name, 4242))
+        ans = answer_of(s.recv(4096))
+        print(json.dumps({"at": w0, "s": round(time.monotonic() - t0, 3), "rcode": ans[1], "addrs": ans[2]}))
+    except OSError as e:
+        print(json.dumps({"at": w0, "s": round(time.monotonic() - t0, 3), "error": str(e)}))
+
+
+def inside_http(url):
+    host = url.split("/")[2]
+    t0, w0 = time.monotonic(), time.time()
+    try:
+        s = socket.create_connection((host, 80), timeout=5)
+        s.sendall(f"GET /{url.split('/', 3)[3] if url.count('/') > 2 else ''} HTTP/1.1\r\nHost: {host}\r\n"
+                  "Connection: close\r\n\r\n".encode())
+        data = b""
+        while True:
+            d = s.recv(65536)
+            if not d:
+                break
+            data += d
+        status = data.split(b" ", 2)[1].decode() if data.startswith(b"HTTP/1.") else "none"
+        print(json.dumps({"at": w0, "s": round(time.monotonic() - t0, 3), "status": status,
+                          "body": data.partition(b"\r\n\r\n")[2][:300].decode(errors="replace")}))
+    except OSError as e:
+        print(json.dumps({"at": w0, "s": round(time.monotonic() - t0, 3), "error": str(e)}))
+
+
+def inside_hold(ip, port, n, seconds):
+    socks = []
+    t0, w0 = time.monotonic(), time.time()
+    for _ in range(n):
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.setblocking(False)
+        s.connect_ex((ip, port))
+        socks.append(s)
+    closed = {}
+    p = select.poll()
+    for i, s in enumerate(socks):
+        p.register(s.fileno(), select.POLLIN | select.POLLERR | select.POLLHUP)
+    by_fd = {s.fileno(): i for i, s in enumerate(socks)}
+    while time.monotonic() - t0 < seconds and len(closed) < n:
+        for fd, ev in p.poll(50):
+            i = by_fd[fd]
+            if i in closed:
+                continue
+            try:
+                if socks[i].recv(1) == b"":
+                    closed[i] = time.monotonic() - t0
+            except BlockingIOError:
+                continue
+            except OSError:
+                closed[i] = time.monotonic() - t0
+            p.unregister(fd)
+    times = sorted(closed.values())
+    at_deadline = [round(x, 2) for x in times if SILENT_RESET_S - 0.5 <= x <= SILENT_RESET_S + 2]
+    print(json.dumps({"start": w0, "end": w0 + (time.monotonic() - t0), "opened": n,
+                      "closed_1s": sum(1 for x in times if x < 1),
+                      "closed_at_deadline": len(at_deadline),
+                      "deadline_range": at_deadline[:1] + at_deadline[-1:],
+                      "closed_other": [round(x, 2) for x in times
+                                       if 1 <= x < SILENT_RESET_S - 0.5 or x > SILENT_RESET_S + 2][:10],
+                      "still_open": n - len(closed)}))
+    for s in socks:
+        s.close()
+
+
+# ---- the checks (on the host) --------------------------------------------------------------------
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+
+def check(a):
+    from slow_clients import FAILED, Api, daemon_counts, result, skip  # noqa: E402 (same directory)
+    api = Api(a.url)
+    me = os.path.abspath(__file__)
+    made = []
+
+    def create(allow):
+        st, _, doc, _ = api.call("POST", "/v1/sandboxes", a.key, {
+            "template": "base", "timeout_s": 600, "egress": {"mode": "allowlist", "allow": allow}}, timeout=120)
+        if st != 201:
+            return None, f"create: HTTP {st} {json.dumps(doc)[:200]}"
+        made.append(doc["id"])
+        st, _, doc2, _ = api.call("PUT", f"/v1/sandboxes/{doc['id']}/files?path=/workspace/net_caps.py", a.key,
+                                  open(me, "rb").read(), timeout=60)
+        if st // 100 != 2:
+            return None, f"upload: HTTP {st} {json.dumps(doc2)[:200]}"
+        return doc["id"], None
+
+    def inside(sid, *argv, timeout_s=30):
+        st, _, doc, _ = api.call("POST", f"/v1/sandboxes/{sid}/exec", a.key, {
+            "cmd": ["python3", "/workspace/net_caps.py", "inside", *map(str, argv)],
+            "timeout_ms": int(timeout_s * 1000)}, timeout=timeout_s + 30)
+        try:
+            return json.loads((doc or {}).get("stdout", "").strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            return {"error": f"HTTP {st} {json.dumps(doc)[:300]}"}
+
+    def upstream_times(suffix):
+        with open(a.upstream_log) as f:
+            return [float(line.split()[0]) for line in f if line.split()[1].lower().endswith(suffix)]
+
+    try:
+        x, err = create([f"*.slow.{a.zone}", a.name_a])
+        y, err = (create([a.name_a]) if x else (None, err))
+        if err:
+            result(False, "setup", err)
+            return 1
+        qx, qy = inside(x, "query", a.name_a), inside(y, "query", a.name_a)
+        ok = all(q.get("rcode") == 0 and q.get("addrs") == [a.host_a] for q in (qx, qy))
+        result(ok, "setup", f"two allowlist sandboxes resolve {a.name_a} to {a.host_a}" if ok else f"X {qx}, Y {qy}")
+        if not ok:
+            skip("dns", "the sandboxes do not resolve through b3osd")
+            skip("proxy", "the sandboxes do not resolve through b3osd")
+            return 1
+        run_dns(a, api, x, y, inside, upstream_times, daemon_counts, result)
+        run_proxy(a, api, x, y, inside, daemon_counts, result)
+        with open(a.upstream_log) as f:
+            names = [line.split()[1] for line in f if len(line.split()) > 1]
+        other = sorted({n for n in names if not n.lower().endswith("." + a.zone)})
+        result(names and not other, "dns.upstream_saw_only_the_zone",
+               f"b3osd asked its upstream {len(names)} questions, all for names of {a.zone}"
+               if not other else f"names outside {a.zone}: {other[:5]}")
+    finally:
+        for sid in made:
+            api.call("DELETE", f"/v1/sandboxes/{sid}", a.key, timeout=60)
+    print(f"# net_caps: {len(FAILED)} failed" + (f": {' '.join(FAILED)}" if FAILED else ""))
+    return 1 if FAILED else 0
+
+
+class During:
+    """While an attack's exec runs in a thread: b3osd's thread and fd counts sampled (the most
+    seen), and a bystander's calls made over and over, each result kept."""
+
+    def __init__(self, pid, probe):
+        self.pid, self.probe = pid, probe
+        self.peak, self.seen, self.stop = [0, 0], [], threading.Event()
+
+    def run(self, from_daemon_counts, attack):
+        out = {}
+        t = threading.Thread(target=lambda: out.update(attack()))
+        t.start()
+
+        def sample():
+            while not self.stop.is_set():
+                th, fds = from_daemon_counts(self.pid)
+                if th is not None:
+                    self.peak = [max(self.peak[0], th), max(self.peak[1], fds)]
+                self.stop.wait(0.1)
+        s = threading.Thread(target=sample)
+        s.start()
+        time.sleep(1.0)  # the attack's exec has started and the cap is reached
+        while t.is_alive():
+            self.seen.append(self.probe())
+            time.sleep(0.3)
+        t.join()
+        self.stop.set()
+        s.join()
+        return out
+
+
+def bounded(result, name, before, peak, threads_more, fds_more, what):
+    if before[0] is None:
+        return print(f"SKIP {name}: b3osd's pid not given (--daemon-pid)", flush=True)
+    result(peak[0] - before[0] <= threads_more and peak[1] - before[1] <= fds_more, name,
+           f"{what}: b3osd threads {before[0]} -> at most {peak[0]} (bound +{threads_more}), "
+           f"fds {before[1]} -> at most {peak[1]} (bound +{fds_more})")
+
+
+def in_window(r, attack):
+    return attack.get("start", 0) <= r.get("at", -1) <= attack.get("end", 0)
+
+
+def run_dns(a, api, x, y, inside, upstream_times, daemon_counts, result):
+    suffix = f"slow.{a.zone}"
+    start_mono = time.monotonic()
+    before = daemon_counts(a.daemon_pid)
+    health = []
+
+    def probe():
+        st, _, _, dt = api.call("GET", "/healthz", timeout=10)
+        health.append((st, dt))
+        return inside(y, "query", a.name_a)
+
+    d = During(a.daemon_pid, probe)
+    flood = d.run(daemon_counts, lambda: inside(x, "dnsflood", a.seconds, 200, suffix, timeout_s=a.seconds + 20))
+    if "error" in flood:
+        return result(False, "dns.cap_servfail", f"the flood did not run: {flood['error']}")
+    result(flood["servfail_fast"] >= 200 - PER_SANDBOX_DNS, "dns.cap_servfail",
+           f"{flood['sent']} questions sent in {a.seconds:g} s, 200 outstanding: {flood['servfail_fast']} SERVFAIL "
+           f"in under 0.5 s")
+    times = sorted(t for t in upstream_times(suffix) if t >= start_mono)
+    most, j = 0, 0
+    for i, t in enumerate(times):
+        while times[j] < t - (UPSTREAM_TIMEOUT_S - 0.1):
+            j += 1
+        most = max(most, i - j + 1)
+    result(most == PER_SANDBOX_DNS, "dns.cap_held",
+           f"the upstream got {len(times)} of X's questions, at most {most} in any "
+           f"{UPSTREAM_TIMEOUT_S - 0.1:g} s (cap {PER_SANDBOX_DNS})")
+    result(flood["unanswered"] == 0 and flood["servfail_slow"] >= len(times) - 5 and not flood["other_rcodes"],
+           "dns.waiting_servfail",
+           f"{flood['servfail_slow']} SERVFAIL after the upstream timeout (slowest {flood['servfail_slow_max']} s), "
+           f"{flood['unanswered']} unanswered, other rcodes {flood['other_rcodes']}")
+    during = [r for r in d.seen if in_window(r, flood)]
+    bad = [r for r in during if r.get("rcode") != 0 or r.get("addrs") != [a.host_a] or r.get("s", 9) >= PROMPT_S]
+    result(during and not bad, "dns.other_sandbox",
+           f"{len(during)} questions of Y during the flood, slowest {max((r.get('s', 9) for r in during), default=0):.3f} s"
+           + (f"; bad: {bad[:2]}" if bad else "") + ("" if during else f"; none fell in the flood: {d.seen[:2]}"))
+    slow = [h for h in health if h[0] != 200 or h[1] >= PROMPT_S]
+    result(health and not slow, "dns.healthz",
+           f"{len(health)} /healthz, slowest {max((h[1] for h in health), default=0) * 1000:.0f} ms")
+    bounded(result, "dns.bounded", before, d.peak, 8, PER_SANDBOX_DNS + 32, "during the flood")
+    q = inside(x, "query", a.name_a)
+    result(q.get("rcode") == 0 and q.get("addrs") == [a.host_a], "dns.after", f"X asks {a.name_a} again: {q}")
+
+
+def run_proxy(a, api, x, y, inside, daemon_counts, result):
+    n = PER_SANDBOX_PROXY + 44
+    before = daemon_counts(a.daemon_pid)
+    d = During(a.daemon_pid, lambda: inside(y, "http", f"http://{a.name_a}/"))
+    hold = d.run(daemon_counts, lambda: inside(x, "hold", a.host_a, 80, n, SILENT_RESET_S + 3))
+    if "error" in hold:
+        return result(False, "proxy.cap_reset", f"the connections were not made: {hold['error']}")
+    result(hold["closed_1s"] == n - PER_SANDBOX_PROXY, "proxy.cap_reset",
+           f"{n} silent connections to {a.host_a}:80: {hold['closed_1s']} reset within 1 s "
+           f"(want {n - PER_SANDBOX_PROXY}: the cap is {PER_SANDBOX_PROXY})")
+    result(hold["closed_at_deadline"] == PER_SANDBOX_PROXY and hold["still_open"] == 0 and not hold["closed_other"],
+           "proxy.silent_reset",
+           f"{hold['closed_at_deadline']} reset {hold['deadline_range']} s after they were opened (deadline "
+           f"{SILENT_RESET_S} s), {hold['still_open']} still open, others at {hold['closed_other']}")
+    during = [r for r in d.seen if in_window(r, hold)]
+    bad = [r for r in during if r.get("status") != "200" or r.get("s", 9) >= PROMPT_S]
+    result(during and not bad, "proxy.other_sandbox",
+           f"{len(during)} GETs of Y during the hold, slowest {max((r.get('s', 9) for r in during), default=0):.3f} s"
+           + (f"; bad: {bad[:2]}" if bad else "") + ("" if during else f"; none fell in the hold: {d.seen[:2]}"))
+    bounded(result, "proxy.bounded", before, d.peak, 8, PER_SANDBOX_PROXY + 32, "while X held its connections")
+    r = inside(x, "http", f"http://{a.name_a}/")
+    result(r.get("status") == "200" and f'"server": "{a.host_a}"' in r.get("body", ""), "proxy.after",
+           f"X's GET http://{a.name_a}/ again: {r}")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="mode", required=True)
+    u = sub.add_parser("upstream")
+    u.add_argument("--port-file", required=True)
+    u.add_argument("--log", required=True)
+    u.add_argument("--answer", action="append", default=[])
+    u.add_argument("--drop", required=True)
+    i = sub.add_parser("inside")
+    i.add_argument("what", choices=["dnsflood", "query", "http", "hold"])
+    i.add_argument("args", nargs="*")
+    c = sub.add_parser("check")
+    c.add_argument("--url", required=True)
+    c.add_argument("--key", required=True)
+    c.add_argument("--upstream-log", required=True)
+    c.add_argument("--daemon-pid", type=int, default=0)
+    c.add_argument("--zone", default="b3t.test")
+    c.add_argument("--name-a", default="a.b3t.test")
+    c.add_argument("--host-a", default="198.51.100.10")
+    c.add_argument("--seconds", type=float, default=5)
+    a = p.parse_args()
+    if a.mode == "upstream":
+        return upstream(a)
+    if a.mode == "inside":
+        x = a.args
+        if a.what == "dnsflood":
+            return inside_dnsflood(float(x[0]), int(x[1]), x[2])
+        if a.what == "query":
+            return inside_query(x[0])
+        if a.what == "http":
+            return inside_http(x[0])
+        return inside_hold(x[0], int(x[1]), int(x[2]), float(x[3]))
+    return check(a)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
