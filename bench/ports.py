@@ -87,8 +87,8 @@ def curl_times(url, host, n):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", default=os.path.join(ROOT, "build", "bin"))
-    ap.add_argument("--rounds", type=int, default=8)
-    ap.add_argument("--per-round", type=int, default=25)
+    ap.add_argument("--rounds", type=int, default=40)
+    ap.add_argument("--per-round", type=int, default=10)
     ap.add_argument("--mib", type=int, default=64)
     ap.add_argument("--big-runs", type=int, default=5)
     ap.add_argument("--templates", default=os.environ.get("B3OS_TEMPLATES_DIR", "/var/lib/b3os/templates"))
