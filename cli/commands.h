@@ -98,6 +98,8 @@ Result<Json> call_api(HttpClient& client, std::string_view method, const std::st
 /// Registers create, list, get, rm/delete, templates and exec.
 void add_sandbox_commands(CLI::App& app, const GlobalOptions& g, Action& action);
 /// Registers upload, download, ls and rmfile.
+/// `b3os mcp`: the MCP tools over stdio, bridged to b3osd's /mcp (cli/mcp_bridge.cc).
+void add_mcp_command(CLI::App& app, const GlobalOptions& g, Action& action);
 void add_file_commands(CLI::App& app, const GlobalOptions& g, Action& action);
 /// Registers `keys create` and `keys list` (local store, no API).
 void add_key_commands(CLI::App& app, GlobalOptions& g, Action& action);

@@ -118,6 +118,52 @@ Result<HttpResponse> HttpClient::request(std::string_view method, const std::str
   return read_reply(conn, url_.original);
 }
 
+Result<HttpResponse> HttpClient::exchange(std::string_view method, const std::string& path, const std::string& body,
+                                          const std::vector<std::pair<std::string, std::string>>& headers,
+                                          const std::vector<std::string>& want_headers,
+                                          std::vector<std::pair<std::string, std::string>>* headers_out,
+                                          const std::function<void(const HttpResponse&, std::string_view)>& on_body) {
+  http::verb verb = http::string_to_verb(method);
+  if (verb == http::verb::unknown) return fail(ErrorCode::kInvalidRequest, "unknown HTTP method " + std::string(method));
+  http::request<http::string_body> req{verb, url_.target(path), 11};
+  set_common_headers(req, url_, api_key_);
+  for (auto& [k, v] : headers) req.set(k, v);
+  req.body() = body;
+  req.prepare_payload();
+  Connection conn;
+  if (auto ok = connect(conn, url_); !ok) return fail(ok.error());
+  boost::system::error_code ec;
+  http::write(conn.socket, req, ec);
+  if (ec) return fail(net_error("sending the request to", url_.original, ec));
+  http::response_parser<http::string_body> parser;
+  parser.body_limit(HttpClient::kMaxJsonBody);
+  if (on_body) {
+    http::read_header(conn.socket, conn.buffer, parser, ec);
+    if (ec) return fail(net_error("reading the reply from", url_.original, ec));
+    HttpResponse head;
+    head.status = parser.get().result_int();
+    head.content_type = std::string(parser.get()[http::field::content_type]);
+    size_t seen = 0;
+    while (!parser.is_done()) {
+      http::read_some(conn.socket, conn.buffer, parser, ec);
+      if (ec) return fail(net_error("reading the reply from", url_.original, ec));
+      const std::string& b = parser.get().body();
+      if (b.size() > seen) {
+        on_body(head, std::string_view(b).substr(seen));
+        seen = b.size();
+      }
+    }
+  } else {
+    http::read(conn.socket, conn.buffer, parser, ec);
+    if (ec) return fail(net_error("reading the reply from", url_.original, ec));
+  }
+  if (headers_out)
+    for (auto& name : want_headers)
+      if (auto it = parser.get().find(name); it != parser.get().end())
+        headers_out->emplace_back(name, std::string(it->value()));
+  return to_response(parser.get());
+}
+
 Result<HttpResponse> HttpClient::upload(const std::string& path, const std::string& local_path) {
   UniqueFd fd(::open(local_path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd) return fail(errno_error(ErrorCode::kInvalidRequest, "open " + local_path, errno));

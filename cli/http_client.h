@@ -7,6 +7,9 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <functional>
+#include <utility>
+#include <vector>
 
 #include "cli/args.h"
 #include "common/result.h"
@@ -42,6 +45,15 @@ class HttpClient {
 
   /// Sends `method path` with an optional JSON body (nullptr: none) and reads the whole reply.
   Result<HttpResponse> request(std::string_view method, const std::string& path, const Json* body);
+
+  /// Sends `method path` with a raw body and extra headers; the reply with the headers named
+  /// in `want_headers` copied into `headers_out` (for `b3os mcp`: Mcp-Session-Id). With
+  /// `on_body`, the body is handed over as it arrives (an event stream), with the reply's head.
+  Result<HttpResponse> exchange(std::string_view method, const std::string& path, const std::string& body,
+                                const std::vector<std::pair<std::string, std::string>>& headers,
+                                const std::vector<std::string>& want_headers,
+                                std::vector<std::pair<std::string, std::string>>* headers_out,
+                                const std::function<void(const HttpResponse& head, std::string_view chunk)>& on_body = {});
 
   /// PUTs the file at `local_path` as application/octet-stream, streamed, with Content-Length.
   Result<HttpResponse> upload(const std::string& path, const std::string& local_path);

@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
   add_key_commands(app, global, action);
   add_sandbox_commands(app, global, action);
   add_file_commands(app, global, action);
+  add_mcp_command(app, global, action);
 
   try {
     app.parse(argc, argv);

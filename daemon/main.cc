@@ -20,6 +20,8 @@
 #include "daemon/gateway/relay.h"
 #include "daemon/http/server.h"
 #include "daemon/preview/preview.h"
+#include "daemon/mcp/server.h"
+#include "daemon/mcp/tools.h"
 #include "daemon/runtime/runsc.h"
 #include "daemon/runtime/shims.h"
 #include "daemon/sandbox/config.h"
@@ -138,6 +140,14 @@ int main(int argc, char** argv) {
   app.add_option("--idle-freeze-ms", cfg.idle_freeze_ms,
                  "freeze a running sandbox (cgroup freezer) this long after its agent reported nothing but itself alive and no call is in flight; thawed before anything reaches it (0: never)")
       ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  mcp::Config mcp_cfg;
+  mcp::ToolsConfig mcp_tools_cfg;
+  app.add_option("--mcp-allowed-origin", mcp_cfg.allowed_origins,
+                 "an Origin (scheme://host[:port]) whose browser pages may call /mcp, besides loopback pages (repeatable)");
+  app.add_option("--mcp-max-file-bytes", mcp_tools_cfg.max_file_bytes,
+                 "largest file the MCP tools sandbox_write_file and sandbox_read_file move (bytes)")
+      ->check(CLI::Range(size_t{1}, size_t{64} << 20))
       ->capture_default_str();
   app.add_option("--rate", api_cfg.rate_per_second, "requests per second per API key")->capture_default_str();
   app.add_option("--burst", api_cfg.rate_burst, "burst of requests per API key")->capture_default_str();
@@ -346,7 +356,11 @@ int main(int argc, char** argv) {
     return gateway::SandboxGrant{g->project_id, g->budget_id, g->infer};
   });
   relay_ptr = &relay;  // before recover(): no channel exists until then
-  api::Api api(api_cfg, **store, sandboxes, gw);
+  mcp_tools_cfg.limits = api_cfg.limits;
+  mcp_cfg.max_body = std::max<size_t>(mcp_cfg.max_body, mcp_tools_cfg.max_file_bytes / 3 * 4 + (1u << 20));
+  mcp::Tools mcp_tools(sandboxes, mcp_tools_cfg);
+  mcp::Server mcp_server(mcp_cfg, mcp_tools);
+  api::Api api(api_cfg, **store, sandboxes, gw, &mcp_server);
   http::Server server(listen_host, listen_port, http_cfg, [&](http::Exchange& ex) { api.handle(ex); });
   if (auto r = server.listen(); !r) {
     std::cerr << "b3osd: " << r.error().message << "\n";

@@ -22,6 +22,16 @@ record() {  # name status(0 ok, 77 skip, else fail) [reason]
 step "dependencies"
 ./scripts/install-deps.sh || { echo "installing dependencies failed"; exit 1; }
 
+step "node packages: the official MCP SDK and Inspector for the MCP tests and the recipes' MCP tabs"
+if command -v npm >/dev/null; then
+  for d in tests/mcp cookbook; do
+    (cd "$d" && npm ci --no-audit --no-fund --loglevel=error) ||
+      echo "npm ci in $d failed: the MCP client checks that need it will say SKIP"
+  done
+else
+  echo "npm is not installed: the MCP client checks will say SKIP"
+fi
+
 step "build"
 ./scripts/build.sh || { echo "build failed"; exit 1; }
 
@@ -96,9 +106,9 @@ if [ "$secs" = 0 ]; then
 else
   fuzz_ok=0
   CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DB3OS_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null &&
-    ninja -C build-fuzz -j"$(nproc)" frame_fuzz target_fuzz spec_fuzz http_request_fuzz http_head_fuzz peek_fuzz allow_fuzz dns_fuzz preview_fuzz || fuzz_ok=1
+    ninja -C build-fuzz -j"$(nproc)" frame_fuzz target_fuzz spec_fuzz http_request_fuzz http_head_fuzz peek_fuzz allow_fuzz dns_fuzz preview_fuzz jsonrpc_fuzz || fuzz_ok=1
   if [ $fuzz_ok = 0 ]; then
-    for f in frame_fuzz target_fuzz spec_fuzz http_request_fuzz http_head_fuzz peek_fuzz allow_fuzz dns_fuzz preview_fuzz; do
+    for f in frame_fuzz target_fuzz spec_fuzz http_request_fuzz http_head_fuzz peek_fuzz allow_fuzz dns_fuzz preview_fuzz jsonrpc_fuzz; do
       corpus=build-fuzz/corpus/$f
       mkdir -p "$corpus"
       seeds=tests/fuzz/seeds/$f

@@ -31,6 +31,8 @@ RULES = {
                   ["daemon/sandbox/service.h", "daemon/gateway/gateway.h"]),
     "b3os_preview": ("daemon/preview/preview.cc", ["daemon/sandbox/service.h", "daemon/http/server.h"],
                      ["daemon/api/api.h", "daemon/gateway/gateway.h"]),
+    "b3os_mcp": ("daemon/mcp/server.cc", ["daemon/sandbox/service.h", "daemon/http/server.h"],
+                 ["daemon/api/api.h", "daemon/gateway/gateway.h"]),
     "b3os_api": ("daemon/api/api.cc", ["daemon/sandbox/service.h", "daemon/gateway/gateway.h"], []),
     "b3os_agent_core": ("agent/http_head.cc", ["agent/request.h"], ["daemon/agentlink/channel.h", "protocol/frame.h"]),
     "b3os_cli_core": ("cli/args.cc", ["common/result.h"], ["daemon/store/store.h", "daemon/sandbox/service.h"]),

@@ -84,11 +84,13 @@ std::string server_timing(const sandbox::Timing& t, double total_ms) {
   return out + buf;
 }
 
-Api::Api(const Config& cfg, store::Store& store, sandbox::SandboxService& sandboxes, gateway::Gateway& gw)
+Api::Api(const Config& cfg, store::Store& store, sandbox::SandboxService& sandboxes, gateway::Gateway& gw,
+         mcp::Server* mcp)
     : cfg_(cfg),
       store_(store),
       sandboxes_(sandboxes),
       gw_(gw),
+      mcp_(mcp),
       limiter_(cfg.rate_per_second, cfg.rate_burst),
       in_flight_(cfg.max_requests_per_key, cfg.max_requests_per_project) {}
 
@@ -214,6 +216,10 @@ void Api::handle(http::Exchange& ex) {
   if (dispatch_infer(c)) return;
   if (!sandboxes_.ready())  // respond() adds the Retry-After
     return send_error(c, {ErrorCode::kNodeUnavailable, "b3osd is starting (reattaching sandboxes); retry shortly", 0});
+  // /mcp: the same key, rate limit and requests-in-flight cap as every route; the MCP server
+  // reads and answers the request itself (JSON-RPC bodies, sessions, event streams).
+  if (mcp_ && c.target.segments.size() == 1 && c.target.segments[0] == "mcp")
+    return mcp_->handle(ex, c.principal, c.target.query);
   const Match match = route(c);
   if (match.route && match.route->stream) return (this->*match.route->stream)(c);
 

@@ -12,6 +12,7 @@
 #include "daemon/api/config.h"
 #include "daemon/gateway/gateway.h"
 #include "daemon/http/server.h"
+#include "daemon/mcp/server.h"
 #include "daemon/sandbox/service.h"
 #include "daemon/store/store.h"
 
@@ -33,7 +34,9 @@ std::string server_timing(const sandbox::Timing& t, double total_ms);
 
 class Api {
  public:
-  Api(const Config& cfg, store::Store& store, sandbox::SandboxService& sandboxes, gateway::Gateway& gw);
+  /// `mcp`: the MCP endpoint (/mcp); null answers it 501.
+  Api(const Config& cfg, store::Store& store, sandbox::SandboxService& sandboxes, gateway::Gateway& gw,
+      mcp::Server* mcp = nullptr);
   /// Handles one request (the http::Server handler).
   void handle(http::Exchange& ex);
 
@@ -83,6 +86,7 @@ class Api {
   store::Store& store_;
   sandbox::SandboxService& sandboxes_;
   gateway::Gateway& gw_;
+  mcp::Server* mcp_;
   RateLimiter limiter_;
   InFlightLimiter in_flight_;
 };

@@ -11,7 +11,7 @@
 #      a non-streaming and a streaming completion go through (the gateway renames the model for
 #      the upstream, asks it for usage on streams, passes the answer back); a sandbox without
 #      the grant has none of it;
-#   2. every tab of the model-writes-code recipe (run.sh, run.mjs, run.py) as published, and
+#   2. every tab of the model-writes-code recipe (run.sh, run.mjs, run.py, and the MCP tab mcp.mjs) as published, and
 #      the outputs it publishes: internet blocked, 7 of 7 tests at the first attempt,
 #      model_ms, completion_tokens (what the model reported), tests_ms, create_ms, exec_ms;
 #   3. every tab of the fork recipe as published: 7 tests, 5 failing, 3 forks with fork_ms and
@@ -128,10 +128,10 @@ upload() {
 
 # ---- setup ----------------------------------------------------------------------------------
 
-for f in agent.py task.md test_solution.py run.sh run.mjs run.py README.md; do
+for f in agent.py task.md test_solution.py run.sh run.mjs run.py mcp.mjs README.md; do
   [ -f "$CODE_RECIPE/$f" ] || die "$CODE_RECIPE/$f is missing"
 done
-for f in slug.py test_slug.py fix.py run.sh run.mjs run.py; do
+for f in slug.py test_slug.py fix.py run.sh run.mjs run.py mcp.mjs; do
   [ -f "$FORK_RECIPE/$f" ] || die "$FORK_RECIPE/$f is missing"
 done
 [ -f "$FIXTURE" ] || die "$FIXTURE is missing"
@@ -256,15 +256,21 @@ for recipe in code fork; do
     code) dir=$CODE_RECIPE ;;
     fork) dir=$FORK_RECIPE ;;
   esac
-  for client in run.sh run.mjs run.py; do
+  for client in run.sh run.mjs run.py mcp.mjs; do
     name=$recipe.${client//./_}
     case $client in
       run.sh) cmd=(bash) ;;
-      run.mjs) cmd=(node) ;;
+      run.mjs | mcp.mjs) cmd=(node) ;;
       run.py) cmd=(python3) ;;
     esac
-    if [ "$client" = run.mjs ] && [ "$NODE_OK" = 0 ]; then
+    if [[ $client == *.mjs ]] && [ "$NODE_OK" = 0 ]; then
       skip "$name" "node 20 or newer is not installed"
+      continue
+    fi
+    # The MCP tab: a scripted MCP client (the exact tool calls the recipe lists) with the
+    # official SDK, installed in cookbook/ by scripts/test.sh (npm ci).
+    if [ "$client" = mcp.mjs ] && [ ! -d "$ROOT/cookbook/node_modules/@modelcontextprotocol/sdk" ]; then
+      skip "$name" "the MCP SDK is not installed in cookbook/ (npm ci --prefix cookbook)"
       continue
     fi
     before=$(chat_calls)

@@ -1,0 +1,76 @@
+#pragma once
+// The MCP endpoint, /mcp, over streamable HTTP (revisions 2025-11-25, 2025-06-18, 2025-03-26;
+// docs/mcp.md): sessions bound to the API key that opened them, toolsets chosen per session,
+// one JSON-RPC message per POST, a JSON answer or, for a tool call that asked for progress,
+// a server-sent event stream. The API module authenticates, rate-limits and hands the request
+// here; the tools are in tools.h.
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "daemon/http/server.h"
+#include "daemon/mcp/jsonrpc.h"
+#include "daemon/mcp/tools.h"
+
+namespace b3os::mcp {
+
+inline constexpr std::string_view kLatestVersion = "2025-11-25";
+/// Whether the server speaks protocol revision `v`.
+bool supported_version(std::string_view v);
+
+struct Config {
+  size_t max_body = 16u << 20;  // a file of max_file_bytes in base64, and room
+  int max_sessions_per_key = 64;
+  int max_sessions = 4096;
+  std::chrono::seconds session_idle{24 * 3600};
+  /// Origins (scheme://host[:port]) a browser page may call from, besides loopback pages.
+  std::vector<std::string> allowed_origins;
+  std::string server_version = "0.1.0";
+};
+
+/// Whether a request's Origin may call /mcp: none (not a browser), a loopback page
+/// (http://localhost:*, 127.0.0.1, [::1]), or one of `allowed` exactly.
+bool origin_allowed(std::string_view origin, const std::vector<std::string>& allowed);
+
+class Server {
+ public:
+  Server(Config cfg, Tools& tools);
+  /// One request to /mcp, authenticated as `p` (the API did it). `query` is the request's
+  /// query string, decoded (toolsets=...).
+  void handle(http::Exchange& ex, const sandbox::Principal& p, const std::multimap<std::string, std::string>& query);
+  size_t session_count();
+
+ private:
+  struct Session {
+    std::string id, key_id, project_id, protocol_version;
+    std::vector<std::string> toolsets;
+    bool initialized = false;
+    int64_t last_used_ms = 0;
+    /// Tool calls in flight, by request id (its JSON text): set to cancel one.
+    std::map<std::string, std::shared_ptr<std::atomic<bool>>> in_flight;
+  };
+
+  void post(http::Exchange& ex, const sandbox::Principal& p, const std::multimap<std::string, std::string>& query);
+  void initialize(http::Exchange& ex, const sandbox::Principal& p, const Message& m,
+                  const std::multimap<std::string, std::string>& query);
+  /// A request of a session: the JSON-RPC answer (tools/call answers itself when it streams).
+  void request(http::Exchange& ex, const std::shared_ptr<Session>& s, const sandbox::Principal& p, const Message& m);
+  void call_tool(http::Exchange& ex, const std::shared_ptr<Session>& s, const sandbox::Principal& p, const Message& m);
+  void notification(const std::shared_ptr<Session>& s, const Message& m);
+  std::shared_ptr<Session> find(const std::string& id, const sandbox::Principal& p);
+  void evict_locked(const std::string& key_id);
+
+  Config cfg_;
+  Tools& tools_;
+  std::mutex mu_;
+  std::map<std::string, std::shared_ptr<Session>> sessions_;  // guarded by mu_
+};
+
+}  // namespace b3os::mcp

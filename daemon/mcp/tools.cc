@@ -1,0 +1,536 @@
+#include "daemon/mcp/tools.h"
+
+#include <openssl/evp.h>
+
+#include <algorithm>
+
+#include "daemon/sandbox/requests.h"
+
+namespace b3os::mcp {
+
+using nlohmann::json;
+using sandbox::Principal;
+using sandbox::Timing;
+
+// ---- schemas ----
+
+namespace {
+
+json obj(json properties, std::vector<std::string> required = {}, bool closed = true) {
+  json s = {{"type", "object"}, {"properties", std::move(properties)}};
+  if (!required.empty()) s["required"] = required;
+  if (closed) s["additionalProperties"] = false;
+  return s;
+}
+json str(const std::string& description) { return {{"type", "string"}, {"description", description}}; }
+json integer(const std::string& description, int64_t min, int64_t max) {
+  return {{"type", "integer"}, {"minimum", min}, {"maximum", max}, {"description", description}};
+}
+json boolean(const std::string& description) { return {{"type", "boolean"}, {"description", description}}; }
+json string_map(const std::string& description) {
+  return {{"type", "object"}, {"additionalProperties", {{"type", "string"}}}, {"description", description}};
+}
+
+const json kSandboxId = str("The sandbox's id, sbx_... (from sandbox_create or sandbox_list).");
+
+/// The sandbox object as the REST API returns it (docs/api.md); open to fields added later.
+json sandbox_schema() {
+  return obj({{"id", {{"type", "string"}}},
+              {"object", {{"type", "string"}}},
+              {"status", {{"type", "string"}, {"enum", {"starting", "running", "paused", "stopped", "failed"}}}},
+              {"host_id", {{"type", "string"}}},
+              {"template", {{"type", {"object", "null"}}}},
+              {"vcpu", {{"type", "integer"}}},
+              {"memory_mib", {{"type", "integer"}}},
+              {"disk_gib", {{"type", "integer"}}},
+              {"egress", {{"type", "object"}}},
+              {"ports", {{"type", "array"}}},
+              {"metadata", {{"type", "object"}}},
+              {"forkable", {{"type", "boolean"}}}},
+             {"id", "status"}, false);
+}
+json list_schema(json item) {
+  return obj({{"object", {{"type", "string"}}},
+              {"data", {{"type", "array"}, {"items", std::move(item)}}},
+              {"next_cursor", {{"type", {"string", "null"}}}}},
+             {"data"}, false);
+}
+json snapshot_schema() {
+  return obj({{"id", {{"type", "string"}}}, {"object", {{"type", "string"}}}, {"sandbox_id", {{"type", "string"}}},
+              {"size_bytes", {{"type", "integer"}}}, {"created_at", {{"type", "string"}}}},
+             {"id"}, false);
+}
+
+// ---- helpers ----
+
+Result<std::string> required_string(const json& args, const std::string& name) {
+  auto it = args.find(name);
+  if (it == args.end() || !it->is_string() || it->get_ref<const std::string&>().empty())
+    return fail(ErrorCode::kInvalidRequest, name + ": is required (a non-empty string)");
+  return it->get<std::string>();
+}
+
+/// The arguments minus `drop`, for the REST parsers (which refuse fields they do not know).
+json without(const json& args, std::initializer_list<const char*> drop) {
+  json out = args;
+  for (auto* k : drop) out.erase(k);
+  return out;
+}
+
+ToolResult object_result(json structured, const std::string& text) { return ToolResult{std::move(structured), text, false}; }
+
+std::string sandbox_line(const json& s) {
+  std::string line = s.value("id", "?") + " " + s.value("status", "?");
+  if (s.contains("template") && s["template"].is_object()) line += " template=" + s["template"].value("name", "?");
+  if (s.contains("egress") && s["egress"].is_object()) line += " egress=" + s["egress"].value("mode", "?");
+  return line;
+}
+
+std::string clip(const std::string& s, size_t n) {
+  if (s.size() <= n) return s;
+  return s.substr(0, n) + "\n... (" + std::to_string(s.size() - n) + " more bytes in structuredContent)";
+}
+
+Result<sandbox::Params> params_from(const json& args, std::initializer_list<const char*> names) {
+  sandbox::Params p;
+  for (auto* n : names) {
+    auto it = args.find(n);
+    if (it == args.end() || it->is_null()) continue;
+    if (it->is_string()) p.emplace_back(n, it->get<std::string>());
+    else if (it->is_number_integer()) p.emplace_back(n, std::to_string(it->get<int64_t>()));
+    else return fail(ErrorCode::kInvalidRequest, std::string(n) + ": must be a string or an integer");
+  }
+  return p;
+}
+
+Result<void> only(const json& args, std::initializer_list<const char*> names) {
+  for (auto& [k, v] : args.items())
+    if (std::none_of(names.begin(), names.end(), [&](const char* n) { return k == n; }))
+      return fail(ErrorCode::kInvalidRequest, k + ": unknown argument");
+  return {};
+}
+
+}  // namespace
+
+json Tool::listing() const {
+  return json{{"name", name},
+              {"title", title},
+              {"description", description},
+              {"inputSchema", input_schema},
+              {"outputSchema", output_schema},
+              {"annotations", {{"title", title}}}};
+}
+
+const std::vector<std::string>& Tools::toolsets() {
+  static const std::vector<std::string> kSets = {"sandboxes", "snapshots", "templates"};
+  return kSets;
+}
+
+const Tool* Tools::find(std::string_view name) const {
+  for (auto& t : tools_)
+    if (t.name == name) return &t;
+  return nullptr;
+}
+
+Tools::Tools(sandbox::SandboxService& sb, ToolsConfig cfg) : sandboxes_(sb), cfg_(cfg) {
+  auto& S = sandboxes_;
+  const auto limits = cfg_.limits;
+  const size_t max_file = cfg_.max_file_bytes;
+
+  // ---- sandboxes ----
+  tools_.push_back(Tool{
+      "sandbox_create", "Create a sandbox",
+      "Start a new isolated Linux sandbox (gVisor) and return it. It runs until deleted or until timeout_s "
+      "passes with no activity. Files live under /workspace. Network: egress deny (the default) has no "
+      "network at all; public reaches the internet (never private ranges); allowlist reaches only the names "
+      "and CIDRs listed. This tool cannot make a sandbox forkable or give it a model grant: a sandbox that "
+      "needs those is created by a person with the REST API.",
+      "sandboxes",
+      obj({{"template", str("Template name; default \"base\" (Debian with python3, curl, procps).")},
+           {"timeout_s", integer("Seconds of inactivity before the sandbox stops (or pauses, see on_idle).", 1,
+                                 limits.max_timeout_s)},
+           {"on_idle", {{"type", "string"}, {"enum", {"stop", "pause"}}, {"description", "What the timeout does."}}},
+           {"vcpu", integer("Virtual CPUs.", 1, limits.max_vcpu)},
+           {"memory_mib", integer("Memory in MiB.", 128, limits.max_memory_mib)},
+           {"disk_gib", integer("Disk in GiB.", 1, limits.max_disk_gib)},
+           {"env", string_map("Environment variables set in every command.")},
+           {"metadata", string_map("Up to 16 labels (key: value) to find the sandbox again.")},
+           {"egress", obj({{"mode", {{"type", "string"}, {"enum", {"deny", "public", "allowlist"}}}},
+                           {"allow", {{"type", "array"}, {"items", {{"type", "string"}}},
+                                      {"description", "allowlist entries: api.github.com, *.pypi.org, 203.0.113.0/24, name:port"}}}},
+                          {"mode"})},
+           {"ports", {{"type", "array"},
+                      {"items", obj({{"port", integer("Port inside the sandbox.", 1, 65535)},
+                                     {"public", boolean("A long-lived preview URL in the sandbox object.")}},
+                                    {"port"})},
+                      {"description", "Ports reachable from outside through preview URLs."}}}}),
+      sandbox_schema(),
+      [&S, limits](const json& args, CallContext& ctx) -> Result<ToolResult> {
+        for (const char* k : {"forkable", "api", "snapshot", "secrets"})
+          if (args.contains(k))
+            return fail(ErrorCode::kInvalidRequest,
+                        std::string(k) + ": not available through MCP (an agent cannot give itself forks of its own, "
+                                         "model spend, a snapshot's grants or secrets); create such a sandbox with the REST API");
+        auto spec = sandbox::parse_create(args, limits);
+        if (!spec) return fail(spec.error());
+        Timing& t = ctx.timing;
+        auto r = S.create(ctx.principal, *spec, t);
+        if (!r) return fail(r.error());
+        return object_result(*r, "created " + sandbox_line(*r));
+      }});
+
+  tools_.push_back(Tool{
+      "sandbox_list", "List sandboxes",
+      "List this project's sandboxes, newest first, one page at a time (pass next_cursor back as cursor).",
+      "sandboxes",
+      obj({{"status", {{"type", "string"}, {"enum", {"running", "paused", "stopped", "failed"}}}},
+           {"limit", integer("Page size.", 1, 100)},
+           {"cursor", str("next_cursor of the previous page.")}}),
+      list_schema(sandbox_schema()),
+      [&S](const json& args, CallContext& ctx) -> Result<ToolResult> {
+        if (auto o = only(args, {"status", "limit", "cursor"}); !o) return fail(o.error());
+        auto params = params_from(args, {"status", "limit", "cursor"});
+        if (!params) return fail(params.error());
+        auto q = sandbox::parse_list_sandboxes(*params);
+        if (!q) return fail(q.error());
+        auto r = S.list(ctx.principal, *q);
+        if (!r) return fail(r.error());
+        std::string text;
+        for (auto& s : (*r)["data"]) text += sandbox_line(s) + "\n";
+        if (text.empty()) text = "no sandboxes\n";
+        if (!(*r)["next_cursor"].is_null()) text += "more: cursor " + (*r)["next_cursor"].get<std::string>() + "\n";
+        return object_result(*r, text);
+      }});
+
+  const auto by_id = [&](std::string name, std::string title, std::string description, json out,
+                         std::function<Result<json>(const Principal&, const std::string&, Timing&)> call,
+                         std::function<std::string(const json&)> render) {
+    tools_.push_back(Tool{std::move(name), std::move(title), std::move(description), "sandboxes",
+                          obj({{"sandbox_id", kSandboxId}}, {"sandbox_id"}), std::move(out),
+                          [call, render](const json& args, CallContext& ctx) -> Result<ToolResult> {
+                            if (auto o = only(args, {"sandbox_id"}); !o) return fail(o.error());
+                            auto id = required_string(args, "sandbox_id");
+                            if (!id) return fail(id.error());
+                            auto r = call(ctx.principal, *id, ctx.timing);
+                            if (!r) return fail(r.error());
+                            return object_result(*r, render(*r));
+                          }});
+  };
+  by_id("sandbox_get", "Get a sandbox", "Return one sandbox: its status, resources, egress, ports and usage.",
+        sandbox_schema(), [&S](const Principal& p, const std::string& id, Timing&) { return S.get(p, id); }, sandbox_line);
+  by_id("sandbox_delete", "Delete a sandbox",
+        "Stop a sandbox and remove it with its files and processes. It cannot be undone.", sandbox_schema(),
+        [&S](const Principal& p, const std::string& id, Timing& t) { return S.remove(p, id, t); },
+        [](const json& s) { return "deleted " + sandbox_line(s); });
+  by_id("sandbox_pause", "Pause a sandbox",
+        "Freeze a running sandbox (its processes stop; memory and files stay). sandbox_resume continues it.",
+        sandbox_schema(),
+        [&S](const Principal& p, const std::string& id, Timing& t) { return S.pause(p, id, t); },
+        sandbox_line);
+  by_id("sandbox_resume", "Resume a sandbox", "Continue a paused sandbox where it stopped.", sandbox_schema(),
+        [&S](const Principal& p, const std::string& id, Timing& t) { return S.resume(p, id, t); },
+        sandbox_line);
+  by_id("sandbox_snapshot", "Snapshot a sandbox",
+        "Save a running sandbox's memory, files and processes to disk; it keeps running. A person restores a "
+        "snapshot with the REST API.",
+        snapshot_schema(),
+        [&S](const Principal& p, const std::string& id, Timing& t) { return S.snapshot(p, id, t); },
+        [](const json& s) { return "snapshot " + s.value("id", "?") + " of " + s.value("sandbox_id", "?"); });
+
+  tools_.push_back(Tool{
+      "sandbox_exec", "Run a command in a sandbox",
+      "Run a command inside a sandbox and wait for it: a string runs with /bin/sh -c (pipes, &&, redirects), "
+      "an array runs that program with those arguments. Returns exit_code, stdout and stderr (each cut at 1 MiB). "
+      "A command that runs past timeout_ms is killed and the result says timed_out. To leave a server running, "
+      "start it in the background (nohup ... &).",
+      "sandboxes",
+      obj({{"sandbox_id", kSandboxId},
+           {"cmd", {{"description", "A shell command line, or an argv array."},
+                    {"anyOf", {{{"type", "string"}}, {{"type", "array"}, {"items", {{"type", "string"}}}, {"minItems", 1}}}}}},
+           {"env", string_map("More environment variables for this command.")},
+           {"cwd", str("Working directory; default /workspace.")},
+           {"timeout_ms", integer("Kill the command after this many milliseconds; default 60000.", 1, 86400000)},
+           {"stdin", str("Bytes to send to the command's standard input.")}},
+          {"sandbox_id", "cmd"}),
+      obj({{"exit_code", {{"type", "integer"}}},
+           {"stdout", {{"type", "string"}}},
+           {"stderr", {{"type", "string"}}},
+           {"timed_out", {{"type", "boolean"}}},
+           {"duration_ms", {{"type", "number"}}},
+           {"stdout_truncated", {{"type", "boolean"}}},
+           {"stderr_truncated", {{"type", "boolean"}}}},
+          {"exit_code", "stdout", "stderr", "timed_out"}, false),
+      [&S](const json& args, CallContext& ctx) -> Result<ToolResult> {
+        auto id = required_string(args, "sandbox_id");
+        if (!id) return fail(id.error());
+        auto spec = sandbox::parse_exec(without(args, {"sandbox_id"}));
+        if (!spec) return fail(spec.error());
+        Timing& t = ctx.timing;
+        const auto start = std::chrono::steady_clock::now();
+        auto last = start;
+        auto r = S.exec(ctx.principal, *id, *spec, t, [&] {
+          const auto now = std::chrono::steady_clock::now();
+          if (ctx.progress && now - last >= std::chrono::seconds(1)) {
+            last = now;
+            ctx.progress(std::chrono::duration<double>(now - start).count(), "running");
+          }
+          return ctx.cancelled && ctx.cancelled();
+        });
+        if (!r) return fail(r.error());
+        json out = {{"exit_code", r->exit_code},
+                    {"stdout", r->stdout_data},
+                    {"stderr", r->stderr_data},
+                    {"timed_out", r->timed_out},
+                    {"duration_ms", std::round(r->duration_ms * 1000.0) / 1000.0},
+                    {"stdout_truncated", r->stdout_truncated},
+                    {"stderr_truncated", r->stderr_truncated}};
+        std::string text = r->timed_out ? "timed out after " + std::to_string(spec->timeout_ms) + " ms (killed)\n"
+                                        : "exit " + std::to_string(r->exit_code) + "\n";
+        if (!r->stdout_data.empty()) text += "--- stdout\n" + clip(r->stdout_data, 4000) + "\n";
+        if (!r->stderr_data.empty()) text += "--- stderr\n" + clip(r->stderr_data, 4000) + "\n";
+        return ToolResult{std::move(out), text, r->timed_out};
+      }});
+
+  tools_.push_back(Tool{
+      "sandbox_write_file", "Write a file in a sandbox",
+      "Create or replace a file inside a sandbox (parent directories are made). Relative paths are under "
+      "/workspace. Text goes as it is (encoding utf8, the default); binary content as base64 (encoding base64). "
+      "At most " + std::to_string(max_file >> 20) + " MiB; larger files go through the REST API.",
+      "sandboxes",
+      obj({{"sandbox_id", kSandboxId},
+           {"path", str("Where to write, e.g. /workspace/main.py or main.py.")},
+           {"content", str("The file's content.")},
+           {"encoding", {{"type", "string"}, {"enum", {"utf8", "base64"}}, {"description", "How content is written; default utf8."}}}},
+          {"sandbox_id", "path", "content"}),
+      obj({{"path", {{"type", "string"}}}, {"size", {{"type", "integer"}}}}, {"path", "size"}, false),
+      [&S, max_file](const json& args, CallContext& ctx) -> Result<ToolResult> {
+        if (auto o = only(args, {"sandbox_id", "path", "content", "encoding"}); !o) return fail(o.error());
+        auto id = required_string(args, "sandbox_id");
+        if (!id) return fail(id.error());
+        auto params = params_from(args, {"path"});
+        if (!params) return fail(params.error());
+        auto req = sandbox::parse_file_request(*params, false);
+        if (!req) return fail(req.error());
+        if (!args.contains("content") || !args["content"].is_string())
+          return fail(ErrorCode::kInvalidRequest, "content: is required (a string)");
+        const std::string encoding = args.value("encoding", "utf8");
+        std::string bytes;
+        if (encoding == "utf8") {
+          bytes = args["content"].get<std::string>();
+        } else if (encoding == "base64") {
+          auto d = base64_decode(args["content"].get_ref<const std::string&>());
+          if (!d) return fail(ErrorCode::kInvalidRequest, "content: not valid base64 (RFC 4648, with padding)");
+          bytes = std::move(*d);
+        } else {
+          return fail(ErrorCode::kInvalidRequest, "encoding: must be utf8 or base64");
+        }
+        if (bytes.size() > max_file)
+          return fail(ErrorCode::kPayloadTooLarge, "content: " + std::to_string(bytes.size()) + " bytes, more than the " +
+                                                       std::to_string(max_file) + " MCP allows; use the REST API");
+        size_t pos = 0;
+        sandbox::ChunkSource source = [&](char* buf, size_t cap) -> Result<size_t> {
+          const size_t n = std::min(cap, bytes.size() - pos);
+          std::memcpy(buf, bytes.data() + pos, n);
+          pos += n;
+          return n;
+        };
+        Timing& t = ctx.timing;
+        auto r = S.write_file(ctx.principal, *id, req->path, source, t);
+        if (!r) return fail(r.error());
+        return object_result(*r, "wrote " + std::to_string(bytes.size()) + " bytes to " + r->value("path", req->path));
+      }});
+
+  tools_.push_back(Tool{
+      "sandbox_read_file", "Read a file from a sandbox",
+      "Return a file's content. Text (valid UTF-8) comes as it is, with encoding utf8; anything else as base64, "
+      "with encoding base64. At most " + std::to_string(max_file >> 20) + " MiB.",
+      "sandboxes",
+      obj({{"sandbox_id", kSandboxId}, {"path", str("The file, e.g. /workspace/out.txt or out.txt.")}},
+          {"sandbox_id", "path"}),
+      obj({{"path", {{"type", "string"}}},
+           {"size", {{"type", "integer"}}},
+           {"encoding", {{"type", "string"}, {"enum", {"utf8", "base64"}}}},
+           {"content", {{"type", "string"}}}},
+          {"path", "size", "encoding", "content"}, false),
+      [&S, max_file](const json& args, CallContext& ctx) -> Result<ToolResult> {
+        if (auto o = only(args, {"sandbox_id", "path"}); !o) return fail(o.error());
+        auto id = required_string(args, "sandbox_id");
+        if (!id) return fail(id.error());
+        auto params = params_from(args, {"path"});
+        if (!params) return fail(params.error());
+        auto req = sandbox::parse_file_request(*params, false);
+        if (!req) return fail(req.error());
+        std::string bytes;
+        sandbox::FileSink sink;
+        sink.begin = [&](uint64_t size) -> Result<void> {
+          if (size > max_file)
+            return fail(ErrorCode::kPayloadTooLarge, req->path + " is " + std::to_string(size) + " bytes, more than the " +
+                                                         std::to_string(max_file) + " MCP returns; use the REST API");
+          bytes.reserve(size);
+          return {};
+        };
+        sink.data = [&](std::string_view chunk) -> Result<void> {
+          if (bytes.size() + chunk.size() > max_file) return fail(ErrorCode::kPayloadTooLarge, req->path + " grew past the MCP limit");
+          bytes.append(chunk);
+          return {};
+        };
+        Timing& t = ctx.timing;
+        if (auto r = S.read_file(ctx.principal, *id, req->path, sink, t); !r) return fail(r.error());
+        const bool text = valid_utf8(bytes);
+        json out = {{"path", req->path}, {"size", bytes.size()}, {"encoding", text ? "utf8" : "base64"},
+                    {"content", text ? bytes : base64_encode(bytes)}};
+        std::string rendering = text ? clip(bytes, 16000) : "(" + std::to_string(bytes.size()) + " bytes, not UTF-8: base64 in structuredContent)";
+        return object_result(std::move(out), rendering);
+      }});
+
+  tools_.push_back(Tool{
+      "sandbox_list_files", "List a directory in a sandbox",
+      "List the entries of a directory inside a sandbox (names, types, sizes).", "sandboxes",
+      obj({{"sandbox_id", kSandboxId}, {"path", str("The directory; default /workspace.")}}, {"sandbox_id"}),
+      obj({{"path", {{"type", "string"}}}, {"data", {{"type", "array"}, {"items", {{"type", "object"}}}}}}, {"data"}, false),
+      [&S](const json& args, CallContext& ctx) -> Result<ToolResult> {
+        if (auto o = only(args, {"sandbox_id", "path"}); !o) return fail(o.error());
+        auto id = required_string(args, "sandbox_id");
+        if (!id) return fail(id.error());
+        auto params = params_from(args, {"path"});
+        if (!params) return fail(params.error());
+        if (params->empty()) params->emplace_back("path", "/workspace");
+        auto req = sandbox::parse_file_request(*params, false);
+        if (!req) return fail(req.error());
+        Timing& t = ctx.timing;
+        auto r = S.list_dir(ctx.principal, *id, req->path, t);
+        if (!r) return fail(r.error());
+        std::string text;
+        for (auto& e : (*r)["data"]) text += e.value("name", "?") + (e.value("type", "") == "dir" ? "/" : "") + "\n";
+        if (text.empty()) text = "(empty)\n";
+        return object_result(*r, text);
+      }});
+
+  tools_.push_back(Tool{
+      "sandbox_fork", "Fork a sandbox",
+      "Copy a running sandbox into count new sandboxes (1-16), each with the source's memory, files and running "
+      "processes at this instant; each copy then goes its own way. The source must have been created forkable "
+      "(with the REST API). Forks keep the source's egress and model grant (one shared spend cap).",
+      "sandboxes",
+      obj({{"sandbox_id", kSandboxId},
+           {"count", integer("How many copies; default 1.", 1, sandbox::kMaxForkCount)},
+           {"metadata", string_map("Labels for the copies (replaces the source's).")}},
+          {"sandbox_id"}),
+      list_schema(sandbox_schema()),
+      [&S](const json& args, CallContext& ctx) -> Result<ToolResult> {
+        auto id = required_string(args, "sandbox_id");
+        if (!id) return fail(id.error());
+        auto req = sandbox::parse_fork(without(args, {"sandbox_id"}));
+        if (!req) return fail(req.error());
+        Timing& t = ctx.timing;
+        auto r = S.fork(ctx.principal, *id, req->count, req->metadata, t);
+        if (!r) return fail(r.error());
+        std::string text = "forked " + *id + " into:\n";
+        for (auto& s : (*r)["data"]) text += sandbox_line(s) + "\n";
+        return object_result(*r, text);
+      }});
+
+  // ---- snapshots ----
+  tools_.push_back(Tool{
+      "snapshot_list", "List snapshots", "List this project's snapshots, newest first.", "snapshots",
+      obj({{"limit", integer("Page size.", 1, 100)}, {"cursor", str("next_cursor of the previous page.")}}),
+      list_schema(snapshot_schema()),
+      [&S](const json& args, CallContext& ctx) -> Result<ToolResult> {
+        if (auto o = only(args, {"limit", "cursor"}); !o) return fail(o.error());
+        auto params = params_from(args, {"limit", "cursor"});
+        if (!params) return fail(params.error());
+        auto req = sandbox::parse_list_snapshots(*params);
+        if (!req) return fail(req.error());
+        auto r = S.list_snapshots(ctx.principal, req->cursor, req->limit);
+        if (!r) return fail(r.error());
+        std::string text;
+        for (auto& s : (*r)["data"]) text += s.value("id", "?") + " of " + s.value("sandbox_id", "?") + "\n";
+        return object_result(*r, text.empty() ? "no snapshots\n" : text);
+      }});
+  for (bool del : {false, true}) {
+    tools_.push_back(Tool{
+        del ? "snapshot_delete" : "snapshot_get", del ? "Delete a snapshot" : "Get a snapshot",
+        del ? "Remove a snapshot's image from disk. It cannot be undone." : "Return one snapshot.", "snapshots",
+        obj({{"snapshot_id", str("The snapshot's id, snp_...")}}, {"snapshot_id"}), snapshot_schema(),
+        [&S, del](const json& args, CallContext& ctx) -> Result<ToolResult> {
+          if (auto o = only(args, {"snapshot_id"}); !o) return fail(o.error());
+          auto id = required_string(args, "snapshot_id");
+          if (!id) return fail(id.error());
+          auto r = del ? S.delete_snapshot(ctx.principal, *id) : S.get_snapshot(ctx.principal, *id);
+          if (!r) return fail(r.error());
+          return object_result(*r, (del ? "deleted " : "") + r->value("id", "?") + " of " + r->value("sandbox_id", "?"));
+        }});
+  }
+
+  // ---- templates ----
+  tools_.push_back(Tool{
+      "template_list", "List templates", "List the templates sandboxes can start from on this node.", "templates",
+      obj(json::object()), list_schema(obj({{"name", {{"type", "string"}}}, {"status", {{"type", "string"}}}}, {"name"}, false)),
+      [&S](const json& args, CallContext&) -> Result<ToolResult> {
+        if (!args.empty()) return fail(ErrorCode::kInvalidRequest, "template_list takes no arguments");
+        json r = S.templates();
+        std::string text;
+        for (auto& t : r["data"]) text += t.value("name", "?") + " " + t.value("status", "?") + "\n";
+        return object_result(r, text);
+      }});
+}
+
+// ---- encodings ----
+
+bool valid_utf8(std::string_view s) {
+  size_t i = 0;
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  while (i < s.size()) {
+    const unsigned char c = p[i];
+    size_t n;
+    uint32_t cp;
+    if (c < 0x80) { ++i; continue; }
+    if ((c & 0xE0) == 0xC0) { n = 1; cp = c & 0x1F; }
+    else if ((c & 0xF0) == 0xE0) { n = 2; cp = c & 0x0F; }
+    else if ((c & 0xF8) == 0xF0) { n = 3; cp = c & 0x07; }
+    else return false;
+    if (i + n >= s.size()) return false;  // the sequence runs past the end
+    for (size_t k = 1; k <= n; ++k) {
+      if ((p[i + k] & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (p[i + k] & 0x3F);
+    }
+    // Overlong forms, surrogates and values past U+10FFFF are not UTF-8.
+    if ((n == 1 && cp < 0x80) || (n == 2 && cp < 0x800) || (n == 3 && cp < 0x10000) || cp > 0x10FFFF ||
+        (cp >= 0xD800 && cp <= 0xDFFF))
+      return false;
+    i += n + 1;
+  }
+  return true;
+}
+
+std::string base64_encode(std::string_view bytes) {
+  std::string out(4 * ((bytes.size() + 2) / 3), '\0');
+  const int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                                reinterpret_cast<const unsigned char*>(bytes.data()), static_cast<int>(bytes.size()));
+  out.resize(static_cast<size_t>(n));
+  return out;
+}
+
+std::optional<std::string> base64_decode(std::string_view text) {
+  if (text.size() % 4 != 0) return std::nullopt;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    const bool pad_ok = c == '=' && i >= text.size() - 2 && (i == text.size() - 1 || text[text.size() - 1] == '=');
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '+' || c == '/' || pad_ok)) return std::nullopt;
+  }
+  if (text.empty()) return std::string();
+  std::string out(3 * (text.size() / 4), '\0');
+  const int n = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                                reinterpret_cast<const unsigned char*>(text.data()), static_cast<int>(text.size()));
+  if (n < 0) return std::nullopt;
+  // EVP_DecodeBlock counts padding as zero bytes.
+  size_t len = static_cast<size_t>(n);
+  if (text.back() == '=') --len;
+  if (text.size() >= 2 && text[text.size() - 2] == '=') --len;
+  out.resize(len);
+  // Canonical only: the unused bits of the last group must be zero ("AB==" is not "AA==").
+  if (base64_encode(out) != text) return std::nullopt;
+  return out;
+}
+
+}  // namespace b3os::mcp
