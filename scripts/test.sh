@@ -87,6 +87,10 @@ step "end to end: ports and preview URLs (tokens, forks, pause, WebSocket, SSE; 
 B3OS_BIN=$root/build/bin ./tests/e2e/ports.sh
 record ports $?
 
+step "end to end: MCP at /mcp with real clients (official SDK over HTTP and stdio, Inspector CLI, protocol edges)"
+B3OS_BIN=$root/build/bin ./tests/e2e/mcp.sh
+record mcp $?
+
 # The reliability suite (tests/reliability/README.md): each part starts its own b3osd and is
 # bounded in time; B3OS_RELIABILITY=0 skips it (said in the summary).
 for part in slow_clients net_caps hostile faults load leaks; do

@@ -318,8 +318,8 @@ Api::Match Api::route(Call& c) {
     m.refusal = error_reply(e);
     return m;
   };
-  if (!s.empty() && s[0] == "mcp")
-    return refuse({ErrorCode::kNotImplemented, "the MCP endpoint (/mcp) is not available on this deployment yet", 0});
+  if (!s.empty() && s[0] == "mcp")  // /mcp itself is the MCP server's (handle); nothing is below it
+    return refuse({ErrorCode::kNotFound, "no such route: " + c.target.path + " (the MCP endpoint is /mcp)", 0});
   // The spec's other ports routes (list, expose, get, close a port) are not built: 501 for a
   // sandbox that exists. Ports are given at create; their URLs are minted below (docs/ports.md).
   if ((s.size() == 4 || s.size() == 5) && s[0] == "v1" && s[1] == "sandboxes" && s[3] == "ports") {

@@ -121,7 +121,9 @@ s_errors() {
   apij POST /v1/infer/chat/completions '{"messages":[{"role":"user","content":"hi"}]}'
   expect_error errors.infer_no_model_503 503 product_unavailable "--model"
   api GET /mcp
-  expect_error errors.mcp_501 501 not_implemented
+  check errors.mcp_get_405 "HTTP $ST, Allow: '$(header Allow)'" bash -c "[ $ST = 405 ] && grep -qi '^Allow: POST, DELETE' '$RESPH'"
+  api GET /mcp/anything
+  expect_error errors.under_mcp_404 404 not_found
   run_exec sbx_00000000000000000000000000 '{"cmd":"true"}'
   expect_error errors.exec_unknown_404 404 sandbox_not_found
   api GET /v1/no-such-route
