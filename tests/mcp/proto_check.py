@@ -191,6 +191,15 @@ for _ in range(50):
     time.sleep(0.1)
 check("disconnect_cancels_exec", during == "1" and after == "0", f"sleeps running: {during} before the disconnect, {after} after")
 
+# ---- the file size limit (8 MiB by default), both ways, as isError results
+st, _, j, _ = call(sid, 32, "sandbox_write_file", {"sandbox_id": sbx, "path": "big.txt", "content": "a" * ((8 << 20) + 1)})
+check("write_over_limit_is_error", st == 200 and j["result"].get("isError") is True
+      and j["result"]["content"][0]["text"].startswith("payload_too_large: "), f"{st} {str(j)[:300]}")
+call(sid, 33, "sandbox_exec", {"sandbox_id": sbx, "cmd": "head -c 9000000 /dev/zero > /workspace/big.bin"})
+st, _, j, _ = call(sid, 34, "sandbox_read_file", {"sandbox_id": sbx, "path": "big.bin"})
+check("read_over_limit_is_error", st == 200 and j["result"].get("isError") is True
+      and j["result"]["content"][0]["text"].startswith("payload_too_large: "), f"{st} {str(j)[:300]}")
+
 st, _, j, _ = call(sid, 40, "sandbox_delete", {"sandbox_id": sbx})
 check("cleanup", j["result"]["structuredContent"]["status"] == "stopped", j)
 for x in (sid, sid_all, sid_default, sid_new, sid_o):
