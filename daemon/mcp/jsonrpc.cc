@@ -23,6 +23,8 @@ tl::expected<Message, RpcError> parse_message(std::string_view body) {
   json id = nullptr;
   if (auto it = j.find("id"); it != j.end()) {
     if (!valid_id(*it)) return bad(kInvalidRequest, "\"id\" must be a string or an integer");
+    if (it->is_string() && it->get_ref<const std::string&>().size() > kMaxIdBytes)
+      return bad(kInvalidRequest, "\"id\": at most 256 characters");
     id = *it;
   }
   auto v = j.find("jsonrpc");

@@ -33,6 +33,8 @@ struct RpcError {
   nlohmann::json id;  // null when the id could not be read
 };
 
+/// A string id longer than this is refused (ids are kept while their call runs, and echoed).
+inline constexpr size_t kMaxIdBytes = 256;
 /// Bodies above this depth are refused before they are parsed (parsing recurses).
 inline constexpr size_t kMaxDepth = 64;
 

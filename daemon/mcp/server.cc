@@ -169,6 +169,20 @@ void Server::post(http::Exchange& ex, const sandbox::Principal& p, const std::mu
   if (!accept.empty() && !contains_ci(accept, "application/json") && !contains_ci(accept, "text/event-stream") &&
       !contains_ci(accept, "*/*") && !contains_ci(accept, "application/*"))
     return refuse(ex, 406, -32000, "Accept must allow application/json (and text/event-stream)");
+  constexpr uint64_t kLarge = 1u << 20;
+  const auto length = ex.content_length();
+  const bool large = !length || *length > kLarge;  // chunked bodies count as large
+  if (large && large_bodies_.fetch_add(1) >= cfg_.max_large_bodies) {
+    --large_bodies_;
+    return refuse(ex, 503, -32000, "too many large MCP requests (over 1 MiB) at once on this node; retry shortly", nullptr,
+                  {{"Retry-After", "1"}});
+  }
+  struct Release {
+    std::atomic<int>* n;
+    ~Release() {
+      if (n) --*n;
+    }
+  } release{large ? &large_bodies_ : nullptr};
   auto body = ex.read_body(cfg_.max_body);
   if (!body) return refuse(ex, error_http_status(body.error().code), -32000, body.error().message);
   auto m = parse_message(*body);

@@ -33,6 +33,9 @@ struct Config {
   /// Origins (scheme://host[:port]) a browser page may call from, besides loopback pages.
   std::vector<std::string> allowed_origins;
   std::string server_version = "0.1.0";
+  /// Bodies over 1 MiB (files in base64) read at once on the node; past it 503, retry. Each
+  /// is held whole in memory while its call runs, so their number is what bounds that memory.
+  int max_large_bodies = 8;
 };
 
 /// Whether a request's Origin may call /mcp: none (not a browser), a loopback page
@@ -71,6 +74,7 @@ class Server {
   Tools& tools_;
   std::mutex mu_;
   std::map<std::string, std::shared_ptr<Session>> sessions_;  // guarded by mu_
+  std::atomic<int> large_bodies_{0};
 };
 
 }  // namespace b3os::mcp

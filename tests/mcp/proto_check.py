@@ -200,6 +200,29 @@ st, _, j, _ = call(sid, 34, "sandbox_read_file", {"sandbox_id": sbx, "path": "bi
 check("read_over_limit_is_error", st == 200 and j["result"].get("isError") is True
       and j["result"]["content"][0]["text"].startswith("payload_too_large: "), f"{st} {str(j)[:300]}")
 
+# ---- at most 8 bodies over 1 MiB at once on the node: 8 held half-sent, the 9th refused at once
+held = []
+head = (f"POST /mcp HTTP/1.1\r\nHost: {HOST}\r\nAuthorization: Bearer {KEY}\r\nMcp-Session-Id: {sid}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {2 << 20}\r\n\r\n").encode()
+for _ in range(8):
+    h = socket.create_connection((HOST, PORT))
+    h.sendall(head + b'{"jsonrpc":"2.0","id":1,')
+    held.append(h)
+time.sleep(0.5)
+t0 = time.time()
+st, hd, j, _ = post(None, session=sid, raw='{"jsonrpc":"2.0","id":2,"method":"ping","pad":"' + "x" * (2 << 20) + '"}')
+check("large_bodies_capped_503", st == 503 and hd.get("retry-after") == "1" and time.time() - t0 < 5, f"{st} {hd.get('retry-after')}")
+for h in held:
+    h.close()
+ok = False
+for _ in range(50):
+    st, _, j, _ = post(None, session=sid, raw='{"jsonrpc":"2.0","id":3,"method":"ping","pad":"' + "x" * (2 << 20) + '"}')
+    if st == 200:
+        ok = True
+        break
+    time.sleep(0.1)
+check("large_bodies_released", ok, st)
+
 st, _, j, _ = call(sid, 40, "sandbox_delete", {"sandbox_id": sbx})
 check("cleanup", j["result"]["structuredContent"]["status"] == "stopped", j)
 for x in (sid, sid_all, sid_default, sid_new, sid_o):

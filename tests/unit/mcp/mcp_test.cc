@@ -76,3 +76,15 @@ TEST(Encodings, Base64StrictAndUtf8) {
 
 }  // namespace
 }  // namespace b3os::mcp
+
+namespace b3os::mcp {
+namespace {
+TEST(JsonRpc, LongStringIdRefused) {
+  const std::string id(300, 'x');
+  auto r = parse_message(R"({"jsonrpc":"2.0","id":")" + id + R"(","method":"ping"})");
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, kInvalidRequest);
+  EXPECT_TRUE(parse_message(R"({"jsonrpc":"2.0","id":")" + std::string(256, 'x') + R"(","method":"ping"})"));
+}
+}  // namespace
+}  // namespace b3os::mcp
