@@ -104,9 +104,11 @@ Result<sandbox::Params> params_from(const json& args, std::initializer_list<cons
 }
 
 Result<void> only(const json& args, std::initializer_list<const char*> names) {
-  for (auto& [k, v] : args.items())
-    if (std::none_of(names.begin(), names.end(), [&](const char* n) { return k == n; }))
+  for (auto it = args.begin(); it != args.end(); ++it) {
+    const std::string& k = it.key();
+    if (std::none_of(names.begin(), names.end(), [&k](const char* n) { return k == n; }))
       return fail(ErrorCode::kInvalidRequest, k + ": unknown argument");
+  }
   return {};
 }
 
