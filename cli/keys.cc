@@ -11,6 +11,7 @@
 
 #include "cli/commands.h"
 #include "cli/table.h"
+#include "common/clock.h"
 #include "common/money.h"
 #include "daemon/store/store.h"
 
@@ -39,10 +40,15 @@ Result<std::unique_ptr<store::Store>> open_store(const std::string& data_dir) {
   return store;
 }
 
-std::string render_key_table(const std::vector<store::ApiKeyRecord>& keys) {
-  Table t({"ID", "PROJECT", "PREFIX", "CREATED"});
+std::string render_key_table(const std::vector<store::ApiKeyRecord>& keys, bool with_revoked) {
+  std::vector<std::string> head = {"ID", "PROJECT", "PREFIX", "CREATED", "LAST USED"};
+  if (with_revoked) head.emplace_back("REVOKED");
+  Table t(head);
   for (const auto& k : keys) {
-    t.add_row({k.id, k.project_name, k.prefix, format_epoch_ms(k.created_at_ms)});
+    std::vector<std::string> row = {k.id, k.project_name, k.prefix, format_epoch_ms(k.created_at_ms),
+                                    k.last_used_at_ms ? format_epoch_ms(k.last_used_at_ms) : "never"};
+    if (with_revoked) row.push_back(k.revoked_at_ms ? format_epoch_ms(k.revoked_at_ms) : "-");
+    t.add_row(row);
   }
   return t.render();
 }
@@ -80,24 +86,37 @@ int run_keys_create(const GlobalOptions& g, const std::string& project, const st
   return 0;
 }
 
-int run_keys_list(const GlobalOptions& g, bool json) {
+int run_keys_list(const GlobalOptions& g, bool json, bool all) {
   auto store = open_store(g.data_dir);
   if (!store) return report_error(store.error());
-  auto keys = (*store)->list_api_keys();
+  auto keys = (*store)->list_api_keys(all);
   if (!keys) return report_error(keys.error());
   if (json) {
+    const auto ms = [](int64_t v) { return v ? Json(v) : Json(nullptr); };
     Json out = Json::array();
     for (const auto& k : *keys) {
       out.push_back({{"id", k.id},
                      {"project_id", k.project_id},
                      {"project", k.project_name},
                      {"prefix", k.prefix},
-                     {"created_at_ms", k.created_at_ms}});
+                     {"created_at_ms", k.created_at_ms},
+                     {"last_used_at_ms", ms(k.last_used_at_ms)},
+                     {"revoked_at_ms", ms(k.revoked_at_ms)}});
     }
     print_json(out);
     return 0;
   }
-  std::cout << render_key_table(*keys);
+  std::cout << render_key_table(*keys, all);
+  return 0;
+}
+
+int run_keys_revoke(const GlobalOptions& g, const std::string& key_id) {
+  auto store = open_store(g.data_dir);
+  if (!store) return report_error(store.error());
+  auto r = (*store)->revoke_api_key(key_id, now_unix_ms());
+  if (!r) return report_error(r.error());
+  if (!*r) return report_error({ErrorCode::kNotFound, "no key " + key_id + " in force (see `b3os keys list --all`)", 0});
+  std::cerr << "key " << key_id << " revoked: every request with it is refused from now on\n";
   return 0;
 }
 
@@ -196,9 +215,16 @@ void add_key_commands(CLI::App& app, GlobalOptions& g, Action& action) {
   });
 
   auto json = std::make_shared<bool>(false);
-  auto* list = keys->add_subcommand("list", "List keys (never the keys themselves)");
+  auto all = std::make_shared<bool>(false);
+  auto* list = keys->add_subcommand("list", "List keys with their last use (never the keys themselves)");
   list->add_flag("--json", *json, "Print the keys as JSON");
-  list->callback([&g, &action, json] { action = [&g, json] { return run_keys_list(g, *json); }; });
+  list->add_flag("--all", *all, "Revoked keys too");
+  list->callback([&g, &action, json, all] { action = [&g, json, all] { return run_keys_list(g, *json, *all); }; });
+
+  auto revoke_id = std::make_shared<std::string>();
+  auto* revoke = keys->add_subcommand("revoke", "Revoke a key: revoke KEY_ID (its requests are refused at once)");
+  revoke->add_option("key_id", *revoke_id, "Key id (key_...)")->required();
+  revoke->callback([&g, &action, revoke_id] { action = [&g, revoke_id] { return run_keys_revoke(g, *revoke_id); }; });
 
   auto* projects = app.add_subcommand("projects", "Project settings in the local store (run on the daemon's host)");
   projects->require_subcommand(1);

@@ -186,6 +186,9 @@ Result<sandbox::Principal> Api::authenticate(http::Exchange& ex) {
   auto rec = store_.find_api_key(key);
   if (!rec) return fail(rec.error());
   if (!*rec) return fail(ErrorCode::kUnauthorized, "unknown or revoked API key");
+  // The key's last use, for `b3os keys list`: written at most once a minute, not per request.
+  if (const int64_t now = now_unix_ms(); now - (*rec)->last_used_at_ms >= 60'000)
+    if (auto t = store_.touch_api_key((*rec)->id, now); !t) spdlog::warn("{}", t.error().message);
   return sandbox::Principal{(*rec)->project_id, (*rec)->id};
 }
 

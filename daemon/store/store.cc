@@ -178,6 +178,10 @@ CREATE INDEX port_tokens_expiry ON port_tokens(expires_ms);
 )sql");
 }
 
+/// Version 5: when each API key was last used (written at most once a minute per key), so an
+/// operator can tell a key in use from one to revoke.
+Result<void> key_last_use_v5(sqlite3* db) { return exec_sql(db, "ALTER TABLE api_keys ADD COLUMN last_used_at_ms INTEGER;"); }
+
 struct Migration {
   int version;         // the user_version after this step
   const char* what;    // for errors and logs
@@ -189,6 +193,7 @@ constexpr Migration kMigrations[] = {
     {2, "money in integer micro-dollars", integer_money_v2},
     {3, "sandboxes and snapshots in typed columns", typed_records_v3},
     {4, "minted preview tokens", port_tokens_v4},
+    {5, "when each API key was last used", key_last_use_v5},
 };
 
 constexpr bool versions_are_consecutive() {
@@ -632,13 +637,29 @@ Result<NewApiKey> Store::create_api_key(const std::string& project_name) {
 Result<std::optional<ApiKeyRecord>> Store::find_api_key(std::string_view plain_key) {
   std::lock_guard lk(mu_);
   Stmt st(db_,
-          "SELECT k.id, k.project_id, p.name, k.prefix, k.created_at_ms FROM api_keys k "
+          "SELECT k.id, k.project_id, p.name, k.prefix, k.created_at_ms, COALESCE(k.last_used_at_ms, 0) FROM api_keys k "
           "JOIN projects p ON p.id = k.project_id WHERE k.key_sha256 = ? AND k.revoked_at_ms IS NULL");
   st.bind(1, sha256_hex(plain_key));
   int rc = st.step();
   if (rc == SQLITE_DONE) return std::optional<ApiKeyRecord>();
   if (rc != SQLITE_ROW) return fail(db_error(db_, "looking up key"));
-  return ApiKeyRecord{st.text(0), st.text(1), st.text(2), st.text(3), st.i64(4)};
+  return ApiKeyRecord{st.text(0), st.text(1), st.text(2), st.text(3), st.i64(4), st.i64(5), 0};
+}
+
+Result<void> Store::touch_api_key(const std::string& key_id, int64_t now_ms) {
+  std::lock_guard lk(mu_);
+  Stmt st(db_, "UPDATE api_keys SET last_used_at_ms = ? WHERE id = ?");
+  st.bind(1, now_ms).bind(2, key_id);
+  if (st.step() != SQLITE_DONE) return fail(db_error(db_, "noting the use of key " + key_id));
+  return {};
+}
+
+Result<bool> Store::revoke_api_key(const std::string& key_id, int64_t now_ms) {
+  std::lock_guard lk(mu_);
+  Stmt st(db_, "UPDATE api_keys SET revoked_at_ms = ? WHERE id = ? AND revoked_at_ms IS NULL");
+  st.bind(1, now_ms).bind(2, key_id);
+  if (st.step() != SQLITE_DONE) return fail(db_error(db_, "revoking key " + key_id));
+  return sqlite3_changes(db_) == 1;
 }
 
 Result<void> Store::put_port_token(const PortTokenRecord& rec, int64_t now_ms) {
@@ -672,14 +693,17 @@ Result<void> Store::delete_port_tokens(const std::string& sandbox_id) {
   return {};
 }
 
-Result<std::vector<ApiKeyRecord>> Store::list_api_keys() {
+Result<std::vector<ApiKeyRecord>> Store::list_api_keys(bool include_revoked) {
   std::lock_guard lk(mu_);
-  Stmt st(db_,
-          "SELECT k.id, k.project_id, p.name, k.prefix, k.created_at_ms FROM api_keys k "
-          "JOIN projects p ON p.id = k.project_id WHERE k.revoked_at_ms IS NULL ORDER BY k.id");
+  Stmt st(db_, include_revoked
+                   ? "SELECT k.id, k.project_id, p.name, k.prefix, k.created_at_ms, COALESCE(k.last_used_at_ms, 0), "
+                     "COALESCE(k.revoked_at_ms, 0) FROM api_keys k JOIN projects p ON p.id = k.project_id ORDER BY k.id"
+                   : "SELECT k.id, k.project_id, p.name, k.prefix, k.created_at_ms, COALESCE(k.last_used_at_ms, 0), "
+                     "0 FROM api_keys k JOIN projects p ON p.id = k.project_id WHERE k.revoked_at_ms IS NULL ORDER BY k.id");
   std::vector<ApiKeyRecord> out;
   int rc;
-  while ((rc = st.step()) == SQLITE_ROW) out.push_back({st.text(0), st.text(1), st.text(2), st.text(3), st.i64(4)});
+  while ((rc = st.step()) == SQLITE_ROW)
+    out.push_back({st.text(0), st.text(1), st.text(2), st.text(3), st.i64(4), st.i64(5), st.i64(6)});
   if (rc != SQLITE_DONE) return fail(db_error(db_, "listing keys"));
   return out;
 }

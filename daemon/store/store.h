@@ -29,6 +29,8 @@ struct ApiKeyRecord {
   std::string project_name;
   std::string prefix;        // first characters of the key, for listings
   int64_t created_at_ms = 0;
+  int64_t last_used_at_ms = 0;  // 0: never (noted at most once a minute)
+  int64_t revoked_at_ms = 0;    // 0: in force
 };
 
 /// A freshly created key: the plain key is shown once.
@@ -129,7 +131,12 @@ class Store : public SandboxStore {
   /// Looks a plain key up by its hash; nullopt if unknown or revoked.
   Result<std::optional<ApiKeyRecord>> find_api_key(std::string_view plain_key);
   /// Lists keys (no secrets), for `b3os keys list`.
-  Result<std::vector<ApiKeyRecord>> list_api_keys();
+  Result<std::vector<ApiKeyRecord>> list_api_keys(bool include_revoked = false);
+  /// Notes that a key was used now (the API calls it at most once a minute per key).
+  Result<void> touch_api_key(const std::string& key_id, int64_t now_ms);
+  /// Revokes a key: every request with it is refused from now on (401), MCP sessions it opened
+  /// included. False when no key in force has that id.
+  Result<bool> revoke_api_key(const std::string& key_id, int64_t now_ms);
 
   Result<void> put_sandbox(const SandboxRecord& rec) override;
   /// In one transaction: all saved, or none.

@@ -72,6 +72,8 @@ trap on_signal INT TERM
 . "$HERE/sections/idle_freeze.sh"
 # shellcheck source=tests/e2e/sections/leaks.sh
 . "$HERE/sections/leaks.sh"
+# shellcheck source=tests/e2e/sections/keys.sh
+. "$HERE/sections/keys.sh"
 
 # ---- setup --------------------------------------------------------------------------------
 
@@ -93,6 +95,7 @@ run_section s_files
 run_section s_errors
 run_section s_idempotency
 run_section s_rate_limit
+run_section s_keys
 run_section s_list
 run_section s_timeout
 run_section s_usage

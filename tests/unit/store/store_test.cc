@@ -51,6 +51,40 @@ TEST_F(StoreTest, KeysAreHashedAndScopedToProjects) {
   EXPECT_EQ(bytes.find(a->key), std::string::npos);
 }
 
+TEST_F(StoreTest, KeysRevokedAndTheirLastUseNoted) {
+  auto a = store_->create_api_key("alpha");
+  auto b = store_->create_api_key("alpha");
+  ASSERT_TRUE(a && b);
+  auto found = store_->find_api_key(a->key);
+  ASSERT_TRUE(found && *found);
+  EXPECT_EQ((*found)->last_used_at_ms, 0) << "never used yet";
+  ASSERT_TRUE(store_->touch_api_key(a->record.id, 1234567));
+  found = store_->find_api_key(a->key);
+  EXPECT_EQ((*found)->last_used_at_ms, 1234567);
+
+  auto revoked = store_->revoke_api_key(a->record.id, 2000000);
+  ASSERT_TRUE(revoked);
+  EXPECT_TRUE(*revoked);
+  EXPECT_FALSE(*store_->revoke_api_key(a->record.id, 3000000)) << "already revoked";
+  EXPECT_FALSE(*store_->revoke_api_key("key_nope", 3000000));
+  found = store_->find_api_key(a->key);
+  ASSERT_TRUE(found);
+  EXPECT_FALSE(*found) << "a revoked key authenticates nothing";
+  EXPECT_TRUE(*store_->find_api_key(b->key)) << "the other key of the project is untouched";
+
+  auto in_force = store_->list_api_keys();
+  ASSERT_TRUE(in_force);
+  ASSERT_EQ(in_force->size(), 1u);
+  EXPECT_EQ((*in_force)[0].id, b->record.id);
+  auto all = store_->list_api_keys(true);
+  ASSERT_EQ(all->size(), 2u);
+  for (auto& k : *all)
+    if (k.id == a->record.id) {
+      EXPECT_EQ(k.revoked_at_ms, 2000000);
+      EXPECT_EQ(k.last_used_at_ms, 1234567);
+    }
+}
+
 TEST_F(StoreTest, SandboxPagesNewestFirstWithFilters) {
   for (int i = 0; i < 5; ++i) {
     SandboxRecord r;
