@@ -95,14 +95,20 @@ Result<ExecResult> Exec::exec(const Principal& p, const std::string& id, const E
     (void)st.send_eof();
   }
   ExecResult res;
+  // The caller is asked every 250 ms whether to go on, output or not: a command that prints
+  // without pause must not outlive the client that went away (nor miss its progress).
+  auto next_check = Clock::now() + 250ms;
   for (;;) {
-    auto f = st.next(std::min(deadline, Clock::now() + 250ms));
-    if (!f) {
-      if (Clock::now() >= deadline) return fail(lifecycle_.explain(s, f.error()));
+    auto f = st.next(std::min(deadline, next_check));
+    if (Clock::now() >= next_check) {
+      next_check = Clock::now() + 250ms;
       if (cancelled && cancelled()) {
         st.cancel();
         return fail(ErrorCode::kInternal, "the client went away; the command was cancelled");
       }
+    }
+    if (!f) {
+      if (Clock::now() >= deadline) return fail(lifecycle_.explain(s, f.error()));
       if (s.channel->closed()) return fail(lifecycle_.explain(s, f.error()));
       continue;
     }

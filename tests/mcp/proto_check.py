@@ -191,6 +191,33 @@ for _ in range(50):
     time.sleep(0.1)
 check("disconnect_cancels_exec", during == "1" and after == "0", f"sleeps running: {during} before the disconnect, {after} after")
 
+# ---- the same with a command that prints without pause (its output never lets the wait go
+# idle): it stamps a file as it runs; once cancelled, the stamp stops changing.
+
+
+def stamp():
+    _, _, j, _ = call(sid, 36, "sandbox_exec", {"sandbox_id": sbx, "cmd": "cat /tmp/alive 2>/dev/null || echo none"})
+    return j["result"]["structuredContent"]["stdout"].strip()
+
+
+s = socket.create_connection((HOST, PORT))
+body = json.dumps({"jsonrpc": "2.0", "id": 35, "method": "tools/call",
+                   "params": {"name": "sandbox_exec", "arguments": {"sandbox_id": sbx,
+                              "cmd": "while true; do echo x; date +%s%N > /tmp/alive; sleep 0.01; done"}}})
+s.sendall((f"POST /mcp HTTP/1.1\r\nHost: {HOST}\r\nAuthorization: Bearer {KEY}\r\nMcp-Session-Id: {sid}\r\n"
+           f"Content-Type: application/json\r\nAccept: application/json\r\nContent-Length: {len(body)}\r\n\r\n{body}").encode())
+time.sleep(1.5)
+a, b = stamp(), (time.sleep(0.3), stamp())[1]
+s.close()
+stopped = False
+for _ in range(20):
+    x = stamp()
+    time.sleep(0.4)
+    if stamp() == x:
+        stopped = True
+        break
+check("disconnect_cancels_chatty_exec", a != b and stopped, f"running before the disconnect: {a != b}; stopped after: {stopped}")
+
 # ---- the file size limit (8 MiB by default), both ways, as isError results
 st, _, j, _ = call(sid, 32, "sandbox_write_file", {"sandbox_id": sbx, "path": "big.txt", "content": "a" * ((8 << 20) + 1)})
 check("write_over_limit_is_error", st == 200 and j["result"].get("isError") is True
