@@ -96,26 +96,10 @@ HttpClient::HttpClient(ApiUrl url, std::string api_key)
 
 Result<HttpResponse> HttpClient::request(std::string_view method, const std::string& path,
                                          const Json* body) {
-  http::verb verb = http::string_to_verb(method);
-  if (verb == http::verb::unknown) {
-    return fail(ErrorCode::kInvalidRequest, "unknown HTTP method " + std::string(method));
-  }
-  http::request<http::string_body> req{verb, url_.target(path), 11};
-  set_common_headers(req, url_, api_key_);
-  if (body != nullptr) {
-    auto text = dump_json(*body);
-    if (!text) return fail(text.error());
-    req.set(http::field::content_type, "application/json");
-    req.body() = std::move(*text);
-  }
-  req.prepare_payload();
-
-  Connection conn;
-  if (auto ok = connect(conn, url_); !ok) return fail(ok.error());
-  boost::system::error_code ec;
-  http::write(conn.socket, req, ec);
-  if (ec) return fail(net_error("sending the request to", url_.original, ec));
-  return read_reply(conn, url_.original);
+  if (body == nullptr) return exchange(method, path, "", {}, {}, nullptr);
+  auto text = dump_json(*body);
+  if (!text) return fail(text.error());
+  return exchange(method, path, *text, {{"Content-Type", "application/json"}}, {}, nullptr);
 }
 
 Result<HttpResponse> HttpClient::exchange(std::string_view method, const std::string& path, const std::string& body,

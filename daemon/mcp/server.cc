@@ -241,8 +241,6 @@ void Server::initialize(http::Exchange& ex, const sandbox::Principal& p, const M
   auto s = std::make_shared<Session>();
   s->id = to_hex(random_bytes(16));
   s->key_id = p.key_id;
-  s->project_id = p.project_id;
-  s->protocol_version = version;
   s->toolsets = sets;
   s->last_used_ms = steady_ms();
   {
@@ -269,9 +267,8 @@ void Server::initialize(http::Exchange& ex, const sandbox::Principal& p, const M
 
 void Server::notification(const std::shared_ptr<Session>& s, const Message& m) {
   std::lock_guard lk(mu_);
-  if (m.method == "notifications/initialized") {
-    s->initialized = true;
-  } else if (m.method == "notifications/cancelled") {
+  // notifications/initialized needs nothing: a session serves from its initialize answer on.
+  if (m.method == "notifications/cancelled") {
     auto rid = m.params.find("requestId");
     if (rid == m.params.end()) return;
     if (auto it = s->in_flight.find(rid->dump()); it != s->in_flight.end()) {

@@ -52,9 +52,8 @@ class Server {
 
  private:
   struct Session {
-    std::string id, key_id, project_id, protocol_version;
+    std::string id, key_id;
     std::vector<std::string> toolsets;
-    bool initialized = false;
     int64_t last_used_ms = 0;
     /// Tool calls in flight, by request id (its JSON text): set to cancel one.
     std::map<std::string, std::shared_ptr<std::atomic<bool>>> in_flight;
