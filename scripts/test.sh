@@ -91,6 +91,10 @@ step "end to end: MCP at /mcp with real clients (official SDK over HTTP and stdi
 B3OS_BIN=$root/build/bin ./tests/e2e/mcp.sh
 record mcp $?
 
+step "end to end: the Debian package (lintian, systemd-analyze verify, apt install and purge in a fresh Debian 12 root)"
+./tests/e2e/package.sh
+record package $?
+
 # The reliability suite (tests/reliability/README.md): each part starts its own b3osd and is
 # bounded in time; B3OS_RELIABILITY=0 skips it (said in the summary).
 for part in slow_clients net_caps hostile faults load leaks; do
