@@ -1,8 +1,15 @@
 #!/usr/bin/env bash
 # (Re)starts b3osd in the background on 127.0.0.1:7070 with its embedded defaults and prints
 # where it listens and the API key. Sandboxes of a previous b3osd keep running and are reattached.
+# Where systemd runs, scripts/setup.sh starts b3osd as b3osd.service instead
+# (scripts/start-service.sh); this script then refuses to start a second b3osd beside it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [ -d /run/systemd/system ] && systemctl -q is-active b3osd.service 2>/dev/null; then
+  echo "b3osd runs as the systemd service b3osd.service; restart it with scripts/start-service.sh" \
+    "or systemctl restart b3osd (sandboxes keep running), or stop it first: systemctl stop b3osd" >&2
+  exit 1
+fi
 bin=$PWD/build/bin
 log=${B3OS_LOG:-/var/log/b3osd.log}
 pidfile=/run/b3osd.pid
