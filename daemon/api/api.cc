@@ -9,6 +9,7 @@
 #include "common/ids.h"
 #include "common/json.h"
 #include "daemon/sandbox/requests.h"
+#include "daemon/sandbox/timing.h"
 
 namespace b3os::api {
 
@@ -61,6 +62,7 @@ struct Api::Call {
   json body = json::object();
   std::string raw_body;
   std::optional<std::string> idempotency_key;
+  std::string_view operation;  // the route's, for b3os_operation_* metrics
 };
 
 Reply error_reply(const Error& e) {
@@ -160,6 +162,7 @@ void Api::send(Call& c, Reply r) {
     r.body["timing"] = timing;
   }
   r.headers.emplace_back("Server-Timing", server_timing(c.timing, total));
+  if (!c.operation.empty()) sandbox::record_operation(c.operation, "rest", c.timing, total, r.status < 400);
   std::string body = dump_json(r.body);
   if (c.idempotency_key) {
     auto done = r.status < 500
@@ -198,6 +201,7 @@ void Api::handle(http::Exchange& ex) {
   auto target = parse_target(ex.target());
   if (!target) return send_error(c, target.error());
   c.target = std::move(*target);
+  ex.set_route(route_label(c.target.segments));
   if (c.target.path == "/healthz" && c.method == "GET") {
     if (sandboxes_.ready()) return send(c, {200, {{"ok", true}, {"status", "ready"}}, {}});
     return send(c, {503, {{"ok", false}, {"status", "starting"}, {"message", "reattaching the sandboxes of the previous b3osd"}},
@@ -224,6 +228,7 @@ void Api::handle(http::Exchange& ex) {
   if (mcp_ && c.target.segments.size() == 1 && c.target.segments[0] == "mcp")
     return mcp_->handle(ex, c.principal, c.target.query);
   const Match match = route(c);
+  if (match.route) c.operation = match.route->operation;
   if (match.route && match.route->stream) return (this->*match.route->stream)(c);
 
   if (ex.has_body()) {
@@ -295,23 +300,39 @@ const std::vector<Api::Route>& Api::routes() {
       {"GET", "/v1/snapshots", &Api::list_snapshots, nullptr},
       {"GET", "/v1/snapshots/{snp}", &Api::get_snapshot, nullptr},
       {"DELETE", "/v1/snapshots/{snp}", &Api::delete_snapshot, nullptr},
-      {"POST", "/v1/sandboxes", &Api::create_sandbox, nullptr},
+      {"POST", "/v1/sandboxes", &Api::create_sandbox, nullptr, "create"},
       {"GET", "/v1/sandboxes", &Api::list_sandboxes, nullptr},
       {"GET", "/v1/sandboxes/{sbx}", &Api::get_sandbox, nullptr},
-      {"DELETE", "/v1/sandboxes/{sbx}", &Api::delete_sandbox, nullptr},
-      {"PATCH", "/v1/sandboxes/{sbx}", &Api::update_sandbox, nullptr},
-      {"POST", "/v1/sandboxes/{sbx}/exec", &Api::exec, nullptr},
-      {"PUT", "/v1/sandboxes/{sbx}/files", nullptr, &Api::upload},
-      {"GET", "/v1/sandboxes/{sbx}/files", nullptr, &Api::download},
+      {"DELETE", "/v1/sandboxes/{sbx}", &Api::delete_sandbox, nullptr, "delete"},
+      {"PATCH", "/v1/sandboxes/{sbx}", &Api::update_sandbox, nullptr, "update"},
+      {"POST", "/v1/sandboxes/{sbx}/exec", &Api::exec, nullptr, "exec"},
+      {"PUT", "/v1/sandboxes/{sbx}/files", nullptr, &Api::upload, "upload"},
+      {"GET", "/v1/sandboxes/{sbx}/files", nullptr, &Api::download, "download"},
       {"DELETE", "/v1/sandboxes/{sbx}/files", &Api::remove_file, nullptr},
       {"GET", "/v1/sandboxes/{sbx}/files/list", &Api::list_files, nullptr},
-      {"POST", "/v1/sandboxes/{sbx}/fork", &Api::fork, nullptr},
-      {"POST", "/v1/sandboxes/{sbx}/pause", &Api::pause, nullptr},
-      {"POST", "/v1/sandboxes/{sbx}/resume", &Api::resume, nullptr},
-      {"POST", "/v1/sandboxes/{sbx}/snapshot", &Api::snapshot, nullptr},
+      {"POST", "/v1/sandboxes/{sbx}/fork", &Api::fork, nullptr, "fork"},
+      {"POST", "/v1/sandboxes/{sbx}/pause", &Api::pause, nullptr, "pause"},
+      {"POST", "/v1/sandboxes/{sbx}/resume", &Api::resume, nullptr, "resume"},
+      {"POST", "/v1/sandboxes/{sbx}/snapshot", &Api::snapshot, nullptr, "snapshot"},
       {"POST", "/v1/sandboxes/{sbx}/ports/{port}/url", &Api::mint_port_url, nullptr},
   };
   return kRoutes;
+}
+
+std::string_view Api::route_label(const std::vector<std::string>& s) {
+  if (s.size() == 1 && (s[0] == "healthz" || s[0] == "mcp")) return s[0] == "mcp" ? "/mcp" : "/healthz";
+  if (s.size() >= 2 && s[0] == "v1" && s[1] == "infer") return "/v1/infer/*";
+  if ((s.size() == 4 || s.size() == 5) && s[0] == "v1" && s[1] == "sandboxes" && s[3] == "ports")
+    return s.size() == 4 ? "/v1/sandboxes/{sbx}/ports" : "/v1/sandboxes/{sbx}/ports/{port}";
+  for (const Route& r : routes()) {
+    const auto pattern = split(r.pattern);
+    if (pattern.size() != s.size()) continue;
+    bool same = true;
+    for (size_t i = 0; i < s.size() && same; ++i)
+      same = (pattern[i].size() > 1 && pattern[i].front() == '{') || pattern[i] == s[i];
+    if (same) return r.pattern;
+  }
+  return "unmatched";
 }
 
 Api::Match Api::route(Call& c) {
@@ -494,7 +515,8 @@ void Api::download(Call& c) {
   };
   sink.data = [&](std::string_view chunk) { return c.ex.write(chunk); };
   auto r = sandboxes_.read_file(c.principal, id, *path, sink, c.timing);
-  if (!r && !c.ex.responded()) return send_error(c, r.error());
+  if (!r && !c.ex.responded()) return send_error(c, r.error());  // send() counts it
+  sandbox::record_operation(c.operation, "rest", c.timing, c.total.elapsed_ms(), bool(r));
   if (!r) spdlog::warn("download {} {}: {}", id, *path, r.error().message);
 }
 

@@ -48,6 +48,7 @@ class Api {
     std::string_view pattern;
     Result<Reply> (Api::*json)(Call&);  // JSON in and out
     void (Api::*stream)(Call&);         // or: it reads and answers the request itself
+    std::string_view operation = {};    // its name in b3os_operation_* metrics ("": not counted)
   };
   /// The route of a request, or the refusal (404, 405 with Allow, 501).
   struct Match {
@@ -56,6 +57,8 @@ class Api {
   };
   static const std::vector<Route>& routes();
   Match route(Call& c);
+  /// The route pattern a path has (its metrics label), whatever the method; "unmatched" else.
+  static std::string_view route_label(const std::vector<std::string>& segments);
   Result<sandbox::Principal> authenticate(http::Exchange& ex);
   /// /v1/infer/...: the model gateway, paid from the calling key's budget.
   bool dispatch_infer(Call& c);

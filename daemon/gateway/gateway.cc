@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/clock.h"
+#include "common/metrics.h"
 #include "common/scope_exit.h"
 #include "daemon/gateway/upstream.h"
 
@@ -74,6 +75,26 @@ std::string openai_error_body(const std::string& message, const std::string& typ
 std::string openai_error_body(const Error& e) {
   return openai_error_body(e.message, std::string(error_openai_type(e.code)), std::string(error_code_name(e.code)));
 }
+
+namespace {
+/// The gateway's metrics for one call: b3os_gateway_calls_total{model, outcome},
+/// b3os_gateway_tokens_total{model, kind} and b3os_gateway_spend_micros_total{model}. Models
+/// are the node's configured ones and outcomes the ledger's, so no client grows them.
+void count_call(const std::string& model, const std::string& outcome, int64_t prompt, int64_t completion, Micros cost) {
+  static auto& calls = metrics::metrics().counter(
+      "b3os_gateway_calls_total", "model gateway calls, by model and outcome (the ledger's: ok, upstream_error, "
+      "client_gone, spend_cap_reached...)", {"model", "outcome"});
+  static auto& toks = metrics::metrics().counter(
+      "b3os_gateway_tokens_total", "tokens charged by the model gateway, by model and kind (prompt, completion)",
+      {"model", "kind"});
+  static auto& spend = metrics::metrics().counter(
+      "b3os_gateway_spend_micros_total", "micro-dollars charged by the model gateway, by model", {"model"});
+  calls.with({model, outcome}).inc();
+  if (prompt > 0) toks.with({model, "prompt"}).inc(static_cast<uint64_t>(prompt));
+  if (completion > 0) toks.with({model, "completion"}).inc(static_cast<uint64_t>(completion));
+  if (cost > 0) spend.with({model}).inc(static_cast<uint64_t>(cost));
+}
+}  // namespace
 
 void answer_error(Sink& sink, const Error& e) {
   if (e.code == ErrorCode::kInternal) spdlog::error("gateway: {}", e.message);
@@ -212,7 +233,11 @@ void Gateway::chat(const Caller& c, const std::string& body, Sink& sink) {
   const Micros input_cost = m->cost(prompt_est, 0);  // charged when the caller leaves early
   // 402 spend_cap_reached when the worst case would pass the cap; 500 when the budget is gone.
   auto reservation = budgets_.reserve(c.budget_id, worst);
-  if (!reservation) return answer_error(sink, reservation.error());
+  if (!reservation) {
+    count_call(m->id, reservation.error().code == ErrorCode::kPaymentRequired ? "spend_cap_reached" : "budget_error", 0,
+               0, 0);
+    return answer_error(sink, reservation.error());
+  }
   Reservation& held = *reservation;
 
   store::LedgerRow row;
@@ -236,6 +261,7 @@ void Gateway::chat(const Caller& c, const std::string& body, Sink& sink) {
     row.cost_micros = cost;
     row.duration_ms = sw.elapsed_ms();
     budgets_.settle(held, row);
+    count_call(m->id, outcome, prompt, completion, cost);
   };
 
   // Ends the call with an error of the gateway's own: charged `cost`, recorded with the status

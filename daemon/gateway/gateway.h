@@ -59,6 +59,12 @@ class Gateway {
   Budgets& budgets() { return budgets_; }
   /// The default model's public id ("" when none is configured).
   std::string default_model() const;
+  /// The public ids of the models configured.
+  std::vector<std::string> model_ids() const {
+    std::vector<std::string> out;
+    for (auto& m : models_) out.push_back(m.id);
+    return out;
+  }
 
   /// Whether `c` may use the gateway now, checked before its request is read: the one place
   /// these rules live, for the REST API (/v1/infer) and the sandbox relay alike:

@@ -276,6 +276,7 @@ Result<void> relay(Exchange& ex, tcp::socket& sock, beast::flat_buffer& buf, bh:
     auto cw = client_writer(sock);
     bh::write(cw, res, ec);
     st.responded = true;
+    st.status = 101;
     if (ec) return {};
     tunnel(sock, buf, up_buf, up, opts.idle_timeout);
     return {};  // an upgraded connection never carries another request
@@ -309,6 +310,7 @@ Result<void> relay(Exchange& ex, tcp::socket& sock, beast::flat_buffer& buf, bh:
   auto cw = client_writer(sock);
   bh::write_header(cw, sr, ec);
   st.responded = true;
+  st.status = static_cast<int>(status);
   if (ec) return {};
   if (no_body) {
     st.reusable = keep_alive;

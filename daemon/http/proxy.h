@@ -14,6 +14,7 @@ namespace b3os::http::detail {
 struct ProxyState {
   bool responded = false;  // a response head went to the client
   bool reusable = false;   // the connection may carry another request
+  int status = 0;          // the status of the response head relayed
 };
 
 Result<void> relay(Exchange& ex, boost::asio::ip::tcp::socket& sock, boost::beast::flat_buffer& buf,

@@ -4,6 +4,9 @@
 
 #include "daemon/sys/deadline_stream.h"
 
+#include "common/metrics.h"
+#include "common/request_id.h"
+
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -42,7 +45,17 @@ class BeastExchange final : public Exchange {
  public:
   BeastExchange(tcp::socket& sock, beast::flat_buffer& buf, bh::request_parser<bh::buffer_body>& parser,
                 std::chrono::milliseconds body_timeout)
-      : sock_(sock), buf_(buf), parser_(parser), body_timeout_(body_timeout) {}
+      : sock_(sock),
+        buf_(buf),
+        parser_(parser),
+        body_timeout_(body_timeout),
+        request_id_(request_id_for(header("X-Request-Id"))) {}
+
+  std::string_view request_id() const override { return request_id_; }
+  void set_route(std::string_view route) override { route_ = route; }
+  const std::string& route() const { return route_; }
+  /// The status of the answer sent (0 when none was).
+  int status() const { return status_; }
 
   std::string_view method() const override { return req().method_string(); }
   std::string_view target() const override { return req().target(); }
@@ -97,6 +110,7 @@ class BeastExchange final : public Exchange {
   void respond(int status, std::string_view content_type, std::string body, const Headers& headers) override {
     bh::response<bh::string_body> res{static_cast<bh::status>(status), 11};
     res.set(bh::field::server, "b3osd");
+    res.set("X-Request-Id", request_id_);
     if (!content_type.empty()) res.set(bh::field::content_type, beast::string_view(content_type.data(), content_type.size()));
     for (auto& [k, v] : headers) res.set(k, v);
     res.body() = std::move(body);
@@ -106,6 +120,7 @@ class BeastExchange final : public Exchange {
     auto out = writer();
     bh::write(out, res, ec);
     responded_ = true;
+    status_ = status;
     if (ec) broken_ = true;
   }
 
@@ -113,6 +128,7 @@ class BeastExchange final : public Exchange {
     stream_res_.result(static_cast<bh::status>(status));
     stream_res_.version(11);
     stream_res_.set(bh::field::server, "b3osd");
+    stream_res_.set("X-Request-Id", request_id_);
     stream_res_.set(bh::field::content_type, beast::string_view(content_type.data(), content_type.size()));
     for (auto& [k, v] : headers) stream_res_.set(k, v);
     if (length == kUnknownLength)
@@ -127,6 +143,7 @@ class BeastExchange final : public Exchange {
     auto out = writer();
     bh::write_header(out, *serializer_, ec);
     responded_ = true;
+    status_ = status;
     remaining_ = length;
     if (ec) {
       broken_ = true;
@@ -174,6 +191,7 @@ class BeastExchange final : public Exchange {
     auto r = detail::relay(*this, sock_, buf_, parser_, up, opts, st);
     if (st.responded) {
       responded_ = true;
+      status_ = st.status;
       if (!st.reusable) broken_ = true;
     }
     return r;
@@ -236,6 +254,9 @@ class BeastExchange final : public Exchange {
   bool broken_ = false;
   uint64_t read_ = 0;
   uint64_t remaining_ = 0;
+  const std::string request_id_;
+  std::string route_ = "unmatched";
+  int status_ = 0;
   bh::response<bh::buffer_body> stream_res_;
   std::optional<bh::response_serializer<bh::buffer_body>> serializer_;
 };
@@ -245,6 +266,7 @@ class BeastExchange final : public Exchange {
 std::string own_error(ErrorCode code, const std::string& message) {
   bh::response<bh::string_body> res{static_cast<bh::status>(error_http_status(code)), 11};
   res.set(bh::field::server, "b3osd");
+  res.set("X-Request-Id", request_id_for({}));
   res.set(bh::field::content_type, "application/json");
   if (error_http_status(code) == 503) res.set(bh::field::retry_after, "1");
   res.body() = R"({"error":{"code":")" + std::string(error_code_name(code)) + R"(","message":")" + message + "\"}}";
@@ -432,10 +454,33 @@ void Server::Impl::arm(const ConnPtr& c, std::chrono::milliseconds after) {
   });
 }
 
+namespace {
+/// A method as a metric label: the standard ones, else "other" (a client picks the token).
+std::string_view method_label(std::string_view m) {
+  for (std::string_view known : {"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"})
+    if (m == known) return known;
+  return "other";
+}
+
+/// b3os_http_requests_total and b3os_http_request_duration_seconds for one answered request.
+void count_request(const std::string& listener, const std::string& route, std::string_view method, int status,
+                   double seconds) {
+  static auto& requests = metrics::metrics().counter(
+      "b3os_http_requests_total", "HTTP requests answered, by listener, route pattern, method and status",
+      {"listener", "route", "method", "status"});
+  static auto& latency = metrics::metrics().histogram(
+      "b3os_http_request_duration_seconds",
+      "time from a request's head to the end of its answer, by listener and route pattern", {"listener", "route"});
+  requests.with({listener, route, std::string(method_label(method)), status ? std::to_string(status) : "none"}).inc();
+  latency.with({listener, route}).observe(seconds);
+}
+}  // namespace
+
 void Server::Impl::dispatch(const ConnPtr& c) {
   leave_line(*c);
   c->timer.cancel();
   if (workers->submit([this, c]() mutable { serve(std::move(c)); })) return;
+  count_request(cfg.name, "refused", c->parser->get().method_string(), 503, 0);
   send_now(c->sock, own_error(ErrorCode::kNodeUnavailable, "all " + std::to_string(workers->max()) +
                                                                " request workers are busy; retry shortly"));
   close(c);
@@ -448,9 +493,14 @@ void Server::Impl::serve(ConnPtr c) {
 }
 
 bool Server::Impl::run_handler(Conn& c) {
+  const auto began = std::chrono::steady_clock::now();
   BeastExchange ex(c.sock, c.buf, *c.parser, cfg.body_timeout);
+  // Log lines this request causes on this thread carry its id (common/request_id.h).
+  RequestIdScope rid{std::string(ex.request_id())};
+  bool again = false;
   try {
     handler(ex);
+    again = ex.reusable();
   } catch (const std::exception& e) {
     spdlog::error("handler threw: {}", e.what());
     if (!ex.responded())
@@ -458,9 +508,12 @@ bool Server::Impl::run_handler(Conn& c) {
                  std::string(R"({"error":{"code":")") + std::string(error_code_name(ErrorCode::kInternal)) +
                      R"(","message":"unexpected error in b3osd"}})",
                  {});
-    return false;
   }
-  return ex.reusable();
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
+  count_request(cfg.name, ex.route(), ex.method(), ex.status(), secs);
+  if (cfg.access_log)  // the route's pattern, not the target: a client cannot make the line long
+    spdlog::info("{} {} {} {} {:.1f} ms", cfg.name, method_label(ex.method()), ex.route(), ex.status(), secs * 1000);
+  return again;
 }
 
 void Server::Impl::leave_line(Conn& c) {

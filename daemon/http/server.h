@@ -84,6 +84,13 @@ class Exchange {
   /// until either side ends or `idle_timeout` passes with no byte. Fails without having
   /// responded when the server gave no response head (the caller answers then).
   virtual Result<void> proxy(Upstream& up, const ProxyOptions& opts) = 0;
+
+  /// The request's id: sent as X-Request-Id on every answer and named by the log lines the
+  /// request causes (the client's own X-Request-Id when it is a plain token, else a new one).
+  virtual std::string_view request_id() const { return {}; }
+  /// Names the operation for metrics (a route pattern such as "/v1/sandboxes/{id}/exec",
+  /// never anything a client chose); requests that set none count as "unmatched".
+  virtual void set_route(std::string_view route) {}
 };
 
 using Handler = std::function<void(Exchange&)>;
@@ -102,6 +109,10 @@ struct Config {
   std::chrono::milliseconds head_timeout{15'000};
   /// How long a body read may go without a byte (then 408 request_timeout).
   std::chrono::milliseconds body_timeout{30'000};
+  /// The `listener` label of this server's metrics (b3os_http_requests_total).
+  std::string name = "api";
+  /// Log a line per request (method, route, status, time; the request id with it).
+  bool access_log = false;
 };
 
 /// Listens on host:port and runs `handler` for each request.

@@ -8,6 +8,7 @@
 
 #include "common/clock.h"
 #include "common/ids.h"
+#include "daemon/sandbox/timing.h"
 
 namespace b3os::mcp {
 
@@ -389,6 +390,12 @@ void Server::call_tool(http::Exchange& ex, const std::shared_ptr<Session>& s, co
     result = tool_error(r.error());
   }
   const bool cancelled = flag->load() || ex.client_gone();
+  {
+    // Tools count as the REST operations do; "sandbox_exec" is "exec" (docs/operations.md).
+    std::string_view op = tool->name;
+    if (op.rfind("sandbox_", 0) == 0) op.remove_prefix(8);
+    sandbox::record_operation(op, "mcp", ctx.timing, ms, r && !r->is_error);
+  }
   if (!r && r.error().code == ErrorCode::kInternal && !cancelled) spdlog::error("mcp: {}: {}", tool->name, r.error().message);
   if (cancelled) spdlog::info("mcp: session {}... {} cancelled after {:.0f} ms", s->id.substr(0, 8), tool->name, ms);
   spdlog::debug("mcp: session {}... {} {} in {:.1f} ms", s->id.substr(0, 8), tool->name, r ? "ok" : "error", ms);

@@ -113,7 +113,7 @@ PreviewServer::PreviewServer(Config cfg, sandbox::SandboxService& sandboxes)
     : cfg_(cfg),
       sandboxes_(sandboxes),
       server_(cfg.host, cfg.port,
-              http::Config{cfg.max_connections, cfg.max_requests, cfg.idle_timeout, cfg.head_timeout, cfg.body_timeout},
+              http::Config{cfg.max_connections, cfg.max_requests, cfg.idle_timeout, cfg.head_timeout, cfg.body_timeout, "preview"},
               [this](http::Exchange& ex) { handle(ex); }) {}
 
 Result<void> PreviewServer::listen() {

@@ -1,6 +1,7 @@
 #include "daemon/runtime/runsc.h"
 
 #include "common/file.h"
+#include "common/metrics.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -145,11 +146,30 @@ std::vector<std::string> Runsc::with_private_sysnet(std::vector<std::string> arg
   return out;
 }
 
+namespace {
+/// Counts a failed runtime operation into b3os_runsc_failures_total{operation}.
+Result<void> counted(const char* operation, Result<void> r) {
+  static auto& failures = metrics::metrics().counter(
+      "b3os_runsc_failures_total", "runsc operations that failed, by operation (create, start, restore, checkpoint, "
+      "pause, resume, destroy)", {"operation"});
+  if (!r) failures.with({operation}).inc();
+  return r;
+}
+}  // namespace
+
+Result<void> Runsc::create(const ContainerSpec& spec, int stdio_fd) { return counted("create", do_create(spec, stdio_fd)); }
+Result<void> Runsc::checkpoint(const std::string& id, const std::string& image_dir) { return counted("checkpoint", do_checkpoint(id, image_dir)); }
+Result<void> Runsc::restore(const std::string& id, const std::string& bundle_dir, const std::string& image_dir) { return counted("restore", do_restore(id, bundle_dir, image_dir)); }
+Result<void> Runsc::pause(const std::string& id) { return counted("pause", do_pause(id)); }
+Result<void> Runsc::resume(const std::string& id) { return counted("resume", do_resume(id)); }
+Result<void> Runsc::start(const std::string& id) { return counted("start", do_start(id)); }
+Result<void> Runsc::destroy(const std::string& id) { return counted("destroy", do_destroy(id)); }
+
 Result<std::string> Runsc::make_disk(const std::string& id, int gib) { return runtime::make_disk(cfg_.disks, id, gib); }
 Result<void> Runsc::remove_disk(const std::string& id) { return runtime::remove_disk(cfg_.disks, id); }
 Result<std::vector<std::string>> Runsc::list_disks() { return runtime::list_disks(cfg_.disks); }
 
-Result<void> Runsc::create(const ContainerSpec& spec, int stdio_fd) {
+Result<void> Runsc::do_create(const ContainerSpec& spec, int stdio_fd) {
   {
     std::ofstream f(spec.bundle_dir + "/config.json", std::ios::trunc);
     f << oci_config(spec, cfg_);
@@ -245,7 +265,7 @@ MemoryUse Runsc::memory_use(const std::string& id) {
   return {number(v2 + "/memory.max"), number(v2 + "/memory.peak"), oom_kills(v2 + "/memory.events")};
 }
 
-Result<void> Runsc::checkpoint(const std::string& id, const std::string& image_dir) {
+Result<void> Runsc::do_checkpoint(const std::string& id, const std::string& image_dir) {
   if (direct_control()) return checkpoint_direct(id, image_dir);
   auto argv = base_argv();
   argv.insert(argv.end(), {"checkpoint", "--leave-running", "--compression=none", "--image-path", image_dir, id});
@@ -255,7 +275,7 @@ Result<void> Runsc::checkpoint(const std::string& id, const std::string& image_d
   return {};
 }
 
-Result<void> Runsc::restore(const std::string& id, const std::string& bundle_dir, const std::string& image_dir) {
+Result<void> Runsc::do_restore(const std::string& id, const std::string& bundle_dir, const std::string& image_dir) {
   const bool network = networked(id);
   if (direct_control()) return restore_direct(id, image_dir);
   // The CLI's restore makes the sandbox itself: the same medium as the create.
@@ -281,7 +301,7 @@ void Runsc::set_frozen(const std::string& id, bool frozen) {
   }
 }
 
-Result<void> Runsc::pause(const std::string& id) {
+Result<void> Runsc::do_pause(const std::string& id) {
   auto argv = base_argv();
   argv.insert(argv.end(), {"pause", id});
   auto r = sys::run(argv, 30s);
@@ -291,7 +311,7 @@ Result<void> Runsc::pause(const std::string& id) {
   return {};
 }
 
-Result<void> Runsc::resume(const std::string& id) {
+Result<void> Runsc::do_resume(const std::string& id) {
   set_frozen(id, false);
   auto argv = base_argv();
   argv.insert(argv.end(), {"resume", id});
@@ -301,7 +321,7 @@ Result<void> Runsc::resume(const std::string& id) {
   return {};
 }
 
-Result<void> Runsc::start(const std::string& id) {
+Result<void> Runsc::do_start(const std::string& id) {
   const bool network = networked(id);
   if (direct_control()) return start_direct(id);
   auto argv = base_argv("", network);
@@ -373,7 +393,7 @@ bool Runsc::kill_processes(const std::string& id) {
   return true;
 }
 
-Result<void> Runsc::destroy(const std::string& id) {
+Result<void> Runsc::do_destroy(const std::string& id) {
   set_frozen(id, false);  // a frozen process cannot die
   // Killing its processes directly ends a running or paused container without the two runsc
   // invocations (state, kill --all) that each cost ~40 ms of CPU; runsc delete then finds it

@@ -103,6 +103,14 @@ class Runsc : public Runtime {
   bool networked(const std::string& id) const;
 
  private:
+  // The operations themselves; the public ones count their failures (b3os_runsc_failures_total).
+  Result<void> do_create(const ContainerSpec& spec, int stdio_fd);
+  Result<void> do_checkpoint(const std::string& id, const std::string& image_dir);
+  Result<void> do_restore(const std::string& id, const std::string& bundle_dir, const std::string& image_dir);
+  Result<void> do_pause(const std::string& id);
+  Result<void> do_resume(const std::string& id);
+  Result<void> do_start(const std::string& id);
+  Result<void> do_destroy(const std::string& id);
   // The direct forms of start, restore and checkpoint (control.h).
   Result<void> start_direct(const std::string& id);
   Result<void> restore_direct(const std::string& id, const std::string& image_dir);

@@ -13,6 +13,7 @@
 
 #include "common/clock.h"
 #include "common/ids.h"
+#include "common/metrics.h"
 #include "daemon/sandbox/view.h"
 
 namespace b3os::sandbox {
@@ -483,6 +484,24 @@ Result<json> Lifecycle::resume(const Principal& p, const std::string& id, Timing
 
 // ---- failures and restarts ----
 
+void count_failure(std::string_view kind) {
+  static auto& failures = metrics::metrics().counter(
+      "b3os_sandbox_failures_total",
+      "sandboxes that failed, by kind: out_of_memory, agent_killed, agent_exited, agent_unresponsive, gofer_killed, "
+      "runtime_killed, runtime_exited, not_recovered (after a restart)",
+      {"kind"});
+  failures.with({std::string(kind)}).inc();
+}
+
+void count_reconnect(bool ok) {
+  static auto& reconnects = metrics::metrics().counter(
+      "b3os_channel_reconnects_total",
+      "agent channels taken back from their shims after b3osd restarted, by outcome (ok: the sandbox was reattached; "
+      "failed: it was failed)",
+      {"outcome"});
+  reconnects.with({ok ? "ok" : "failed"}).inc();
+}
+
 namespace {
 // "Killed" for 9; thread-safe, unlike strsignal, and never null.
 std::string signal_text(int sig) {
@@ -491,13 +510,16 @@ std::string signal_text(int sig) {
 }
 }  // namespace
 
-std::string Lifecycle::diagnose_exit(const std::string& id) {
+std::string Lifecycle::diagnose_exit(const std::string& id, std::string* kind) {
+  std::string ignored;
+  if (!kind) kind = &ignored;
   // A cgroup that hit its memory limit is the common cause; say so plainly.
   const runtime::MemoryUse m = rt_.memory_use(id);
   // The kernel's count of OOM kills when it has one: with file data on disk the cgroup fills
   // to its limit with page cache and reclaims it, so a peak at the limit proves nothing.
   const bool oom = m.oom_kills >= 0 ? m.oom_kills > 0 : m.limit_bytes > 0 && m.peak_bytes >= m.limit_bytes - (4 << 20);
   if (oom) {
+    *kind = "out_of_memory";
     return "the sandbox used all of its memory (limit " + std::to_string(m.limit_bytes >> 20) +
            " MiB including the runtime) and was stopped; create it with a larger memory_mib";
   }
@@ -508,25 +530,36 @@ std::string Lifecycle::diagnose_exit(const std::string& id) {
     // its processes and exits as if the agent had been killed; the gofer ends by itself, after
     // the sandbox, in every other case, so a gofer killed by a signal is the cause.
     if (auto g = WIFEXITED(*st) && WEXITSTATUS(*st) > 128 ? rt_.gofer_exit_status(id, 200ms) : std::optional<int>();
-        g && WIFSIGNALED(*g))
+        g && WIFSIGNALED(*g)) {
+      *kind = "gofer_killed";
       return "the sandbox's file server (its runsc gofer process) was killed on the host by signal " +
              std::to_string(WTERMSIG(*g)) + " (" + signal_text(WTERMSIG(*g)) + "), which stops the sandbox";
-    if (WIFEXITED(*st) && WEXITSTATUS(*st) > 128)
+    }
+    if (WIFEXITED(*st) && WEXITSTATUS(*st) > 128) {
+      *kind = "agent_killed";
       return "the agent (PID 1) was killed by signal " + std::to_string(WEXITSTATUS(*st) - 128) +
              " (" + signal_text(WEXITSTATUS(*st) - 128) + "), which stops the sandbox";
-    if (WIFEXITED(*st))
+    }
+    if (WIFEXITED(*st)) {
+      *kind = "agent_exited";
       return "the agent (PID 1) exited with status " + std::to_string(WEXITSTATUS(*st)) + ", which stops the sandbox";
-    if (WIFSIGNALED(*st))
+    }
+    if (WIFSIGNALED(*st)) {
+      *kind = "runtime_killed";
       return "the sandbox's runtime process was killed on the host by signal " + std::to_string(WTERMSIG(*st)) +
              " (" + signal_text(WTERMSIG(*st)) + ")";
+    }
   }
+  *kind = "runtime_exited";
   return "the sandbox's runtime exited unexpectedly";
 }
 
 void Lifecycle::on_channel_closed(const std::string& id, const std::string& why) {
   auto s = registry_.find(id);
   if (!s) return;
-  std::string msg = diagnose_exit(id);
+  std::string kind;
+  std::string msg = diagnose_exit(id, &kind);
+  count_failure(kind);
   spdlog::warn("sandbox {}: agent channel closed ({}): {}", id, why, msg);
   finish(s, Transition::kFail, store::StopReason::kFailed, msg);
 }
@@ -630,8 +663,11 @@ void Lifecycle::reattach(const store::SandboxRecord& row) {
     if (auto r = rt_.limit_memory(row.id, row.memory_mib); !r) spdlog::warn("sandbox {}: {}", row.id, r.error().message);
     s->quiet_since_ms = steady_ms();  // not shared yet
     registry_.add(s);
+    count_reconnect(true);
     spdlog::info("sandbox {}: reattached", row.id);
   } else {
+    count_reconnect(false);
+    count_failure("not_recovered");
     finish(s, Transition::kFail, store::StopReason::kFailed, why);
   }
 }

@@ -99,7 +99,8 @@ class Lifecycle {
                                          const std::string& rootfs, const std::optional<std::string>& snapshot_id,
                                          Timing& t, Stopwatch& sw, const std::string& inherited_budget);
   Result<nlohmann::json> create_from_snapshot(const Principal& p, const SandboxSpec& request, Timing& t);
-  std::string diagnose_exit(const std::string& id);
+  /// Why sandbox `id`'s runtime ended, as a sentence; `kind` gets its metrics label.
+  std::string diagnose_exit(const std::string& id, std::string* kind = nullptr);
 
   const Config& cfg_;
   runtime::Runtime& rt_;
@@ -112,5 +113,10 @@ class Lifecycle {
   SpendLookup spent_;
   const PortUrls* port_urls_;  // public ports' URLs in the sandbox object (null: none)
 };
+
+/// b3os_sandbox_failures_total{kind}: a sandbox failed (kinds in docs/operations.md).
+void count_failure(std::string_view kind);
+/// b3os_channel_reconnects_total{outcome}: a channel taken back after a restart.
+void count_reconnect(bool ok);
 
 }  // namespace b3os::sandbox

@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/ids.h"
+#include "common/metrics.h"
 
 namespace b3os::sandbox {
 
@@ -67,6 +68,34 @@ std::string Pools::image_for(const LaunchRequest& l) const {
   return "";
 }
 
+namespace {
+/// b3os_pool_claims_total{pool, outcome}: a request that could use a pool's member took one
+/// (hit) or found none and did the work itself (miss).
+void count_claim(const char* pool, bool hit) {
+  static auto& claims = metrics::metrics().counter(
+      "b3os_pool_claims_total",
+      "requests that could take a pool member, by pool (warm, fork, net_warm, net_fork) and outcome (hit, miss)",
+      {"pool", "outcome"});
+  claims.with({pool, hit ? "hit" : "miss"}).inc();
+}
+}  // namespace
+
+Pools::Sizes Pools::sizes() const {
+  Sizes z;
+  {
+    std::lock_guard lk(mu_);
+    z.warm = static_cast<int>(warm_[0].size());
+    z.net_warm = static_cast<int>(warm_[1].size());
+    z.fork = static_cast<int>(precreated_[0].size());
+    z.net_fork = static_cast<int>(precreated_[1].size());
+  }
+  z.warm_target = warm_size(false);
+  z.fork_target = precreated_size(false);
+  z.net_warm_target = networks() ? warm_size(true) : 0;
+  z.net_fork_target = networks() ? precreated_size(true) : 0;
+  return z;
+}
+
 std::optional<TemplateImage> Pools::template_image(const std::string& name) const {
   std::lock_guard lk(mu_);
   auto it = images_.find(name);
@@ -91,6 +120,8 @@ Result<std::shared_ptr<LiveSandbox>> Pools::launch(LaunchRequest l, Timing& t, S
       pool.pop_front();
     }
   }
+  if (l.from_pool && precreated_size(l.network) > 0 && l.rootfs == base_rootfs())
+    count_claim(l.network ? "net_fork" : "fork", pc.has_value());
   if (pc) {
     registry_.pooled(-1);
     cv_.notify_all();  // refill
@@ -119,13 +150,17 @@ std::shared_ptr<LiveSandbox> Pools::claim_warm(const std::string& template_name,
     // Outside the lock: a member that died while waiting is discarded without holding up
     // any other claim.
     rt_.set_frozen(s->id, false);
-    if (!s->channel->closed()) return s;
+    if (!s->channel->closed()) {
+      count_claim(network ? "net_warm" : "warm", true);
+      return s;
+    }
     {
       std::lock_guard lk(mu_);
       doomed_.push_back(std::move(s));
     }
     cv_.notify_all();
   }
+  count_claim(network ? "net_warm" : "warm", false);
   return nullptr;
 }
 

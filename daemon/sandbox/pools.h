@@ -52,6 +52,12 @@ class Pools {
   /// with egress public applied, so a public create claims one without a firewall change.
   std::shared_ptr<LiveSandbox> claim_warm(const std::string& template_name, bool forkable, int disk_gib,
                                           bool network = false);
+  /// Members waiting in each pool now, and each pool's target size (for metrics).
+  struct Sizes {
+    int warm = 0, fork = 0, net_warm = 0, net_fork = 0;
+    int warm_target = 0, fork_target = 0, net_warm_target = 0, net_fork_target = 0;
+  };
+  Sizes sizes() const;
   /// What is known of a template's checkpoint (nullopt: not built yet).
   std::optional<TemplateImage> template_image(const std::string& name) const;
 

@@ -72,4 +72,9 @@ void Registry::pooled(int delta) {
   pooled_ += delta;
 }
 
+Registry::Usage Registry::usage() const {
+  std::lock_guard lk(mu_);
+  return Usage{static_cast<int>(live_.size()), starting_, pooled_, max_per_node_};
+}
+
 }  // namespace b3os::sandbox

@@ -32,6 +32,13 @@ class Registry {
   /// Pool members count against the node's capacity while they wait.
   void pooled(int delta);
 
+  /// The node's capacity as the limits see it: live sandboxes, launches reserved, pool
+  /// members, and the node's maximum.
+  struct Usage {
+    int live = 0, starting = 0, pooled = 0, max = 0;
+  };
+  Usage usage() const;
+
  private:
   const int max_per_project_, max_per_node_;
   mutable std::mutex mu_;

@@ -90,6 +90,18 @@ void SandboxService::stop() {
     if (s->channel) s->channel->shutdown();
 }
 
+SandboxService::Stats SandboxService::stats() const {
+  Stats st;
+  for (auto& s : registry_.all()) {
+    std::lock_guard lk(s->mu);
+    if (s->rec.state == store::State::kCreating) continue;  // not yet visible
+    ++st.sandboxes[{std::string(store::state_name(store::settled(s->rec.state))), s->rec.template_name}];
+  }
+  st.usage = registry_.usage();
+  st.pools = pools_.sizes();
+  return st;
+}
+
 json SandboxService::templates() const {
   json data = json::array();
   std::map<std::string, std::string> names = builtin_templates();

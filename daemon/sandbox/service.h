@@ -151,6 +151,15 @@ class SandboxService {
 
   /// The templates this node knows: {"object":"list","data":[...]}.
   nlohmann::json templates() const;
+
+  /// What the node holds now, for metrics and `b3os status`: live sandboxes by settled state
+  /// (running, paused) and template, capacity, and the pools.
+  struct Stats {
+    std::map<std::pair<std::string, std::string>, int> sandboxes;  // (state, template) -> count
+    Registry::Usage usage;
+    Pools::Sizes pools;
+  };
+  Stats stats() const;
   /// The model grant of live sandbox `id` (nullopt when it is not live).
   std::optional<ModelGrant> model_grant(const std::string& id);
 

@@ -2,6 +2,7 @@
 // Timing: phase durations of one operation, for Server-Timing and the `timing` object.
 
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -23,5 +24,11 @@ struct Timing {
     return t;
   }
 };
+
+/// Counts one finished operation (create, fork, exec, snapshot...) into the node's metrics:
+/// b3os_operation_duration_seconds{operation, interface, outcome} and, for a success, each
+/// phase into b3os_operation_phase_seconds{operation, phase}. `interface` is "rest" or "mcp";
+/// `operation` and the phase names come from the code, never from a client.
+void record_operation(std::string_view operation, std::string_view interface, const Timing& t, double total_ms, bool ok);
 
 }  // namespace b3os::sandbox

@@ -13,6 +13,8 @@
 #include <thread>
 #include <vector>
 
+#include "common/metrics.h"
+#include "common/request_id.h"
 #include "common/unique_fd.h"
 
 namespace b3os::http {
@@ -43,6 +45,10 @@ class ServerTest : public ::testing::Test {
     }
     if (ex.target() == "/block")
       while (!release) std::this_thread::sleep_for(5ms);
+    if (ex.target() == "/id") {  // the handler sees the id its answer will carry, as log lines do
+      ex.set_route("/id");
+      return ex.respond(200, "text/plain", current_request_id(), {});
+    }
     ex.respond(200, "text/plain", "ok", {});
   }
 
@@ -164,6 +170,43 @@ TEST_F(ServerTest, AMalformedRequestGets400) {
   auto fd = connect_();
   send_(fd, "NOT HTTP AT ALL\r\n\r\n");
   EXPECT_EQ(read_until_close(fd, 5s).rfind("HTTP/1.1 400", 0), 0u);
+}
+
+TEST_F(ServerTest, EveryAnswerCarriesTheRequestIdItsHandlerSaw) {
+  start(Config{});
+  std::string a = get("/id");
+  auto at = a.find("X-Request-Id: req_");
+  ASSERT_NE(at, std::string::npos) << a;
+  const std::string id = a.substr(at + 14, 24);
+  EXPECT_NE(a.find("\r\n\r\n" + id), std::string::npos) << "the body is the id the handler saw: " << a;
+  EXPECT_NE(get("/id").find("X-Request-Id: req_"), std::string::npos);
+  EXPECT_EQ(get("/id").find(id), std::string::npos) << "each request has its own id";
+
+  // A client's plain id is kept; one that could forge or bloat a log line is replaced.
+  auto fd = connect_();
+  send_(fd, "GET /id HTTP/1.1\r\nHost: t\r\nX-Request-Id: trace-42.a:b_c\r\nConnection: close\r\n\r\n");
+  std::string kept = read_until_close(fd, 5s);
+  EXPECT_NE(kept.find("X-Request-Id: trace-42.a:b_c\r\n"), std::string::npos) << kept;
+  auto fd2 = connect_();
+  send_(fd2, "GET /id HTTP/1.1\r\nHost: t\r\nX-Request-Id: a\"b} {\r\nConnection: close\r\n\r\n");
+  std::string replaced = read_until_close(fd2, 5s);
+  EXPECT_NE(replaced.find("X-Request-Id: req_"), std::string::npos) << replaced;
+  EXPECT_EQ(replaced.find("a\"b"), std::string::npos) << replaced;
+}
+
+TEST_F(ServerTest, RequestsAreCountedByListenerRouteMethodAndStatus) {
+  Config cfg;
+  cfg.name = "unit";
+  start(cfg);
+  get("/id");
+  get("/id");
+  get("/elsewhere");
+  const std::string text = metrics::metrics().render();
+  EXPECT_NE(text.find(R"(b3os_http_requests_total{listener="unit",route="/id",method="GET",status="200"} 2)"),
+            std::string::npos) << text;
+  EXPECT_NE(text.find(R"(b3os_http_requests_total{listener="unit",route="unmatched",method="GET",status="200"} 1)"),
+            std::string::npos) << text;
+  EXPECT_NE(text.find(R"(b3os_http_request_duration_seconds_count{listener="unit",route="/id"} 2)"), std::string::npos);
 }
 
 }  // namespace
