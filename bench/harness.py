@@ -84,6 +84,9 @@ class PrivateDaemon:
              # Sandbox networks only where a bench asks (one b3osd per uplink range on a host).
              *([] if "--network" in self.flags else ["--network", "off"]),
              *([] if "--preview-listen" in self.flags else ["--preview-listen", f"127.0.0.1:{self.preview_port}"]),
+             # No configuration file of the host's, and metrics on a port of the kernel's choosing.
+             *([] if "--metrics-listen" in self.flags else ["--metrics-listen", "127.0.0.1:0"]),
+             "--config", "/dev/null",
              *self.flags],
             stdout=open(f"{self.tmp}/b3osd.log", "w"), stderr=subprocess.STDOUT, start_new_session=True)
         for _ in range(100):

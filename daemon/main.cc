@@ -13,7 +13,9 @@
 #include <fstream>
 #include <iostream>
 #include <spdlog/spdlog.h>
+#include <systemd/sd-daemon.h>
 
+#include "common/metrics.h"
 #include "daemon/api/api.h"
 #include "daemon/api/config.h"
 #include "daemon/gateway/gateway.h"
@@ -27,6 +29,7 @@
 #include "daemon/sandbox/config.h"
 #include "daemon/net/host_network.h"
 #include "daemon/sandbox/service.h"
+#include "daemon/logging.h"
 #include "daemon/store/store.h"
 #include "daemon/sys/process.h"
 
@@ -35,10 +38,29 @@ using namespace b3os;
 
 namespace {
 
+/// A helper binary: beside b3osd (a build tree), else in ../lib/b3os (the package:
+/// /usr/sbin/b3osd and /usr/lib/b3os/b3os-agent).
 std::string beside_self(const std::string& name) {
   std::error_code ec;
   auto self = fs::read_symlink("/proc/self/exe", ec);
-  return ec ? name : (self.parent_path() / name).string();
+  if (ec) return name;
+  auto beside = self.parent_path() / name;
+  if (fs::exists(beside)) return beside.string();
+  auto packaged = self.parent_path().parent_path() / "lib" / "b3os" / name;
+  return fs::exists(packaged) ? packaged.string() : beside.string();
+}
+
+/// "host:port" into its parts; false unless the port is 0-65535 (0: any free one) and the
+/// host is not empty.
+bool split_address(const std::string& a, std::string& host, int& port) {
+  const auto c = a.rfind(':');
+  if (c == std::string::npos || c == 0) return false;
+  host = a.substr(0, c);
+  char* end = nullptr;
+  const long p = std::strtol(a.c_str() + c + 1, &end, 10);
+  if (end == a.c_str() + c + 1 || *end != '\0' || p < 0 || p > 65535) return false;
+  port = static_cast<int>(p);
+  return true;
 }
 
 /// The first key of a fresh store: created once, kept in data_dir/admin.key (0600) so every
@@ -82,6 +104,110 @@ int connection_cap(int wanted, rlim_t fd_limit) {
 
 /// Seconds from a flag, as the server's milliseconds.
 std::chrono::milliseconds ms(double seconds) { return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000)); }
+
+/// The metrics listener's one route.
+void serve_metrics(http::Exchange& ex) {
+  std::string_view target = ex.target();
+  target = target.substr(0, target.find('?'));
+  if (target != "/metrics") {
+    ex.respond(404, "text/plain; charset=utf-8", "only GET /metrics is served here\n", {});
+    return;
+  }
+  ex.set_route("/metrics");
+  if (ex.method() != "GET" && ex.method() != "HEAD") {
+    ex.respond(405, "text/plain; charset=utf-8", "GET /metrics\n", {{"Allow", "GET, HEAD"}});
+    return;
+  }
+  ex.respond(200, "text/plain; version=0.0.4; charset=utf-8", metrics::metrics().render(), {});
+}
+
+/// A number from a /proc file's "Name: value kB" line, or -1.
+double proc_status_kb(const char* field) {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  const std::string want = std::string(field) + ":";
+  while (std::getline(in, line))
+    if (line.rfind(want, 0) == 0) return std::atof(line.c_str() + want.size());
+  return -1;
+}
+
+/// The gauges read when the node is scraped: what it holds, its pools, templates and itself.
+void register_node_metrics(sandbox::SandboxService& sandboxes, gateway::Gateway& gw) {
+  using metrics::Collected;
+  using metrics::Labels;
+  auto& reg = metrics::metrics();
+  const double started = static_cast<double>(std::chrono::duration_cast<std::chrono::seconds>(
+                                                 std::chrono::system_clock::now().time_since_epoch())
+                                                 .count());
+  reg.gauge("b3os_build_info", "1, labelled with the running b3osd's version", {"version"}).with({B3OS_VERSION}).set(1);
+  reg.gauge("b3os_start_time_seconds", "when this b3osd started (Unix seconds)").with().set(started);
+  reg.collect({"b3os_ready", "1 once the sandboxes of the previous run are reattached and the API serves, else 0", {},
+               [&sandboxes](auto& out) { out.push_back({Labels{}, sandboxes.ready() ? 1.0 : 0.0}); }});
+  reg.collect({"b3os_sandboxes", "live sandboxes by state (running, paused) and template", {"state", "template"},
+               [&sandboxes](auto& out) {
+                 for (auto& [k, n] : sandboxes.stats().sandboxes) out.push_back({Labels{k.first, k.second}, double(n)});
+               }});
+  reg.collect({"b3os_node_capacity", "the node's capacity: sandboxes it may hold (max), live, starting, and pool members "
+               "waiting (pooled; they count against max)", {"kind"},
+               [&sandboxes](auto& out) {
+                 const auto u = sandboxes.stats().usage;
+                 out.push_back({Labels{"max"}, double(u.max)});
+                 out.push_back({Labels{"live"}, double(u.live)});
+                 out.push_back({Labels{"starting"}, double(u.starting)});
+                 out.push_back({Labels{"pooled"}, double(u.pooled)});
+               }});
+  reg.collect({"b3os_pool_size", "members waiting in each pool now (warm, fork, net_warm, net_fork)", {"pool"},
+               [&sandboxes](auto& out) {
+                 const auto p = sandboxes.stats().pools;
+                 out.push_back({Labels{"warm"}, double(p.warm)});
+                 out.push_back({Labels{"fork"}, double(p.fork)});
+                 out.push_back({Labels{"net_warm"}, double(p.net_warm)});
+                 out.push_back({Labels{"net_fork"}, double(p.net_fork)});
+               }});
+  reg.collect({"b3os_pool_target", "the size each pool is refilled to (its flag; 0: off)", {"pool"},
+               [&sandboxes](auto& out) {
+                 const auto p = sandboxes.stats().pools;
+                 out.push_back({Labels{"warm"}, double(p.warm_target)});
+                 out.push_back({Labels{"fork"}, double(p.fork_target)});
+                 out.push_back({Labels{"net_warm"}, double(p.net_warm_target)});
+                 out.push_back({Labels{"net_fork"}, double(p.net_fork_target)});
+               }});
+  reg.collect({"b3os_template_checkpoint",
+               "1 for each template, labelled with its checkpoint's status (off, building, ready, failed, missing) "
+               "and whether creates restore it (creates: restore, boot, or none while it has no checkpoint)",
+               {"template", "status", "creates"},
+               [&sandboxes](auto& out) {
+                 auto t = sandboxes.templates();
+                 for (auto& row : t["data"]) {
+                   std::string status = "none", creates = "none";
+                   if (row.contains("checkpoint") && row["checkpoint"].is_object()) {
+                     auto& c = row["checkpoint"];
+                     if (c.contains("status") && c["status"].is_string()) status = c["status"].get<std::string>();
+                     if (c.contains("creates") && c["creates"].is_string()) creates = c["creates"].get<std::string>();
+                   }
+                   out.push_back({Labels{row.value("name", std::string("?")), status, creates}, 1.0});
+                 }
+               }});
+  reg.collect({"b3os_gateway_models", "models the gateway serves (1 each)", {"model"}, [&gw](auto& out) {
+                 for (auto& id : gw.model_ids()) out.push_back({Labels{id}, 1.0});
+               }});
+  reg.collect({"process_open_fds", "open file descriptors of b3osd", {}, [](auto& out) {
+                 std::error_code ec;
+                 double n = 0;
+                 for (auto it = fs::directory_iterator("/proc/self/fd", ec); !ec && it != fs::directory_iterator();
+                      it.increment(ec))
+                   ++n;
+                 out.push_back({Labels{}, n});
+               }});
+  reg.collect({"process_max_fds", "b3osd's limit of open file descriptors", {}, [](auto& out) {
+                 rlimit r{};
+                 ::getrlimit(RLIMIT_NOFILE, &r);
+                 out.push_back({Labels{}, double(r.rlim_cur)});
+               }});
+  reg.collect({"process_resident_memory_bytes", "b3osd's resident memory", {}, [](auto& out) {
+                 out.push_back({Labels{}, proc_status_kb("VmRSS") * 1024});
+               }});
+}
 
 }  // namespace
 
@@ -201,13 +327,49 @@ int main(int argc, char** argv) {
   app.add_option("--net-fork-pool", cfg.net_fork_pool_size,
                  "created containers with a network kept for forks of networked sandboxes (0: none)")
       ->capture_default_str();
-  CLI11_PARSE(app, argc, argv);
-
-  auto colon = listen.rfind(':');
-  if (colon == std::string::npos) {
-    std::cerr << "b3osd: --listen must be address:port\n";
-    return 2;
+  // Operations (docs/operations.md): the configuration file, logs, metrics.
+  app.set_version_flag("--version", "b3osd " B3OS_VERSION);
+  app.set_config("--config", "/etc/b3os/b3osd.conf",
+                 "configuration file: one `flag = value` line per long flag, without its dashes (TOML); read "
+                 "when it exists; flags on the command line win over it")
+      ->capture_default_str();
+  app.allow_config_extras(CLI::config_extras_mode::error);  // a misspelt key is an error, not ignored
+  bool check_config = false;
+  app.add_flag("--check-config", check_config,
+               "validate the configuration file and flags, print what is wrong (exit 2) or that it is OK (exit 0), "
+               "and start nothing");
+  std::string log_format = "text";
+  app.add_option("--log-format", log_format,
+                 "text (for a person) or json (one object per line: time, level, msg, request_id, thread)")
+      ->check(CLI::IsMember({"text", "json"}))
+      ->capture_default_str();
+  std::string log_level = "info";
+  app.add_option("--log-level", log_level, "least severe level logged")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "critical"}))
+      ->capture_default_str();
+  app.add_flag("--access-log", http_cfg.access_log,
+               "log one line per API request (method, route, status, milliseconds, request id); off by default, "
+               "since it grows the log with every request");
+  std::string metrics_listen = "127.0.0.1:7071";
+  app.add_option("--metrics-listen", metrics_listen,
+                 "address:port serving GET /metrics (Prometheus text format, no auth: keep it on loopback or a "
+                 "monitoring network), or off")
+      ->capture_default_str();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);
+    return code == 0 ? 0 : 2;
   }
+
+  // Everything below up to the end of the checks reads the configuration only: --check-config
+  // stops after it, with nothing started, created or bound.
+  auto bad = [](const std::string& message) {
+    std::cerr << "b3osd: " << message << "\n";
+    return 2;
+  };
+  auto colon = listen.rfind(':');
+  if (colon == std::string::npos) return bad("--listen must be address:port");
   if (auto pc = preview_listen.rfind(':'); pc == std::string::npos || pc == 0) {
     std::cerr << "b3osd: --preview-listen must be address:port\n";
     return 2;
@@ -219,8 +381,12 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  listen_host = listen.substr(0, colon);
-  listen_port = std::atoi(listen.c_str() + colon + 1);
+  if (!split_address(listen, listen_host, listen_port)) return bad("--listen must be address:port, port 0-65535");
+  std::string metrics_host;
+  int metrics_port = 0;
+  const bool metrics_on = metrics_listen != "off";
+  if (metrics_on && !split_address(metrics_listen, metrics_host, metrics_port))
+    return bad("--metrics-listen must be address:port (port 0-65535) or off, got \"" + metrics_listen + "\"");
   http_cfg.idle_timeout = ms(idle_timeout_s);
   http_cfg.head_timeout = ms(head_timeout_s);
   http_cfg.body_timeout = ms(body_timeout_s);
@@ -232,8 +398,38 @@ int main(int argc, char** argv) {
   for (auto* p : {&cfg.agent_path, &shim_path}) {
     if (!fs::exists(*p)) {
       std::cerr << "b3osd: " << *p << " not found (build it, or pass --agent/--shim)\n";
-      return 1;
+      return check_config ? 2 : 1;
     }
+  }
+  // The gateway's models and the network's ranges are part of the configuration too.
+  std::vector<gateway::ModelConfig> models;
+  if (!models_file.empty()) {
+    auto m = gateway::load_models_file(models_file);
+    if (!m) return bad(m.error().message);
+    models = std::move(*m);
+  }
+  for (auto& f : model_flags) {
+    auto m = gateway::parse_model_flag(f);
+    if (!m) return bad("--model: " + m.error().message);
+    models.push_back(std::move(*m));
+  }
+  auto checked = gateway::finalize_models(std::move(models));
+  if (!checked) return bad(checked.error().message);
+  net::HostNetworkConfig ncfg;
+  if (network_mode == "on") {
+    auto range = net::parse_cidr(net_uplinks);
+    if (!range || range->prefix > 28 || range->prefix < 8)
+      return bad("--net-uplinks must be an IPv4 network from /8 to /28 (e.g. 10.201.0.0/16), got " + net_uplinks);
+    ncfg.layout.uplinks = *range;
+    for (auto& u : dns_upstreams) {
+      auto up = net::parse_dns_upstream(u);
+      if (!up) return bad("--dns-upstream: " + up.error().message);
+      ncfg.dns_upstreams.push_back(*up);
+    }
+  }
+  if (check_config) {
+    std::cout << "b3osd: configuration OK" << std::endl;
+    return 0;
   }
   if (geteuid() != 0) {
     std::cerr << "b3osd: must run as root (runsc needs it)\n";
@@ -256,31 +452,9 @@ int main(int argc, char** argv) {
   sigaddset(&blocked, SIGCHLD);  // taken by the orphan reaper's thread
   pthread_sigmask(SIG_BLOCK, &blocked, nullptr);
   sys::start_orphan_reaper();
-  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
+  set_log_format(log_format);
+  spdlog::set_level(spdlog::level::from_str(log_level));
   http_cfg.max_connections = connection_cap(http_cfg.max_connections, raise_fd_limit());
-
-  std::vector<gateway::ModelConfig> models;
-  if (!models_file.empty()) {
-    auto m = gateway::load_models_file(models_file);
-    if (!m) {
-      std::cerr << "b3osd: " << m.error().message << "\n";
-      return 2;
-    }
-    models = std::move(*m);
-  }
-  for (auto& f : model_flags) {
-    auto m = gateway::parse_model_flag(f);
-    if (!m) {
-      std::cerr << "b3osd: --model: " << m.error().message << "\n";
-      return 2;
-    }
-    models.push_back(std::move(*m));
-  }
-  auto checked = gateway::finalize_models(std::move(models));
-  if (!checked) {
-    std::cerr << "b3osd: " << checked.error().message << "\n";
-    return 2;
-  }
 
   std::error_code ec;
   fs::create_directories(cfg.data_dir, ec);
@@ -321,23 +495,7 @@ int main(int argc, char** argv) {
   // Sandbox networks: set up before any sandbox is recovered (their egress is applied again).
   std::unique_ptr<net::HostNetwork> network;
   if (network_mode == "on") {
-    net::HostNetworkConfig ncfg;
     ncfg.run_dir = cfg.run_dir;
-    auto range = net::parse_cidr(net_uplinks);
-    if (!range || range->prefix > 28 || range->prefix < 8) {
-      std::cerr << "b3osd: --net-uplinks must be an IPv4 network from /8 to /28 (e.g. 10.201.0.0/16), got " << net_uplinks
-                << "\n";
-      return 2;
-    }
-    ncfg.layout.uplinks = *range;
-    for (auto& u : dns_upstreams) {
-      auto up = net::parse_dns_upstream(u);
-      if (!up) {
-        std::cerr << "b3osd: --dns-upstream: " << up.error().message << "\n";
-        return 2;
-      }
-      ncfg.dns_upstreams.push_back(*up);
-    }
     network = std::make_unique<net::HostNetwork>(std::move(ncfg));
     if (auto r = network->start(); !r) {
       std::cerr << "b3osd: sandbox networks: " << r.error().message << "\n";
@@ -372,6 +530,24 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::thread([&] { previews.run(); }).detach();
+  // GET /metrics on a listener of its own, without auth (docs/operations.md, "Metrics").
+  register_node_metrics(sandboxes, gw);
+  std::unique_ptr<http::Server> metrics_server;
+  if (metrics_on) {
+    http::Config mcfg;
+    mcfg.name = "metrics";
+    mcfg.max_connections = 64;
+    mcfg.max_requests = 4;
+    mcfg.idle_timeout = http_cfg.idle_timeout;
+    mcfg.head_timeout = http_cfg.head_timeout;
+    mcfg.body_timeout = http_cfg.body_timeout;
+    metrics_server = std::make_unique<http::Server>(metrics_host, metrics_port, mcfg, serve_metrics);
+    if (auto r = metrics_server->listen(); !r) {
+      std::cerr << "b3osd: the metrics listener (--metrics-listen " << metrics_listen << "): " << r.error().message << "\n";
+      return 1;
+    }
+    std::thread([&] { metrics_server->run(); }).detach();
+  }
   // The API answers from the first moment (503 with Retry-After until the sandboxes of a
   // previous b3osd are reattached), so a restart never looks like a dead node.
   std::thread([&] {
@@ -380,6 +556,7 @@ int main(int argc, char** argv) {
       std::_Exit(1);
     }
     spdlog::info("b3osd: ready");
+    ::sd_notify(0, "READY=1\nSTATUS=serving");  // Type=notify (b3osd.service); a no-op elsewhere
   }).detach();
 
   // SIGTERM/SIGINT end the process; sandboxes keep running and a restart reattaches them.
@@ -387,11 +564,14 @@ int main(int argc, char** argv) {
     int sig = 0;
     sigwait(&stop_signals, &sig);
     spdlog::info("b3osd: signal {}, stopping (sandboxes keep running)", sig);
+    ::sd_notify(0, "STOPPING=1");
     sandboxes.stop();
     std::_Exit(0);
   }).detach();
 
   std::cout << "b3osd listening on http://" << listen_host << ":" << server.port() << std::endl;
+  if (metrics_server)
+    std::cout << "metrics on http://" << metrics_host << ":" << metrics_server->port() << "/metrics" << std::endl;
   if (!quiet_key) std::cout << "API key (project default): " << *key << std::endl;
   std::cout << "  export B3OS_API_URL=http://" << listen_host << ":" << server.port()
             << " B3OS_API_KEY=$(cat " << cfg.data_dir << "/admin.key)" << std::endl;

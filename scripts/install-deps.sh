@@ -31,6 +31,7 @@ pkgs=(
   build-essential cmake ninja-build pkg-config git
   libboost1.81-dev nlohmann-json3-dev libsqlite3-dev sqlite3 libspdlog-dev libfmt-dev
   libcli11-dev libexpected-dev libgtest-dev libgmock-dev libssl-dev
+  libsystemd-dev  # sd_notify: b3osd.service is Type=notify
   clang libclang-rt-14-dev
   runsc debootstrap iproute2 nftables ethtool conntrack
   libc-ares-dev libldns-dev  # egress: the resolver (upstream queries with TTLs; DNS packets)

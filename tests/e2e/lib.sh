@@ -305,7 +305,8 @@ start_daemon() {
     "$B3OS_BIN/b3osd" --listen "127.0.0.1:$PORT" --data-dir "$T/data" --run-dir "$T/run" \
     --runsc-root "$T/run/runsc" --templates-dir "$TEMPLATES" --quiet-key --max-sandboxes-per-project "${E2E_MAX_SANDBOXES_PER_PROJECT:-12}" --warm-pool "${E2E_WARM_POOL:-0}" --fork-pool "${E2E_FORK_POOL:-0}" \
     --template-checkpoints "${E2E_TEMPLATE_CHECKPOINTS:-off}" --root-overlay "${E2E_ROOT_OVERLAY:-disk}" \
-    --network "${E2E_NETWORK:-off}" --preview-listen "127.0.0.1:${PREVIEW_PORT:-$(free_port)}" "${extra[@]}" \
+    --network "${E2E_NETWORK:-off}" --preview-listen "127.0.0.1:${PREVIEW_PORT:-$(free_port)}" \
+    --metrics-listen "127.0.0.1:${METRICS_PORT:-0}" --config /dev/null "${extra[@]}" \
     >>"$T/daemon.log" 2>&1 </dev/null &
   disown $! 2>/dev/null || true
   local pid=""
