@@ -80,4 +80,6 @@ arch=$(dpkg --print-architecture)
 deb=b3os_${pkg_version}_${arch}.deb
 [ -f "$stage/$deb" ] || { echo "package: dpkg-buildpackage made no $deb; see $stage/build.log" >&2; exit 1; }
 mv -f "$stage/$deb" "$out/$deb"
+# The links to build/bin would keep a replaced binary's old copy on disk until the next run.
+rm -rf "$src/build"
 echo "$out/$deb"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # End-to-end test of the Debian package (scripts/package.sh, packaging/):
 #   - the .deb: its name, fields (Depends without runsc, Recommends runsc), contents, conffile;
-#     lintian reports no error; systemd-analyze verify passes on its unit;
+#     lintian reports no error; systemd-analyze verify passes on its unit, and on the unit
+#     scripts/setup.sh installs for the build tree where systemd runs;
 #   - installed with `apt-get install ./b3os_*.deb` into a fresh Debian 12 root (a copy of the
 #     base template's rootfs, a debootstrap minbase bookworm, without backports): the programs
 #     run, `b3osd --check-config` accepts the installed configuration and refuses bad ones with
@@ -74,17 +75,21 @@ cleanup_root() {
   fi
   rm -rf "$R"
 }
+# The suite's own stdout and stderr: a signal can land while run_to has them redirected to a
+# log, and the traps must still print where the suite does.
+exec 3>&1 4>&2
 on_exit() {
   local rc=$?
   set +e
   trap - EXIT
+  exec 1>&3 2>&4
   [ "$rc" = 0 ] || [ "$(count_results FAIL)" != 0 ] || fail package "the test stopped at an unexpected error (exit $rc)"
   if cleanup_root && [ "${B3OS_E2E_KEEP:-0}" != 1 ]; then rm -rf "$T"; else echo "# kept $T"; fi
   exit "$rc"
 }
 trap on_exit EXIT
 trap 'echo "# unexpected error at line $LINENO: $BASH_COMMAND" >&2' ERR
-trap 'echo "# interrupted; cleaning up" >&2; exit 130' INT TERM
+trap 'echo "# interrupted; cleaning up" >&4; exit 130' INT TERM
 
 # inroot CMD...: CMD in the copied root, with a clean environment.
 inroot() {
@@ -172,6 +177,14 @@ info "systemd-analyze verify (host, unpacked tree): exit $verify_rc, output: '$(
 check unit.verify_host "exit $verify_rc: $(tail_of "$T/verify-host.out")" \
   eval '[ "$verify_rc" = 0 ] && [ ! -s "$T/verify-host.out" ]'
 
+# The unit scripts/setup.sh installs where systemd runs (scripts/start-service.sh): the same,
+# on build/bin/b3osd (its man page is not installed: --man=no).
+"$ROOT/scripts/start-service.sh" --print-unit >"$T/build-tree.service"
+verify_rc=0
+systemd-analyze verify --man=no "$T/build-tree.service" >"$T/verify-tree.out" 2>&1 || verify_rc=$?
+check unit.verify_build_tree "exit $verify_rc: $(tail_of "$T/verify-tree.out")" \
+  eval '[ "$verify_rc" = 0 ] && [ ! -s "$T/verify-tree.out" ] && grep -qx "ExecStart=\"$ROOT/build/bin/b3osd\" --config /etc/b3os/b3osd.conf --quiet-key" "$T/build-tree.service"'
+
 # ---- a fresh Debian 12 root ------------------------------------------------------------------
 
 info "copying $BASE_ROOTFS to $R"
@@ -203,7 +216,7 @@ else
     grep -q 'apt install -t bookworm-backports runsc' "$T/install.log"
 
   out=$(inroot_as_nobody b3osd --version 2>&1) || true
-  check chroot.version "b3osd --version printed '$out'" test "$out" = "b3osd $VERSION"
+  check chroot.version "b3osd --version printed '$(tr "\n" " " <<<"$out")'" test "$out" = "b3osd $VERSION"
 
   # --check-config: no root needed, the installed file accepted, bad ones refused with 2.
   check_config() {  # NAME WANT_RC [ARGS...]: b3osd --check-config ARGS as nobody
