@@ -4,8 +4,10 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "cli/args.h"
@@ -103,5 +105,19 @@ void add_mcp_command(CLI::App& app, const GlobalOptions& g, Action& action);
 void add_file_commands(CLI::App& app, const GlobalOptions& g, Action& action);
 /// Registers `keys create` and `keys list` (local store, no API).
 void add_key_commands(CLI::App& app, GlobalOptions& g, Action& action);
+
+/// `b3os status` (cli/status.cc).
+void add_status_command(CLI::App& app, const GlobalOptions& g, Action& action);
+/// One sample of the Prometheus text format: name, labels, value.
+struct Sample {
+  std::string name;
+  std::map<std::string, std::string> labels;
+  double value = 0;
+};
+/// The samples of a /metrics answer (comments and malformed lines skipped).
+std::vector<Sample> parse_metrics_text(std::string_view text);
+/// What `b3os status` prints, from /healthz's status and the node's metrics.
+std::string render_status(const std::string& api_url, const std::string& health, const std::vector<Sample>& m,
+                          double now_unix_s);
 
 }  // namespace b3os::cli

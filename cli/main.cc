@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   add_sandbox_commands(app, global, action);
   add_file_commands(app, global, action);
   add_mcp_command(app, global, action);
+  add_status_command(app, global, action);
 
   try {
     app.parse(argc, argv);

@@ -191,6 +191,19 @@ void register_node_metrics(sandbox::SandboxService& sandboxes, gateway::Gateway&
   reg.collect({"b3os_gateway_models", "models the gateway serves (1 each)", {"model"}, [&gw](auto& out) {
                  for (auto& id : gw.model_ids()) out.push_back({Labels{id}, 1.0});
                }});
+  reg.collect({"b3os_budget_used_ratio",
+               "spent plus reserved over the cap, for the capped budgets (keys' and sandbox grants') used since b3osd "
+               "started; the 200 fullest",
+               {"budget"}, [&gw](auto& out) {
+                 std::vector<std::pair<double, std::string>> rows;
+                 for (auto& [id, b] : gw.budgets().capped())
+                   rows.push_back({*b.cap_micros > 0 ? double(b.spent_micros + b.reserved_micros) / double(*b.cap_micros)
+                                                     : 1.0,
+                                   id});
+                 std::sort(rows.rbegin(), rows.rend());
+                 if (rows.size() > 200) rows.resize(200);
+                 for (auto& [ratio, id] : rows) out.push_back({Labels{id}, ratio});
+               }});
   reg.collect({"process_open_fds", "open file descriptors of b3osd", {}, [](auto& out) {
                  std::error_code ec;
                  double n = 0;
@@ -569,12 +582,20 @@ int main(int argc, char** argv) {
     std::_Exit(0);
   }).detach();
 
-  std::cout << "b3osd listening on http://" << listen_host << ":" << server.port() << std::endl;
+  // The banner a person reads; with --log-format json it goes out as log lines, so that every
+  // line of b3osd's output is one JSON object.
+  std::vector<std::string> banner = {"b3osd listening on http://" + listen_host + ":" + std::to_string(server.port())};
   if (metrics_server)
-    std::cout << "metrics on http://" << metrics_host << ":" << metrics_server->port() << "/metrics" << std::endl;
-  if (!quiet_key) std::cout << "API key (project default): " << *key << std::endl;
-  std::cout << "  export B3OS_API_URL=http://" << listen_host << ":" << server.port()
-            << " B3OS_API_KEY=$(cat " << cfg.data_dir << "/admin.key)" << std::endl;
+    banner.push_back("metrics on http://" + metrics_host + ":" + std::to_string(metrics_server->port()) + "/metrics");
+  if (!quiet_key) banner.push_back("API key (project default): " + *key);
+  banner.push_back("  export B3OS_API_URL=http://" + listen_host + ":" + std::to_string(server.port()) +
+                   " B3OS_API_KEY=$(cat " + cfg.data_dir + "/admin.key)");
+  for (auto& line : banner) {
+    if (log_format == "json")
+      spdlog::info("{}", line);
+    else
+      std::cout << line << std::endl;
+  }
   server.run();
   return 0;
 }

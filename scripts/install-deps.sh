@@ -38,6 +38,7 @@ pkgs=(
   dnsmasq-base openssl  # network tests: the fake internet's resolver and its test CA
   curl jq python3 ca-certificates procps psmisc util-linux e2fsprogs
   python3-yaml python3-jsonschema  # tests/e2e/openapi_check.py: responses against docs/openapi.yaml
+  prometheus  # tests/e2e/operations.sh: a real Prometheus scrapes b3osd (promtool checks the metrics and the alert rules)
   debhelper help2man lintian systemd  # scripts/package.sh builds the .deb; tests/e2e/package.sh lints it and runs systemd-analyze verify
   nodejs  # the recipes' TypeScript tab (run.mjs); needs node 20, else those checks say SKIP and why
 )

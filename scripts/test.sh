@@ -91,6 +91,10 @@ step "end to end: MCP at /mcp with real clients (official SDK over HTTP and stdi
 B3OS_BIN=$root/build/bin ./tests/e2e/mcp.sh
 record mcp $?
 
+step "end to end: operations (configuration file, JSON logs and request ids, /metrics scraped by a real Prometheus, b3os status)"
+B3OS_BIN=$root/build/bin ./tests/e2e/operations.sh
+record operations $?
+
 step "end to end: the Debian package (lintian, systemd-analyze verify, apt install and purge in a fresh Debian 12 root)"
 ./tests/e2e/package.sh
 record package $?

@@ -60,4 +60,12 @@ std::optional<Budgets::Snapshot> Budgets::look(const std::string& budget_id) {
   return Snapshot{(*a)->cap, (*a)->spent, (*a)->reserved};
 }
 
+std::vector<std::pair<std::string, Budgets::Snapshot>> Budgets::capped() {
+  std::lock_guard lk(mu_);
+  std::vector<std::pair<std::string, Snapshot>> out;
+  for (auto& [id, a] : accounts_)
+    if (a.cap) out.push_back({id, Snapshot{a.cap, a.spent, a.reserved}});
+  return out;
+}
+
 }  // namespace b3os::gateway

@@ -47,6 +47,10 @@ class Budgets {
   /// What a budget has spent and holds reserved now (for the sandbox object).
   std::optional<Snapshot> look(const std::string& budget_id);
 
+  /// The budgets with a cap that calls have used since b3osd started, with what they hold
+  /// (for the metric b3os_budget_used_ratio).
+  std::vector<std::pair<std::string, Snapshot>> capped();
+
   /// The store the budgets live in (the gateway's admission reads project settings there).
   store::Store& store() { return store_; }
 

@@ -77,22 +77,24 @@ std::string openai_error_body(const Error& e) {
 }
 
 namespace {
+// Registered when b3osd starts, so every family is on /metrics from the first scrape.
+static auto& m_calls = metrics::metrics().counter(
+    "b3os_gateway_calls_total", "model gateway calls, by model and outcome (the ledger's: ok, upstream_error, "
+    "client_gone, spend_cap_reached...)", {"model", "outcome"});
+static auto& m_toks = metrics::metrics().counter(
+    "b3os_gateway_tokens_total", "tokens charged by the model gateway, by model and kind (prompt, completion)",
+    {"model", "kind"});
+static auto& m_spend = metrics::metrics().counter(
+    "b3os_gateway_spend_micros_total", "micro-dollars charged by the model gateway, by model", {"model"});
+
 /// The gateway's metrics for one call: b3os_gateway_calls_total{model, outcome},
 /// b3os_gateway_tokens_total{model, kind} and b3os_gateway_spend_micros_total{model}. Models
 /// are the node's configured ones and outcomes the ledger's, so no client grows them.
 void count_call(const std::string& model, const std::string& outcome, int64_t prompt, int64_t completion, Micros cost) {
-  static auto& calls = metrics::metrics().counter(
-      "b3os_gateway_calls_total", "model gateway calls, by model and outcome (the ledger's: ok, upstream_error, "
-      "client_gone, spend_cap_reached...)", {"model", "outcome"});
-  static auto& toks = metrics::metrics().counter(
-      "b3os_gateway_tokens_total", "tokens charged by the model gateway, by model and kind (prompt, completion)",
-      {"model", "kind"});
-  static auto& spend = metrics::metrics().counter(
-      "b3os_gateway_spend_micros_total", "micro-dollars charged by the model gateway, by model", {"model"});
-  calls.with({model, outcome}).inc();
-  if (prompt > 0) toks.with({model, "prompt"}).inc(static_cast<uint64_t>(prompt));
-  if (completion > 0) toks.with({model, "completion"}).inc(static_cast<uint64_t>(completion));
-  if (cost > 0) spend.with({model}).inc(static_cast<uint64_t>(cost));
+  m_calls.with({model, outcome}).inc();
+  if (prompt > 0) m_toks.with({model, "prompt"}).inc(static_cast<uint64_t>(prompt));
+  if (completion > 0) m_toks.with({model, "completion"}).inc(static_cast<uint64_t>(completion));
+  if (cost > 0) m_spend.with({model}).inc(static_cast<uint64_t>(cost));
 }
 }  // namespace
 

@@ -462,17 +462,19 @@ std::string_view method_label(std::string_view m) {
   return "other";
 }
 
+// Registered when b3osd starts, so every family is on /metrics from the first scrape.
+static auto& m_requests = metrics::metrics().counter(
+    "b3os_http_requests_total", "HTTP requests answered, by listener, route pattern, method and status",
+    {"listener", "route", "method", "status"});
+static auto& m_latency = metrics::metrics().histogram(
+    "b3os_http_request_duration_seconds",
+    "time from a request's head to the end of its answer, by listener and route pattern", {"listener", "route"});
+
 /// b3os_http_requests_total and b3os_http_request_duration_seconds for one answered request.
 void count_request(const std::string& listener, const std::string& route, std::string_view method, int status,
                    double seconds) {
-  static auto& requests = metrics::metrics().counter(
-      "b3os_http_requests_total", "HTTP requests answered, by listener, route pattern, method and status",
-      {"listener", "route", "method", "status"});
-  static auto& latency = metrics::metrics().histogram(
-      "b3os_http_request_duration_seconds",
-      "time from a request's head to the end of its answer, by listener and route pattern", {"listener", "route"});
-  requests.with({listener, route, std::string(method_label(method)), status ? std::to_string(status) : "none"}).inc();
-  latency.with({listener, route}).observe(seconds);
+  m_requests.with({listener, route, std::string(method_label(method)), status ? std::to_string(status) : "none"}).inc();
+  m_latency.with({listener, route}).observe(seconds);
 }
 }  // namespace
 

@@ -147,12 +147,14 @@ std::vector<std::string> Runsc::with_private_sysnet(std::vector<std::string> arg
 }
 
 namespace {
+// Registered when b3osd starts, so every family is on /metrics from the first scrape.
+static auto& m_failures = metrics::metrics().counter(
+    "b3os_runsc_failures_total", "runsc operations that failed, by operation (create, start, restore, checkpoint, "
+    "pause, resume, destroy)", {"operation"});
+
 /// Counts a failed runtime operation into b3os_runsc_failures_total{operation}.
 Result<void> counted(const char* operation, Result<void> r) {
-  static auto& failures = metrics::metrics().counter(
-      "b3os_runsc_failures_total", "runsc operations that failed, by operation (create, start, restore, checkpoint, "
-      "pause, resume, destroy)", {"operation"});
-  if (!r) failures.with({operation}).inc();
+  if (!r) m_failures.with({operation}).inc();
   return r;
 }
 }  // namespace

@@ -484,22 +484,26 @@ Result<json> Lifecycle::resume(const Principal& p, const std::string& id, Timing
 
 // ---- failures and restarts ----
 
+// Registered when b3osd starts, so every family is on /metrics from the first scrape.
+static auto& m_failures = metrics::metrics().counter(
+    "b3os_sandbox_failures_total",
+    "sandboxes that failed, by kind: out_of_memory, agent_killed, agent_exited, agent_unresponsive, gofer_killed, "
+    "runtime_killed, runtime_exited, not_recovered (after a restart)",
+    {"kind"});
+
 void count_failure(std::string_view kind) {
-  static auto& failures = metrics::metrics().counter(
-      "b3os_sandbox_failures_total",
-      "sandboxes that failed, by kind: out_of_memory, agent_killed, agent_exited, agent_unresponsive, gofer_killed, "
-      "runtime_killed, runtime_exited, not_recovered (after a restart)",
-      {"kind"});
-  failures.with({std::string(kind)}).inc();
+  m_failures.with({std::string(kind)}).inc();
 }
 
+// Registered when b3osd starts, so every family is on /metrics from the first scrape.
+static auto& m_reconnects = metrics::metrics().counter(
+    "b3os_channel_reconnects_total",
+    "agent channels taken back from their shims after b3osd restarted, by outcome (ok: the sandbox was reattached; "
+    "failed: it was failed)",
+    {"outcome"});
+
 void count_reconnect(bool ok) {
-  static auto& reconnects = metrics::metrics().counter(
-      "b3os_channel_reconnects_total",
-      "agent channels taken back from their shims after b3osd restarted, by outcome (ok: the sandbox was reattached; "
-      "failed: it was failed)",
-      {"outcome"});
-  reconnects.with({ok ? "ok" : "failed"}).inc();
+  m_reconnects.with({ok ? "ok" : "failed"}).inc();
 }
 
 namespace {

@@ -69,14 +69,16 @@ std::string Pools::image_for(const LaunchRequest& l) const {
 }
 
 namespace {
+// Registered when b3osd starts, so every family is on /metrics from the first scrape.
+static auto& m_claims = metrics::metrics().counter(
+    "b3os_pool_claims_total",
+    "requests that could take a pool member, by pool (warm, fork, net_warm, net_fork) and outcome (hit, miss)",
+    {"pool", "outcome"});
+
 /// b3os_pool_claims_total{pool, outcome}: a request that could use a pool's member took one
 /// (hit) or found none and did the work itself (miss).
 void count_claim(const char* pool, bool hit) {
-  static auto& claims = metrics::metrics().counter(
-      "b3os_pool_claims_total",
-      "requests that could take a pool member, by pool (warm, fork, net_warm, net_fork) and outcome (hit, miss)",
-      {"pool", "outcome"});
-  claims.with({pool, hit ? "hit" : "miss"}).inc();
+  m_claims.with({pool, hit ? "hit" : "miss"}).inc();
 }
 }  // namespace
 

@@ -4,20 +4,22 @@
 
 namespace b3os::sandbox {
 
+// Registered when b3osd starts, so every family is on /metrics from the first scrape.
+static auto& m_total = metrics::metrics().histogram(
+    "b3os_operation_duration_seconds",
+    "time of a sandbox operation from its request to its answer, by operation, interface (rest, mcp) and outcome "
+    "(ok, error)",
+    {"operation", "interface", "outcome"});
+static auto& m_phases = metrics::metrics().histogram(
+    "b3os_operation_phase_seconds",
+    "time of each phase of a successful sandbox operation (the phases of its Server-Timing), by operation and phase",
+    {"operation", "phase"});
+
 void record_operation(std::string_view operation, std::string_view interface, const Timing& t, double total_ms, bool ok) {
-  static auto& total = metrics::metrics().histogram(
-      "b3os_operation_duration_seconds",
-      "time of a sandbox operation from its request to its answer, by operation, interface (rest, mcp) and outcome "
-      "(ok, error)",
-      {"operation", "interface", "outcome"});
-  static auto& phases = metrics::metrics().histogram(
-      "b3os_operation_phase_seconds",
-      "time of each phase of a successful sandbox operation (the phases of its Server-Timing), by operation and phase",
-      {"operation", "phase"});
   const std::string op(operation);
-  total.with({op, std::string(interface), ok ? "ok" : "error"}).observe(total_ms / 1000.0);
+  m_total.with({op, std::string(interface), ok ? "ok" : "error"}).observe(total_ms / 1000.0);
   if (!ok) return;
-  for (auto& [name, ms] : t.phases) phases.with({op, name}).observe(ms / 1000.0);
+  for (auto& [name, ms] : t.phases) m_phases.with({op, name}).observe(ms / 1000.0);
 }
 
 }  // namespace b3os::sandbox
