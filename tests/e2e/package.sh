@@ -150,6 +150,16 @@ for f in /usr/sbin/b3osd /usr/bin/b3os /usr/lib/b3os/b3os-agent /usr/lib/b3os/b3
   grep -qx "$f" "$T/contents" || missing+=("$f")
 done
 check package.contents "missing from the .deb: ${missing[*]:-}" test ${#missing[@]} = 0
+# The configuration file names every long flag of b3osd (as a default line, or an "e.g." line
+# for settings without a default), so it does not fall behind b3osd.
+"$ROOT/build/bin/b3osd" --help | grep -oE '^ +--[a-z0-9-]+' | sed 's/^ *--//' |
+  grep -vxE 'help|version|config|check-config' | sort >"$T/flags"
+grep -oE '^#( +)?[a-z0-9-]+ =' "$ROOT/packaging/b3osd.conf" | sed 's/^# *//; s/ =$//' | sort -u >"$T/conf-keys"
+check package.conf_names_every_flag "flags not in packaging/b3osd.conf: $(comm -23 "$T/flags" "$T/conf-keys" | tr '\n' ' ')" \
+  eval '[ -s "$T/flags" ] && [ -z "$(comm -23 "$T/flags" "$T/conf-keys")" ]'
+check package.conf_names_no_unknown_setting "names in packaging/b3osd.conf that are no flag: $(comm -13 "$T/flags" "$T/conf-keys" | tr '\n' ' ')" \
+  eval '[ -z "$(comm -13 "$T/flags" "$T/conf-keys")" ]'
+
 mkdir "$T/control"
 dpkg-deb -e "$DEB" "$T/control"
 check package.conffile "conffiles: $(tr '\n' ' ' <"$T/control/conffiles" 2>/dev/null)" \
