@@ -45,7 +45,7 @@ if [ -e /lib/systemd/system/b3osd.service ]; then
 fi
 render_unit >"$unit.tmp"
 mv "$unit.tmp" "$unit"
-# The default configuration, all commented out, where the unit's --config looks; an existing
+# The default configuration, all commented out, where b3osd looks for it; an existing
 # one is kept.
 if [ ! -e "$conf" ]; then
   mkdir -p "$(dirname "$conf")"

@@ -193,7 +193,7 @@ check unit.verify_host "exit $verify_rc: $(tail_of "$T/verify-host.out")" \
 verify_rc=0
 systemd-analyze verify --man=no "$T/build-tree.service" >"$T/verify-tree.out" 2>&1 || verify_rc=$?
 check unit.verify_build_tree "exit $verify_rc: $(tail_of "$T/verify-tree.out")" \
-  eval '[ "$verify_rc" = 0 ] && [ ! -s "$T/verify-tree.out" ] && grep -qx "ExecStart=\"$ROOT/build/bin/b3osd\" --config /etc/b3os/b3osd.conf --quiet-key" "$T/build-tree.service"'
+  eval '[ "$verify_rc" = 0 ] && [ ! -s "$T/verify-tree.out" ] && grep -qx "ExecStart=\"$ROOT/build/bin/b3osd\" --quiet-key" "$T/build-tree.service"'
 
 # ---- a fresh Debian 12 root ------------------------------------------------------------------
 
