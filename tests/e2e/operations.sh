@@ -141,6 +141,19 @@ check rid.forged_id_replaced "got $(header X-Request-Id)" bash -c "[[ '$(header 
 check logs.all_json "$(grep -v '^{' "$T/daemon.log" | head -n 3)" \
   bash -c "jq -e -s 'length > 5 and all(.[]; has(\"time\") and has(\"level\") and has(\"msg\"))' '$T/daemon.log' >/dev/null"
 
+# An MCP tool call counts as its REST twin does, under interface="mcp".
+mcp_post() {
+  curl -sS -D "$T/mcp.h" -o "$T/mcp.out" -H "Authorization: Bearer $KEY" -H 'Content-Type: application/json' \
+    -H 'Accept: application/json, text/event-stream' ${MCP_SID:+-H "Mcp-Session-Id: $MCP_SID"} \
+    ${MCP_SID:+-H 'MCP-Protocol-Version: 2025-06-18'} --data-binary "$1" "$URL/mcp"
+}
+MCP_SID=
+mcp_post '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"ops","version":"1"}}}'
+MCP_SID=$(awk 'tolower($1) == "mcp-session-id:" { sub(/\r$/, "", $2); print $2 }' "$T/mcp.h")
+mcp_post '{"jsonrpc":"2.0","method":"notifications/initialized"}'
+mcp_post "$(jq -nc --arg id "$SBX" '{jsonrpc: "2.0", id: 2, method: "tools/call", params: {name: "sandbox_exec", arguments: {sandbox_id: $id, cmd: ["true"]}}}')"
+check rid.on_mcp "$(head -c 200 "$T/mcp.out")" bash -c "grep -qi '^x-request-id: ' '$T/mcp.h' && grep -q exit_code '$T/mcp.out'"
+
 # ---- /metrics --------------------------------------------------------------------------
 
 scrape
@@ -149,6 +162,7 @@ check metrics.create_counted "" test "$(metric 'b3os_http_requests_total{listene
 check metrics.create_operation "" test "$(metric 'b3os_operation_duration_seconds_count{operation="create",interface="rest",outcome="ok"}')" = 1
 check metrics.create_phases "" grep -q '^b3os_operation_phase_seconds_count{operation="create",phase="' "$T/metrics"
 check metrics.exec_counted "" test "$(metric 'b3os_operation_duration_seconds_count{operation="exec",interface="rest",outcome="ok"}')" = 1
+check metrics.mcp_exec_counted "" test "$(metric 'b3os_operation_duration_seconds_count{operation="exec",interface="mcp",outcome="ok"}')" = 1
 check metrics.sandboxes_by_state "" test "$(metric 'b3os_sandboxes{state="running",template="base"}')" = 1
 check metrics.unauthorized_counted "" test -n "$(metric 'b3os_http_requests_total{listener="api",route="/v1/sandboxes",method="GET",status="401"}')"
 check metrics.ready "" test "$(metric 'b3os_ready')" = 1
