@@ -1,6 +1,7 @@
 #include "common/metrics.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 
@@ -80,17 +81,14 @@ std::string escape_label(std::string_view v) {
 
 namespace {
 
+/// The shortest text that reads back as the same double (std::to_chars): 0.1 stays "0.1", and
+/// a long-lived sum keeps all its digits.
 std::string number(double v) {
   if (std::isnan(v)) return "NaN";
   if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
-  if (v == std::floor(v) && std::fabs(v) < 1e15) {
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%.0f", v);
-    return buf;
-  }
-  char buf[40];
-  std::snprintf(buf, sizeof buf, "%.9g", v);
-  return buf;
+  char buf[64];
+  auto r = std::to_chars(buf, buf + sizeof buf, v);
+  return std::string(buf, r.ptr);
 }
 
 /// `{a="x",b="y"}` (empty for no labels), with `extra` (le="...") appended.
@@ -110,7 +108,14 @@ std::string label_set(const std::vector<std::string>& names, const Labels& value
 
 void head(std::string& out, const std::string& name, const std::string& help, std::string_view type) {
   out += "# HELP " + name + " ";
-  for (char c : help) out += c == '\n' ? ' ' : c;  // HELP escapes only \ and newline
+  for (char c : help) {  // HELP escapes only \ and newline
+    if (c == '\\')
+      out += "\\\\";
+    else if (c == '\n')
+      out += "\\n";
+    else
+      out += c;
+  }
   out += "\n# TYPE " + name + " ";
   out += type;
   out += '\n';
@@ -152,21 +157,28 @@ std::string Registry::render() const {
   std::vector<Collected> collected;
   {
     std::lock_guard lk(mu_);
-    for (auto& [name, f] : counters_) {
+    // Named pairs, not structured bindings: clang 14 (the fuzz build) lets no lambda capture one.
+    for (auto& entry : counters_) {
+      const std::string& name = entry.first;
+      const auto& f = entry.second;
       std::string& out = parts[name];
       head(out, name, f->help(), "counter");
       f->each([&](const Labels& l, const Counter& c) {
         out += name + label_set(f->label_names(), l) + " " + number(static_cast<double>(c.value())) + "\n";
       });
     }
-    for (auto& [name, f] : gauges_) {
+    for (auto& entry : gauges_) {
+      const std::string& name = entry.first;
+      const auto& f = entry.second;
       std::string& out = parts[name];
       head(out, name, f->help(), "gauge");
       f->each([&](const Labels& l, const Gauge& g) {
         out += name + label_set(f->label_names(), l) + " " + number(g.value()) + "\n";
       });
     }
-    for (auto& [name, f] : histograms_) {
+    for (auto& entry : histograms_) {
+      const std::string& name = entry.first;
+      const auto& f = entry.second;
       std::string& out = parts[name];
       head(out, name, f->help(), "histogram");
       f->each([&](const Labels& l, const Histogram& h) {

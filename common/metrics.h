@@ -7,8 +7,8 @@
 // Written here rather than taken from a library: Debian 12 packages no C++ Prometheus client
 // (prometheus-cpp is not in bookworm), and the format is a few lines of text per sample.
 //
-// Recording is cheap and lock-free once a series exists (atomics); finding a series by its
-// label values takes the family's mutex, so hot paths keep the reference they are given.
+// Recording into a series is atomic adds; finding a series by its label values takes the
+// family's mutex for a map lookup (hot paths with fixed labels may keep the reference).
 // A family holds at most kMaxSeries series: past that, new label values are counted in one
 // series whose labels are all "other", so nothing a client sends can grow the node's memory
 // (label values must come from a bounded set: routes, models, states; never ids).

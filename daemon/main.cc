@@ -114,8 +114,8 @@ void serve_metrics(http::Exchange& ex) {
     return;
   }
   ex.set_route("/metrics");
-  if (ex.method() != "GET" && ex.method() != "HEAD") {
-    ex.respond(405, "text/plain; charset=utf-8", "GET /metrics\n", {{"Allow", "GET, HEAD"}});
+  if (ex.method() != "GET") {
+    ex.respond(405, "text/plain; charset=utf-8", "GET /metrics\n", {{"Allow", "GET"}});
     return;
   }
   ex.respond(200, "text/plain; version=0.0.4; charset=utf-8", metrics::metrics().render(), {});
@@ -192,14 +192,17 @@ void register_node_metrics(sandbox::SandboxService& sandboxes, gateway::Gateway&
                  for (auto& id : gw.model_ids()) out.push_back({Labels{id}, 1.0});
                }});
   reg.collect({"b3os_budget_used_ratio",
-               "spent plus reserved over the cap, for the capped budgets (keys' and sandbox grants') used since b3osd "
-               "started; the 200 fullest",
+               "spent plus reserved over the cap, for the capped budgets (keys' and sandbox grants') that have spent "
+               "since b3osd started; the 200 fullest",
                {"budget"}, [&gw](auto& out) {
                  std::vector<std::pair<double, std::string>> rows;
-                 for (auto& [id, b] : gw.budgets().capped())
-                   rows.push_back({*b.cap_micros > 0 ? double(b.spent_micros + b.reserved_micros) / double(*b.cap_micros)
-                                                     : 1.0,
-                                   id});
+                 // Only budgets that have spent or hold something: a create with a cap makes a
+                 // budget, and unused ones would churn series without telling anything.
+                 for (auto& [id, b] : gw.budgets().capped()) {
+                   const Micros used = b.spent_micros + b.reserved_micros;
+                   if (used <= 0) continue;
+                   rows.push_back({*b.cap_micros > 0 ? double(used) / double(*b.cap_micros) : 1.0, id});
+                 }
                  std::sort(rows.rbegin(), rows.rend());
                  if (rows.size() > 200) rows.resize(200);
                  for (auto& [ratio, id] : rows) out.push_back({Labels{id}, ratio});
@@ -537,12 +540,6 @@ int main(int argc, char** argv) {
     std::cerr << "b3osd: " << r.error().message << "\n";
     return 1;
   }
-  preview::PreviewServer previews(preview_cfg, sandboxes);
-  if (auto r = previews.listen(); !r) {
-    std::cerr << "b3osd: " << r.error().message << "\n";
-    return 1;
-  }
-  std::thread([&] { previews.run(); }).detach();
   // GET /metrics on a listener of its own, without auth (docs/operations.md, "Metrics").
   register_node_metrics(sandboxes, gw);
   std::unique_ptr<http::Server> metrics_server;
@@ -559,8 +556,14 @@ int main(int argc, char** argv) {
       std::cerr << "b3osd: the metrics listener (--metrics-listen " << metrics_listen << "): " << r.error().message << "\n";
       return 1;
     }
-    std::thread([&] { metrics_server->run(); }).detach();
   }
+  preview::PreviewServer previews(preview_cfg, sandboxes);
+  if (auto r = previews.listen(); !r) {
+    std::cerr << "b3osd: " << r.error().message << "\n";
+    return 1;
+  }
+  std::thread([&] { previews.run(); }).detach();
+  if (metrics_server) std::thread([&] { metrics_server->run(); }).detach();
   // The API answers from the first moment (503 with Retry-After until the sandboxes of a
   // previous b3osd are reattached), so a restart never looks like a dead node.
   std::thread([&] {

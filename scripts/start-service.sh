@@ -66,8 +66,9 @@ fi
 # What this run of b3osd printed (the unit passes --quiet-key: the key is read from its file).
 lines=""
 for _ in $(seq 100); do
+  # The banner's lines as printed, or inside JSON log lines (--log-format json): unwrapped.
   lines=$(journalctl -u b3osd.service --since "@$since" -o cat --no-pager 2>/dev/null |
-    grep -E '^(b3osd listening|  export)' | tail -n 2 || true)
+    sed -n 's/^{.*"msg":"\([^"]*\)".*}$/\1/; /^\(b3osd listening\|  export\)/p' | tail -n 2 || true)
   grep -q '^b3osd listening' <<<"$lines" && break
   sleep 0.1
 done

@@ -162,7 +162,8 @@ void Api::send(Call& c, Reply r) {
     r.body["timing"] = timing;
   }
   r.headers.emplace_back("Server-Timing", server_timing(c.timing, total));
-  if (!c.operation.empty()) sandbox::record_operation(c.operation, "rest", c.timing, total, r.status < 400);
+  if (!c.operation.empty())
+    sandbox::record_operation(c.operation, "rest", c.timing, total, sandbox::outcome_of(r.status));
   std::string body = dump_json(r.body);
   if (c.idempotency_key) {
     auto done = r.status < 500
@@ -516,7 +517,8 @@ void Api::download(Call& c) {
   sink.data = [&](std::string_view chunk) { return c.ex.write(chunk); };
   auto r = sandboxes_.read_file(c.principal, id, *path, sink, c.timing);
   if (!r && !c.ex.responded()) return send_error(c, r.error());  // send() counts it
-  sandbox::record_operation(c.operation, "rest", c.timing, c.total.elapsed_ms(), bool(r));
+  sandbox::record_operation(c.operation, "rest", c.timing, c.total.elapsed_ms(),
+                            r ? sandbox::Outcome::kOk : sandbox::outcome_of(error_http_status(r.error().code)));
   if (!r) spdlog::warn("download {} {}: {}", id, *path, r.error().message);
 }
 

@@ -79,8 +79,9 @@ std::string openai_error_body(const Error& e) {
 namespace {
 // Registered when b3osd starts, so every family is on /metrics from the first scrape.
 static auto& m_calls = metrics::metrics().counter(
-    "b3os_gateway_calls_total", "model gateway calls, by model and outcome (the ledger's: ok, upstream_error, "
-    "client_gone, spend_cap_reached...)", {"model", "outcome"});
+    "b3os_gateway_calls_total", "model gateway calls, by model and outcome (the ledger's: completed, "
+    "completed_without_usage, upstream_error, client_gone, broken_stream...; and spend_cap_reached, budget_error "
+    "for calls refused before the upstream)", {"model", "outcome"});
 static auto& m_toks = metrics::metrics().counter(
     "b3os_gateway_tokens_total", "tokens charged by the model gateway, by model and kind (prompt, completion)",
     {"model", "kind"});

@@ -472,8 +472,11 @@ static auto& m_latency = metrics::metrics().histogram(
 
 /// b3os_http_requests_total and b3os_http_request_duration_seconds for one answered request.
 void count_request(const std::string& listener, const std::string& route, std::string_view method, int status,
-                   double seconds) {
-  m_requests.with({listener, route, std::string(method_label(method)), status ? std::to_string(status) : "none"}).inc();
+                   double seconds, bool status_class) {
+  std::string st = status ? std::to_string(status) : "none";
+  if (status && (status_class || status < 100 || status > 599))
+    st = status >= 100 && status <= 599 ? std::to_string(status / 100) + "xx" : "other";
+  m_requests.with({listener, route, std::string(method_label(method)), st}).inc();
   m_latency.with({listener, route}).observe(seconds);
 }
 }  // namespace
@@ -482,7 +485,7 @@ void Server::Impl::dispatch(const ConnPtr& c) {
   leave_line(*c);
   c->timer.cancel();
   if (workers->submit([this, c]() mutable { serve(std::move(c)); })) return;
-  count_request(cfg.name, "refused", c->parser->get().method_string(), 503, 0);
+  count_request(cfg.name, "refused", c->parser->get().method_string(), 503, 0, false);
   send_now(c->sock, own_error(ErrorCode::kNodeUnavailable, "all " + std::to_string(workers->max()) +
                                                                " request workers are busy; retry shortly"));
   close(c);
@@ -512,7 +515,7 @@ bool Server::Impl::run_handler(Conn& c) {
                  {});
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
-  count_request(cfg.name, ex.route(), ex.method(), ex.status(), secs);
+  count_request(cfg.name, ex.route(), ex.method(), ex.status(), secs, cfg.status_classes);
   if (cfg.access_log)  // the route's pattern, not the target: a client cannot make the line long
     spdlog::info("{} {} {} {} {:.1f} ms", cfg.name, method_label(ex.method()), ex.route(), ex.status(), secs * 1000);
   return again;

@@ -113,6 +113,9 @@ struct Config {
   std::string name = "api";
   /// Log a line per request (method, route, status, time; the request id with it).
   bool access_log = false;
+  /// Count statuses by class ("2xx") rather than exactly: for a listener whose answers come
+  /// from elsewhere (the preview relays a sandbox app's status, any number it likes).
+  bool status_classes = false;
 };
 
 /// Listens on host:port and runs `handler` for each request.

@@ -394,7 +394,11 @@ void Server::call_tool(http::Exchange& ex, const std::shared_ptr<Session>& s, co
     // Tools count as the REST operations do; "sandbox_exec" is "exec" (docs/operations.md).
     std::string_view op = tool->name;
     if (op.rfind("sandbox_", 0) == 0) op.remove_prefix(8);
-    sandbox::record_operation(op, "mcp", ctx.timing, ms, r && !r->is_error);
+    // An isError result is a refusal the model can correct (the API's 4xx codes); a failed
+    // call is the node's.
+    sandbox::record_operation(op, "mcp", ctx.timing, ms,
+                              !r ? sandbox::Outcome::kError
+                                 : r->is_error ? sandbox::Outcome::kClientError : sandbox::Outcome::kOk);
   }
   if (!r && r.error().code == ErrorCode::kInternal && !cancelled) spdlog::error("mcp: {}: {}", tool->name, r.error().message);
   if (cancelled) spdlog::info("mcp: session {}... {} cancelled after {:.0f} ms", s->id.substr(0, 8), tool->name, ms);

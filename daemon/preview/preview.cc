@@ -113,7 +113,8 @@ PreviewServer::PreviewServer(Config cfg, sandbox::SandboxService& sandboxes)
     : cfg_(cfg),
       sandboxes_(sandboxes),
       server_(cfg.host, cfg.port,
-              http::Config{cfg.max_connections, cfg.max_requests, cfg.idle_timeout, cfg.head_timeout, cfg.body_timeout, "preview"},
+              http::Config{cfg.max_connections, cfg.max_requests, cfg.idle_timeout, cfg.head_timeout, cfg.body_timeout,
+                           "preview", false, true},
               [this](http::Exchange& ex) { handle(ex); }) {}
 
 Result<void> PreviewServer::listen() {
@@ -135,6 +136,7 @@ void PreviewServer::give_slot(const std::string& id) {
 }
 
 void PreviewServer::handle(http::Exchange& ex) {
+  ex.set_route("preview");  // one label for every app's URL (metrics)
   auto target = sandbox::parse_preview_host(ex.header("host"), cfg_.domain);
   if (!target) return respond_error(ex, target.error());
   auto stripped = sandbox::strip_token_param(ex.target());

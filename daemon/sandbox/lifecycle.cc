@@ -563,9 +563,9 @@ void Lifecycle::on_channel_closed(const std::string& id, const std::string& why)
   if (!s) return;
   std::string kind;
   std::string msg = diagnose_exit(id, &kind);
-  count_failure(kind);
   spdlog::warn("sandbox {}: agent channel closed ({}): {}", id, why, msg);
-  finish(s, Transition::kFail, store::StopReason::kFailed, msg);
+  // Counted only when this ended it (a delete racing the failure ends it first).
+  if (finish(s, Transition::kFail, store::StopReason::kFailed, msg)) count_failure(kind);
 }
 
 Result<void> Lifecycle::recover() {
@@ -671,8 +671,7 @@ void Lifecycle::reattach(const store::SandboxRecord& row) {
     spdlog::info("sandbox {}: reattached", row.id);
   } else {
     count_reconnect(false);
-    count_failure("not_recovered");
-    finish(s, Transition::kFail, store::StopReason::kFailed, why);
+    if (finish(s, Transition::kFail, store::StopReason::kFailed, why)) count_failure("not_recovered");
   }
 }
 

@@ -122,7 +122,10 @@ Result<std::shared_ptr<LiveSandbox>> Pools::launch(LaunchRequest l, Timing& t, S
       pool.pop_front();
     }
   }
-  if (l.from_pool && precreated_size(l.network) > 0 && l.rootfs == base_rootfs())
+  // Counted only for a launch a member could have served (the shape the pool makes).
+  if (l.from_pool && precreated_size(l.network) > 0 && l.rootfs == base_rootfs() &&
+      (!l.image.empty() || l.memory_mib == LaunchRequest{}.memory_mib) &&
+      launcher_.disk_for(l) == launcher_.disk_for(LaunchRequest{}))
     count_claim(l.network ? "net_fork" : "fork", pc.has_value());
   if (pc) {
     registry_.pooled(-1);

@@ -49,10 +49,10 @@ bool Reaper::alive(const std::shared_ptr<LiveSandbox>& s) {
   }
   if (unanswered < unanswered_) return true;
   spdlog::warn("sandbox {}: the agent has not answered for {} ms", s->id, unanswered.count());
-  count_failure("agent_unresponsive");
-  lifecycle_.finish(s, Transition::kFail, store::StopReason::kFailed,
-                    "the agent (PID 1) stopped answering for " + std::to_string(unanswered.count() / 1000) +
-                        " s (stopped with SIGSTOP, hung, or starved by the sandbox's own processes, as by a fork bomb), so the sandbox was stopped");
+  if (lifecycle_.finish(s, Transition::kFail, store::StopReason::kFailed,
+                        "the agent (PID 1) stopped answering for " + std::to_string(unanswered.count() / 1000) +
+                            " s (stopped with SIGSTOP, hung, or starved by the sandbox's own processes, as by a fork bomb), so the sandbox was stopped"))
+    count_failure("agent_unresponsive");
   return false;
 }
 

@@ -94,8 +94,11 @@ SandboxService::Stats SandboxService::stats() const {
   Stats st;
   for (auto& s : registry_.all()) {
     std::lock_guard lk(s->mu);
-    if (s->rec.state == store::State::kCreating) continue;  // not yet visible
-    ++st.sandboxes[{std::string(store::state_name(store::settled(s->rec.state))), s->rec.template_name}];
+    // Live and visible only: one being created is not shown yet, one ending already shows its end.
+    const store::State shown = store::settled(s->rec.state);
+    if (s->rec.state == store::State::kCreating || (shown != store::State::kRunning && shown != store::State::kPaused))
+      continue;
+    ++st.sandboxes[{std::string(store::state_name(shown)), s->rec.template_name}];
   }
   st.usage = registry_.usage();
   st.pools = pools_.sizes();

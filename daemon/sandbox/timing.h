@@ -25,10 +25,17 @@ struct Timing {
   }
 };
 
+/// How an operation ended, for its metrics: done, refused for the caller's request (a 4xx:
+/// bad input, no such sandbox, a limit), or failed on the node's side (a 5xx).
+enum class Outcome { kOk, kClientError, kError };
+/// The outcome of an answer with this HTTP status.
+Outcome outcome_of(int http_status);
+
 /// Counts one finished operation (create, fork, exec, snapshot...) into the node's metrics:
 /// b3os_operation_duration_seconds{operation, interface, outcome} and, for a success, each
 /// phase into b3os_operation_phase_seconds{operation, phase}. `interface` is "rest" or "mcp";
 /// `operation` and the phase names come from the code, never from a client.
-void record_operation(std::string_view operation, std::string_view interface, const Timing& t, double total_ms, bool ok);
+void record_operation(std::string_view operation, std::string_view interface, const Timing& t, double total_ms,
+                      Outcome outcome);
 
 }  // namespace b3os::sandbox

@@ -301,6 +301,8 @@ start_daemon() {
   read -r -a extra <<<"${B3OS_E2E_DAEMON_ARGS:-}"
   # No configuration file of the host's (/etc/b3os/b3osd.conf) unless the suite names one.
   [[ " ${extra[*]:-} " == *" --config "* ]] || extra+=(--config /dev/null)
+  # Metrics on a port of the kernel's choosing unless the suite sets METRICS_PORT or names one.
+  [[ " ${extra[*]:-} " == *" --metrics-listen "* ]] || extra+=(--metrics-listen "127.0.0.1:${METRICS_PORT:-0}")
   rm -f "$T/daemon.pid"
   bash -c '"$@" </dev/null & echo $! >"$B3OS_E2E_PIDFILE"; wait $!
            echo "b3osd exited with status $? at $(date +%T.%3N)"' b3osd-e2e-wrapper \
@@ -308,7 +310,7 @@ start_daemon() {
     --runsc-root "$T/run/runsc" --templates-dir "$TEMPLATES" --quiet-key --max-sandboxes-per-project "${E2E_MAX_SANDBOXES_PER_PROJECT:-12}" --warm-pool "${E2E_WARM_POOL:-0}" --fork-pool "${E2E_FORK_POOL:-0}" \
     --template-checkpoints "${E2E_TEMPLATE_CHECKPOINTS:-off}" --root-overlay "${E2E_ROOT_OVERLAY:-disk}" \
     --network "${E2E_NETWORK:-off}" --preview-listen "127.0.0.1:${PREVIEW_PORT:-$(free_port)}" \
-    --metrics-listen "127.0.0.1:${METRICS_PORT:-0}" "${extra[@]}" \
+    "${extra[@]}" \
     >>"$T/daemon.log" 2>&1 </dev/null &
   disown $! 2>/dev/null || true
   local pid=""

@@ -358,6 +358,15 @@ EOF
   else
     fail maint.remove_stops "apt-get remove: $(tail_of "$T/maint-remove.log")"
   fi
+  # Reinstall after that remove: started again (the postinst sees the old version, as for an
+  # upgrade, but b3osd was stopped, so a try-restart alone would leave it down).
+  reset_calls
+  if run_to "$T/maint-reinstall.log" inroot dpkg -i "$IUPGRADE"; then
+    check maint.reinstall_after_remove_starts "systemctl calls: $(calls)" grep -qE '(^| )start b3osd.service$' "$R/var/log/systemctl.calls"
+    check maint.reinstall_marker_gone "" test ! -e "$R/var/lib/b3os/.b3osd-removed"
+  else
+    fail maint.reinstall_after_remove_starts "dpkg -i: $(tail_of "$T/maint-reinstall.log")"
+  fi
   if run_to "$T/maint-purge.log" inroot apt-get purge -y b3os; then
     check maint.purge "b3os still in dpkg, or /etc/b3os still there" eval 'not_installed && [ ! -e "$R/etc/b3os" ]'
   else

@@ -16,6 +16,7 @@ TEST(Metrics, CountersGaugesAndCollectorsRenderInTheTextFormat) {
   c.with({"m1"}).inc(2);
   c.with({"we\"ird\\\n"}).inc();
   r.gauge("t_up", "up").with().set(1.5);
+  r.gauge("t_help", "a \\ and a\nnewline").with().set(0.1);
   r.collect({"t_sandboxes", "live", {"state"}, [](auto& out) { out.push_back({Labels{"running"}, 3}); }});
   const std::string t = r.render();
   EXPECT_TRUE(has(t, "# HELP t_calls_total calls, by model")) << t;
@@ -24,6 +25,8 @@ TEST(Metrics, CountersGaugesAndCollectorsRenderInTheTextFormat) {
   EXPECT_TRUE(has(t, R"(t_calls_total{model="we\"ird\\\n"} 1)")) << t;
   EXPECT_TRUE(has(t, "# TYPE t_up gauge")) << t;
   EXPECT_TRUE(has(t, "t_up 1.5")) << t;
+  EXPECT_TRUE(has(t, "# HELP t_help a \\\\ and a\\nnewline")) << t;
+  EXPECT_TRUE(has(t, "t_help 0.1")) << t;  // the shortest text that reads back the same
   EXPECT_TRUE(has(t, R"(t_sandboxes{state="running"} 3)")) << t;
   // Families come out sorted by name, each HELP before its TYPE before its samples.
   EXPECT_LT(t.find("t_calls_total"), t.find("t_sandboxes"));

@@ -209,5 +209,16 @@ TEST_F(ServerTest, RequestsAreCountedByListenerRouteMethodAndStatus) {
   EXPECT_NE(text.find(R"(b3os_http_request_duration_seconds_count{listener="unit",route="/id"} 2)"), std::string::npos);
 }
 
+TEST_F(ServerTest, AListenerOfRelayedAnswersCountsStatusClasses) {
+  Config cfg;
+  cfg.name = "unit-classes";
+  cfg.status_classes = true;  // the preview: an app inside a sandbox picks its statuses
+  start(cfg);
+  get("/id");
+  const std::string text = metrics::metrics().render();
+  EXPECT_NE(text.find(R"(b3os_http_requests_total{listener="unit-classes",route="/id",method="GET",status="2xx"} 1)"),
+            std::string::npos) << text;
+}
+
 }  // namespace
 }  // namespace b3os::http
