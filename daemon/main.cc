@@ -444,6 +444,13 @@ int main(int argc, char** argv) {
     }
   }
   if (check_config) {
+    // CLI11 skips the default file silently when it cannot be read (a 0600 file and a check
+    // run by another user): an OK would then be about the defaults, not the file.
+    if (auto* c = app.get_config_ptr(); c && c->count() == 0) {
+      const std::string path = "/etc/b3os/b3osd.conf";
+      if (::access(path.c_str(), F_OK) == 0 && ::access(path.c_str(), R_OK) != 0)
+        return bad(path + " exists but cannot be read by this user: run the check as root");
+    }
     std::cout << "b3osd: configuration OK" << std::endl;
     return 0;
   }
