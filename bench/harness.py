@@ -71,6 +71,11 @@ class PrivateDaemon:
     def __init__(self, bindir, templates, flags=()):
         self.bindir, self.templates, self.flags = os.path.abspath(bindir), templates, list(flags)
 
+    def has_flag(self, flag):
+        out = subprocess.run([f"{self.bindir}/b3osd", "--help"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True).stdout
+        return flag in out
+
     def __enter__(self):
         self.tmp = tempfile.mkdtemp(prefix="b3os-bench-")
         self.port = free_port()
@@ -84,9 +89,11 @@ class PrivateDaemon:
              # Sandbox networks only where a bench asks (one b3osd per uplink range on a host).
              *([] if "--network" in self.flags else ["--network", "off"]),
              *([] if "--preview-listen" in self.flags else ["--preview-listen", f"127.0.0.1:{self.preview_port}"]),
-             # No configuration file of the host's, and metrics on a port of the kernel's choosing.
-             *([] if "--metrics-listen" in self.flags else ["--metrics-listen", "127.0.0.1:0"]),
-             "--config", "/dev/null",
+             # No configuration file of the host's, and metrics on a port of the kernel's choosing
+             # (for a b3osd that has them: a baseline build may be older).
+             *([] if "--metrics-listen" in self.flags or not self.has_flag("--metrics-listen")
+               else ["--metrics-listen", "127.0.0.1:0"]),
+             *(["--config", "/dev/null"] if self.has_flag("--config") else []),
              *self.flags],
             stdout=open(f"{self.tmp}/b3osd.log", "w"), stderr=subprocess.STDOUT, start_new_session=True)
         for _ in range(100):
