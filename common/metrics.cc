@@ -157,25 +157,21 @@ std::string Registry::render() const {
   std::vector<Collected> collected;
   {
     std::lock_guard lk(mu_);
-    // Named pairs, not structured bindings: clang 14 (the fuzz build) lets no lambda capture one.
-    for (auto& entry : counters_) {
-      const std::string& name = entry.first;
-      const auto& f = entry.second;
-      std::string& out = parts[name];
-      head(out, name, f->help(), "counter");
-      f->each([&](const Labels& l, const Counter& c) {
-        out += name + label_set(f->label_names(), l) + " " + number(static_cast<double>(c.value())) + "\n";
-      });
-    }
-    for (auto& entry : gauges_) {
-      const std::string& name = entry.first;
-      const auto& f = entry.second;
-      std::string& out = parts[name];
-      head(out, name, f->help(), "gauge");
-      f->each([&](const Labels& l, const Gauge& g) {
-        out += name + label_set(f->label_names(), l) + " " + number(g.value()) + "\n";
-      });
-    }
+    // Counters and gauges: one sample per series. Named pairs, not structured bindings:
+    // clang 14 (the fuzz build) lets no lambda capture one.
+    auto simple = [&](const auto& families, std::string_view type) {
+      for (auto& entry : families) {
+        const std::string& name = entry.first;
+        const auto& f = entry.second;
+        std::string& out = parts[name];
+        head(out, name, f->help(), type);
+        f->each([&](const Labels& l, const auto& series) {
+          out += name + label_set(f->label_names(), l) + " " + number(static_cast<double>(series.value())) + "\n";
+        });
+      }
+    };
+    simple(counters_, "counter");
+    simple(gauges_, "gauge");
     for (auto& entry : histograms_) {
       const std::string& name = entry.first;
       const auto& f = entry.second;

@@ -156,22 +156,19 @@ void register_node_metrics(sandbox::SandboxService& sandboxes, gateway::Gateway&
                  out.push_back({Labels{"starting"}, double(u.starting)});
                  out.push_back({Labels{"pooled"}, double(u.pooled)});
                }});
+  // One sample per pool, from the pools' sizes (members waiting) or targets.
+  auto per_pool = [&sandboxes](bool targets) {
+    return [&sandboxes, targets](std::vector<std::pair<Labels, double>>& out) {
+      const auto p = sandboxes.stats().pools;
+      out.push_back({Labels{"warm"}, double(targets ? p.warm_target : p.warm)});
+      out.push_back({Labels{"fork"}, double(targets ? p.fork_target : p.fork)});
+      out.push_back({Labels{"net_warm"}, double(targets ? p.net_warm_target : p.net_warm)});
+      out.push_back({Labels{"net_fork"}, double(targets ? p.net_fork_target : p.net_fork)});
+    };
+  };
   reg.collect({"b3os_pool_size", "members waiting in each pool now (warm, fork, net_warm, net_fork)", {"pool"},
-               [&sandboxes](auto& out) {
-                 const auto p = sandboxes.stats().pools;
-                 out.push_back({Labels{"warm"}, double(p.warm)});
-                 out.push_back({Labels{"fork"}, double(p.fork)});
-                 out.push_back({Labels{"net_warm"}, double(p.net_warm)});
-                 out.push_back({Labels{"net_fork"}, double(p.net_fork)});
-               }});
-  reg.collect({"b3os_pool_target", "the size each pool is refilled to (its flag; 0: off)", {"pool"},
-               [&sandboxes](auto& out) {
-                 const auto p = sandboxes.stats().pools;
-                 out.push_back({Labels{"warm"}, double(p.warm_target)});
-                 out.push_back({Labels{"fork"}, double(p.fork_target)});
-                 out.push_back({Labels{"net_warm"}, double(p.net_warm_target)});
-                 out.push_back({Labels{"net_fork"}, double(p.net_fork_target)});
-               }});
+               per_pool(false)});
+  reg.collect({"b3os_pool_target", "the size each pool is refilled to (its flag; 0: off)", {"pool"}, per_pool(true)});
   reg.collect({"b3os_template_checkpoint",
                "1 for each template, labelled with its checkpoint's status (off, building, ready, failed, missing) "
                "and whether creates restore it (creates: restore, boot, or none while it has no checkpoint)",

@@ -66,7 +66,7 @@ check_config bad_choice 2 "log-format" 'log-format = "xml"'
 check_config bad_model 2 "model" 'model = ["m=ftp://x"]'
 check_config bad_metrics_address 2 "metrics-listen" 'metrics-listen = "nowhere"'
 check_config bad_uplinks 2 "net-uplinks" 'net-uplinks = "10.0.0.0/30"'
-check_config flag_wins_over_file 2 "warm-pool" 'warm-pool = 1' --warm-pool nope
+check_config flag_checked_beside_file 2 "warm-pool" 'warm-pool = 1' --warm-pool nope
 rc=0
 out=$("$B3OS_BIN/b3osd" --check-config --config "$T/none.conf" 2>&1) || rc=$?
 check config.missing_named_file "exit $rc: $out" test "$rc" = 2 -a -n "$out"
