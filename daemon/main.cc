@@ -335,6 +335,16 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--dns-upstream", dns_upstreams,
                  "resolver b3osd asks for sandboxes, IPv4[:port] (repeatable; default: the host's /etc/resolv.conf)");
+  int net_max_flows = 2048;
+  app.add_option("--net-max-flows", net_max_flows,
+                 "connections (conntrack entries, DNS included) one networked sandbox may hold at once; new ones "
+                 "beyond are refused. b3osd raises the host's nf_conntrack_max to hold every sandbox's")
+      ->check(CLI::Range(16, 1 << 20))
+      ->capture_default_str();
+  std::vector<std::string> deny_cidrs;
+  app.add_option("--deny-cidr", deny_cidrs,
+                 "IPv4 address or CIDR no sandbox may reach, in any egress mode, on top of the built-in private, "
+                 "link-local and cloud platform ranges (repeatable)");
   app.add_option("--net-warm-pool", cfg.net_warm_pool_size, "booted base sandboxes with a network kept ready (0: none)")
       ->capture_default_str();
   app.add_option("--net-fork-pool", cfg.net_fork_pool_size,
@@ -434,6 +444,13 @@ int main(int argc, char** argv) {
     if (!range || range->prefix > 28 || range->prefix < 8)
       return bad("--net-uplinks must be an IPv4 network from /8 to /28 (e.g. 10.201.0.0/16), got " + net_uplinks);
     ncfg.layout.uplinks = *range;
+    ncfg.layout.max_flows = static_cast<uint32_t>(net_max_flows);
+    ncfg.max_sandboxes = cfg.max_sandboxes_per_node;
+    for (auto& d : deny_cidrs) {
+      auto c = net::parse_cidr(d);
+      if (!c) return bad("--deny-cidr: \"" + d + "\" is not an IPv4 address or a CIDR with its host bits zero");
+      net::add_denied_range(*c);
+    }
     for (auto& u : dns_upstreams) {
       auto up = net::parse_dns_upstream(u);
       if (!up) return bad("--dns-upstream: " + up.error().message);

@@ -23,7 +23,7 @@
 
 namespace b3os::net {
 
-inline constexpr uint16_t kTypeA = 1, kTypeAAAA = 28, kTypeCNAME = 5;
+inline constexpr uint16_t kTypeA = 1, kTypeAAAA = 28, kTypeCNAME = 5, kTypePTR = 12;
 inline constexpr uint16_t kClassIN = 1;
 inline constexpr int kRcodeNoError = 0, kRcodeFormErr = 1, kRcodeServFail = 2, kRcodeNxDomain = 3,
                      kRcodeRefused = 5;

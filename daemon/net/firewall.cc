@@ -1,10 +1,12 @@
 #include "daemon/net/firewall.h"
 
 #include <chrono>
+#include <cstdio>
 
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "daemon/net/host_addrs.h"
 #include "daemon/sys/process.h"
 
 namespace b3os::net {
@@ -62,6 +64,9 @@ std::string Firewall::skeleton(bool guard_forwarding) const {
   for (auto& d : always_denied()) deny += (deny.empty() ? "" : ", ") + d.net.str();
   deny += ", " + mine;
   const std::string up = "\"" + std::string(kUplinkPrefix) + "*\"";
+  const std::string flows = std::to_string(layout_.max_flows);
+  char mark[16];
+  std::snprintf(mark, sizeof mark, "0x%08x", kProxyMark);
   // Only this node's sandboxes (sources in its uplink range) are judged here: another b3osd
   // on the host has a table and a range of its own. `add table` then `delete table` makes
   // the replacement one transaction whether or not a previous b3osd left the table.
@@ -72,6 +77,9 @@ std::string Firewall::skeleton(bool guard_forwarding) const {
          "  set public_src { type ipv4_addr; }\n"
          "  set allow_cidr { type ipv4_addr . ipv4_addr . inet_service; flags interval; }\n"
          "  set proxy_ports { type ipv4_addr . inet_service; }\n"
+         // Each sandbox's connections, counted by its uplink address (ct count): at the cap a
+         // new one is refused, so no sandbox can fill the host's conntrack table.
+         "  set flows { type ipv4_addr; size 65535; flags dynamic; }\n"
          "  chain pre {\n"
          "    type nat hook prerouting priority dstnat; policy accept;\n"
          "    ip saddr " + mine + " ip saddr . ip daddr . tcp dport @allow_cidr return\n"
@@ -83,6 +91,7 @@ std::string Firewall::skeleton(bool guard_forwarding) const {
          "  }\n"
          "  chain to_host {\n"
          "    ct state established,related accept\n"
+         "    ct state new add @flows { ip saddr ct count over " + flows + " } jump refuse\n"
          "    ip daddr " + svc + " udp dport " + dns + " accept\n"
          "    ip daddr " + svc + " tcp dport " + dns + " accept\n"
          // Only connections the prerouting chain sent there: a sandbox that dials the proxy
@@ -101,6 +110,7 @@ std::string Firewall::skeleton(bool guard_forwarding) const {
          "  chain egress {\n"
          "    ct state established,related accept\n"
          "    ip daddr @deny4 jump refuse\n"
+         "    ct state new add @flows { ip saddr ct count over " + flows + " } jump refuse\n"
          "    ip saddr @public_src accept\n"
          "    ip saddr . ip daddr . tcp dport @allow_cidr accept\n"
          "    jump refuse\n"
@@ -108,6 +118,12 @@ std::string Firewall::skeleton(bool guard_forwarding) const {
          "  chain refuse {\n"
          "    meta l4proto tcp reject with tcp reset\n"
          "    reject with icmpx admin-prohibited\n"
+         "  }\n"
+         // The egress proxy dials from the host: never to an address of the host itself, as
+         // the kernel knows them at the moment of the connect (host_addrs.h).
+         "  chain out {\n"
+         "    type filter hook output priority filter; policy accept;\n"
+         "    meta mark " + std::string(mark) + " fib daddr type local jump refuse\n"
          "  }\n"
          "  chain post {\n"
          "    type nat hook postrouting priority srcnat; policy accept;\n"

@@ -59,8 +59,8 @@ HostNetworkConfig with_default_upstreams(HostNetworkConfig cfg) {
 }  // namespace
 
 HostNetwork::HostNetwork(HostNetworkConfig cfg)
-    : cfg_(with_default_upstreams(std::move(cfg))), firewall_(cfg_.layout), resolver_(io_, policies_, cfg_.dns_upstreams),
-      proxy_(io_, policies_, resolver_) {}
+    : cfg_(with_default_upstreams(std::move(cfg))), firewall_(cfg_.layout),
+      resolver_(io_, policies_, cfg_.dns_upstreams, host_addrs_), proxy_(io_, policies_, resolver_, host_addrs_) {}
 
 HostNetwork::~HostNetwork() { stop(); }
 
@@ -92,6 +92,7 @@ Result<void> HostNetwork::start() {
   if (*was_off) std::ofstream(marker) << "1\n";
   const bool guard = ::access(marker.c_str(), F_OK) == 0;
   if (auto r = firewall_.install(guard); !r) return fail(r.error());
+  ensure_conntrack_room();
   const uint32_t svc = cfg_.layout.service_addr();
   if (auto r = resolver_.start(svc, cfg_.layout.dns_port); !r) return fail(r.error());
   if (auto r = proxy_.start(svc, cfg_.layout.proxy_port); !r) return fail(r.error());
@@ -103,6 +104,26 @@ Result<void> HostNetwork::start() {
   spdlog::info("network: uplinks {}, resolver and proxy on {} (:{}, :{}), upstream DNS {}", cfg_.layout.uplinks.str(),
                ipv4_str(svc), cfg_.layout.dns_port, cfg_.layout.proxy_port, ups.empty() ? "none" : ups);
   return {};
+}
+
+void HostNetwork::ensure_conntrack_room() {
+  // Every sandbox at its flow cap, plus room for the host's own connections.
+  const std::string path = "/proc/sys/net/netfilter/nf_conntrack_max";
+  const uint64_t want = uint64_t(std::max(cfg_.max_sandboxes, 1)) * cfg_.layout.max_flows + kHostConntrackRoom;
+  const auto text = read_small_file(path, 64);
+  const uint64_t have = text ? std::strtoull(text->c_str(), nullptr, 10) : 0;
+  if (have >= want) {
+    spdlog::info("network: {} sandboxes x {} flows fit the host's conntrack table ({} entries)", cfg_.max_sandboxes,
+                 cfg_.layout.max_flows, have);
+    return;
+  }
+  std::ofstream f(path);
+  f << want << "\n";
+  f.close();
+  if (f) spdlog::info("network: the host's conntrack table raised from {} to {} entries ({} sandboxes x {} flows, and {} for the host)",
+                      have, want, cfg_.max_sandboxes, cfg_.layout.max_flows, kHostConntrackRoom);
+  else spdlog::warn("network: cannot raise {} from {} to {}: {} sandboxes at their flow caps ({}) can fill it; lower "
+                    "--net-max-flows or --max-sandboxes-per-node", path, have, want, cfg_.max_sandboxes, cfg_.layout.max_flows);
 }
 
 void HostNetwork::stop() {
@@ -260,7 +281,11 @@ Result<NetSlot> HostNetwork::recover(const std::string& sandbox_id) {
   if (!used_slots_.insert(*index).second)
     return fail(ErrorCode::kInternal, ns + " uses slot " + std::to_string(*index) + ", which another sandbox has");
   NetSlot slot = cfg_.layout.slot(sandbox_id, *index);
-  sandboxes_[sandbox_id] = Sandbox{slot, {}, false};
+  // The firewall was made anew at this start and holds nothing for it, but conntrack still
+  // holds the connections its previous policy let through: has_policy makes the first apply
+  // forget them (and the proxy judge its own again), so a policy stored and not applied
+  // before a crash takes effect on them too.
+  sandboxes_[sandbox_id] = Sandbox{slot, {}, true};
   return slot;
 }
 

@@ -17,6 +17,7 @@
 
 #include "common/unique_fd.h"
 #include "daemon/net/firewall.h"
+#include "daemon/net/host_addrs.h"
 #include "daemon/net/netns.h"
 #include "daemon/net/network.h"
 #include "daemon/net/proxy.h"
@@ -29,6 +30,9 @@ struct HostNetworkConfig {
   /// Where the resolver asks; empty: the nameservers of the host's /etc/resolv.conf.
   std::vector<DnsUpstream> dns_upstreams;
   std::string run_dir = "/run/b3os";  // resolv.conf for sandboxes, the forwarding marker
+  /// How many sandboxes the node runs at most: the host's conntrack table is made to hold
+  /// that many sandboxes' layout.max_flows, with room to spare for the host's own.
+  int max_sandboxes = 256;
 };
 
 /// "IP" or "IP:PORT" (IPv4 only).
@@ -64,6 +68,9 @@ class HostNetwork : public Network {
     FirewallEntries entries;  // what the firewall holds for it now
     bool has_policy = false;
   };
+  /// Raises the host's nf_conntrack_max to hold every sandbox's flow cap (never lowers it).
+  void ensure_conntrack_room();
+  static constexpr uint64_t kHostConntrackRoom = 65536;
   Result<int> take_slot();
   void free_slot(int index);
   /// Runs `fn` on the network thread and waits for it.
@@ -72,6 +79,7 @@ class HostNetwork : public Network {
   HostNetworkConfig cfg_;
   UniqueFd lock_;  // flock of /run/<table>.lock, held for the process's life
   Firewall firewall_;
+  HostAddresses host_addrs_;
   boost::asio::io_context io_;
   PolicyTable policies_;
   Resolver resolver_;

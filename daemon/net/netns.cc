@@ -102,6 +102,9 @@ Result<void> add_default_route(int sock, uint32_t gateway, const std::string& if
 std::string netns_ruleset(const NetLayout& layout) {
   const std::string svc = ipv4_str(layout.service_addr());
   const std::string dns = std::to_string(layout.dns_port);
+  const std::string flows = std::to_string(layout.max_flows);
+  // The flow cap is checked here too (the host's table checks it again by uplink address): a
+  // refused connection never becomes an entry of this namespace's conntrack table either.
   return "table ip b3os_ns {\n"
          "  chain pre {\n"
          "    type nat hook prerouting priority dstnat; policy accept;\n"
@@ -114,6 +117,7 @@ std::string netns_ruleset(const NetLayout& layout) {
          "  }\n"
          "  chain forward {\n"
          "    type filter hook forward priority filter; policy drop;\n"
+         "    iifname \"gw0\" ct state new ct count over " + flows + " reject with icmpx admin-prohibited\n"
          "    iifname \"gw0\" oifname \"up0\" accept\n"
          "    iifname \"up0\" oifname \"gw0\" ct state established,related accept\n"
          "  }\n"

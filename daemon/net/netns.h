@@ -33,6 +33,9 @@ struct NetLayout {
   Cidr uplinks{0x0ac90000, 16};  // 10.201.0.0/16: a /30 per sandbox; its first /30 is the service's
   uint16_t dns_port = 53;        // the resolver, on the service address
   uint16_t proxy_port = 3129;    // the egress proxy, on the service address
+  /// Connections (conntrack entries: TCP, UDP, ICMP, DNS included) one sandbox may hold at
+  /// once, in its namespace and on the host; new ones beyond are refused.
+  uint32_t max_flows = 2048;
   /// The resolver and the proxy listen here, an address of the host's loopback.
   uint32_t service_addr() const { return uplinks.addr + 1; }
   /// How many sandboxes can have a network at once.

@@ -189,9 +189,10 @@ std::optional<Cidr> parse_cidr(std::string_view text) {
   return c;
 }
 
-const std::vector<DeniedRange>& always_denied() {
+namespace {
+std::vector<DeniedRange> built_in_denied() {
   // Broadcast comes before 240/4, which holds it, so that it is reported as broadcast.
-  static const std::vector<DeniedRange> kRanges = {
+  return {
       {{ip4(0, 0, 0, 0), 8}, "this network"},
       {{ip4(10, 0, 0, 0), 8}, "private network (RFC 1918)"},
       {{ip4(100, 64, 0, 0), 10}, "shared address space (CGNAT)"},
@@ -204,8 +205,24 @@ const std::vector<DeniedRange>& always_denied() {
       {{ip4(224, 0, 0, 0), 4}, "multicast"},
       {{ip4(255, 255, 255, 255), 32}, "broadcast"},
       {{ip4(240, 0, 0, 0), 4}, "reserved"},
+      // Cloud platform endpoints outside link-local: Azure's WireServer (VM agent, DNS,
+      // health probes) answers every VM on this public address.
+      {{ip4(168, 63, 129, 16), 32}, "a cloud platform endpoint (Azure WireServer)"},
   };
-  return kRanges;
+}
+
+std::vector<DeniedRange>& denied_ranges() {
+  static std::vector<DeniedRange> ranges = built_in_denied();
+  return ranges;
+}
+}  // namespace
+
+const std::vector<DeniedRange>& always_denied() { return denied_ranges(); }
+
+void add_denied_range(const Cidr& net) {
+  for (const DeniedRange& r : denied_ranges())
+    if (r.net == net) return;
+  denied_ranges().push_back({net, "denied by the node's operator (--deny-cidr)"});
 }
 
 std::optional<std::string_view> denied_reason(uint32_t ip) {
@@ -400,6 +417,32 @@ std::vector<std::pair<Cidr, uint16_t>> Allowlist::cidr_ports() const {
     for (uint16_t p : e.ports) out.emplace_back(e.cidr, p);
   }
   return out;
+}
+
+std::optional<Cidr> reverse_name_network(std::string_view name) {
+  constexpr std::string_view kSuffix = "in-addr.arpa";
+  if (name == kSuffix) return Cidr{0, 0};
+  if (!name.ends_with("." + std::string(kSuffix))) return std::nullopt;
+  name.remove_suffix(kSuffix.size() + 1);
+  uint32_t octets[4];
+  int n = 0;
+  for (size_t start = 0; start <= name.size();) {
+    size_t dot = name.find('.', start);
+    if (dot == std::string_view::npos) dot = name.size();
+    const std::string_view label = name.substr(start, dot - start);
+    if (n == 4 || label.empty() || label.size() > 3 || (label.size() > 1 && label[0] == '0')) return std::nullopt;
+    uint32_t v = 0;
+    for (char c : label) {
+      if (c < '0' || c > '9') return std::nullopt;
+      v = v * 10 + static_cast<uint32_t>(c - '0');
+    }
+    if (v > 255) return std::nullopt;
+    octets[n++] = v;
+    start = dot + 1;
+  }
+  uint32_t addr = 0;
+  for (int i = 0; i < n; ++i) addr |= octets[n - 1 - i] << (24 - 8 * i);  // labels are reversed
+  return Cidr{addr, 8 * n};
 }
 
 std::optional<std::string> canonical_host(std::string_view host) {

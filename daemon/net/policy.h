@@ -79,9 +79,13 @@ struct DeniedRange {
 };
 /// What no sandbox may reach, ever: this network, private (RFC 1918), CGNAT, loopback,
 /// link-local (cloud metadata), IETF protocol assignments, benchmarking, multicast, reserved
-/// and broadcast. Not the documentation ranges (TEST-NET-1/2/3): tests use them as the
-/// public internet.
+/// and broadcast; cloud platform endpoints outside those (Azure's 168.63.129.16); and what the
+/// operator added (add_denied_range). Not the documentation ranges (TEST-NET-1/2/3): tests use
+/// them as the public internet.
 const std::vector<DeniedRange>& always_denied();
+/// Adds `net` to the always-denied ranges (the operator's --deny-cidr). At start-up only,
+/// before any thread reads the ranges: they are not locked.
+void add_denied_range(const Cidr& net);
 /// The reason if ip is in an always-denied range, else nullopt.
 std::optional<std::string_view> denied_reason(uint32_t ip);
 /// The first always-denied range that overlaps `net`, if any.
@@ -136,6 +140,11 @@ class Allowlist {
 
   std::vector<AllowEntry> entries_;
 };
+
+/// The network a reverse-lookup name names: "d.c.b.a.in-addr.arpa" is a.b.c.d/32, a shorter
+/// one ("b.a.in-addr.arpa") a.b.0.0/16, "in-addr.arpa" 0.0.0.0/0. nullopt for any other name
+/// (lowercase, no trailing dot, as canonical_host gives names).
+std::optional<Cidr> reverse_name_network(std::string_view name);
 
 /// The canonical form of a host name as a connection gives it (TLS SNI, HTTP Host, a DNS
 /// question): lowercase, without the one trailing dot tolerated. nullopt if malformed.

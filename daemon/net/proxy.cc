@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 
 #include <array>
+#include <cstring>
 #include <vector>
 
 #include <spdlog/spdlog.h>
@@ -123,7 +124,7 @@ class EgressProxy::Connection : public std::enable_shared_from_this<Connection> 
     decided_ = true;
     timer_.cancel();
     auto pol = p_.policies_.get(source_);
-    if (pol && pol->mode == "allowlist" && !denied_reason(dst_ip_)) {
+    if (pol && pol->mode == "allowlist" && !denied_reason(dst_ip_) && !p_.host_.is_local(dst_ip_)) {
       for (auto& n : p_.resolver_.learned(source_, dst_ip_)) {
         if (pol->list.allows_name(n, dst_port_)) {
           name_ = n;
@@ -136,8 +137,26 @@ class EgressProxy::Connection : public std::enable_shared_from_this<Connection> 
   }
 
   void dial(std::vector<uint32_t> addrs, size_t i) {
-    if (i >= addrs.size()) return refuse(false, "no address of " + name_ + " answered");
+    // The host's own addresses are checked now, not when the name was resolved: an address
+    // the host took since is refused too (and the firewall's `out` chain refuses what this
+    // list has not caught up with yet).
+    while (i < addrs.size() && (denied_reason(addrs[i]) || p_.host_.is_local(addrs[i]))) {
+      spdlog::info("egress proxy: {} of {} is an address of this host or always denied: not dialled",
+                   ipv4_str(addrs[i]), name_);
+      ++i;
+    }
+    if (i >= addrs.size()) {
+      if (dialled_ == 0) return refuse(http_, name_ + " resolves to no address a sandbox may reach");
+      return refuse(false, "no address of " + name_ + " answered");
+    }
     dialled_ = addrs[i];
+    error_code oe;
+    upstream_.open(tcp::v4(), oe);
+    const int mark = static_cast<int>(kProxyMark);
+    if (oe || ::setsockopt(upstream_.native_handle(), SOL_SOCKET, SO_MARK, &mark, sizeof mark) != 0) {
+      spdlog::warn("egress proxy: cannot mark a socket: {}", oe ? oe.message() : std::strerror(errno));
+      return refuse(http_, "the egress proxy cannot open a connection");
+    }
     timer_.expires_after(kConnectTimeout);
     timer_.async_wait([self = shared_from_this()](error_code ec) {
       if (!ec && !self->connected_) {
@@ -219,8 +238,8 @@ class EgressProxy::Connection : public std::enable_shared_from_this<Connection> 
   std::array<uint8_t, kSpliceBuffer> up_{}, down_{};
 };
 
-EgressProxy::EgressProxy(asio::io_context& io, const PolicyTable& policies, Resolver& resolver)
-    : io_(io), policies_(policies), resolver_(resolver), acceptor_(io) {}
+EgressProxy::EgressProxy(asio::io_context& io, const PolicyTable& policies, Resolver& resolver, HostAddresses& host)
+    : io_(io), policies_(policies), resolver_(resolver), host_(host), acceptor_(io) {}
 
 EgressProxy::~EgressProxy() {
   stop();
@@ -263,7 +282,7 @@ void EgressProxy::accept() {
       const uint32_t dst_ip = ntohl(dst.sin_addr.s_addr);
       const uint16_t dst_port = ntohs(dst.sin_port);
       const bool to_self = dst_ip == acceptor_.local_endpoint(e2).address().to_v4().to_uint();
-      if (!have_dst || to_self || total_ >= kMaxTotal || by_source_[source].size() >= kMaxPerSource) {
+      if (!have_dst || to_self || !share_.try_take(source)) {
         ++refused_;
         s.set_option(asio::socket_base::linger(true, 0), e2);
         s.close(e2);
@@ -271,7 +290,6 @@ void EgressProxy::accept() {
         s.set_option(tcp::no_delay(true), e2);
         auto c = std::make_shared<Connection>(*this, std::move(s), source, dst_ip, dst_port);
         by_source_[source].insert(c.get());
-        ++total_;
         c->start();
       }
     }
@@ -282,7 +300,7 @@ void EgressProxy::accept() {
 void EgressProxy::done(Connection* c) {
   auto it = by_source_.find(c->source());
   if (it == by_source_.end() || !it->second.erase(c)) return;
-  --total_;
+  share_.give(c->source());
   if (it->second.empty()) by_source_.erase(it);
 }
 

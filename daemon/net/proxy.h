@@ -13,8 +13,13 @@
 //     sandbox for an allowed name, on an allowed port, is dialled.
 // Refused: plain HTTP gets a 403 with an `egress_denied` JSON body, everything else a TCP
 // reset, at once. The bytes peeked are sent on first, then both directions are spliced.
+// No connection is dialled to an address of the host itself (host_addrs.h), whatever name
+// led there; the proxy's sockets carry kProxyMark, and the firewall refuses a connection of
+// theirs to any local address as well.
 // Everything runs on the network's asio thread; a connection costs two sockets and two
-// buffers, a sandbox may hold kMaxPerSource of them and the node kMaxTotal.
+// buffers. They are shared fairly (common/fair_share.h): a sandbox may hold kMaxPerSource, the
+// node kMaxTotal, and kFloor of each sandbox's are kept for it whatever the others hold (for
+// up to kReserve / kFloor sandboxes at their floors at once).
 
 #include <chrono>
 #include <cstdint>
@@ -25,7 +30,9 @@
 
 #include <boost/asio.hpp>
 
+#include "common/fair_share.h"
 #include "common/result.h"
+#include "daemon/net/host_addrs.h"
 #include "daemon/net/resolver.h"
 
 namespace b3os::net {
@@ -34,20 +41,22 @@ class EgressProxy {
  public:
   static constexpr size_t kMaxPerSource = 256;
   static constexpr size_t kMaxTotal = 8192;
+  static constexpr size_t kFloor = 16;
+  static constexpr size_t kReserve = 4096;  // 256 sandboxes' floors
   static constexpr std::chrono::milliseconds kPeekTimeout{5000};
   /// How long a client on a port other than 80/443 may stay silent before the proxy decides
   /// by its destination alone (servers that speak first: SSH, SMTP, MySQL).
   static constexpr std::chrono::milliseconds kSilentClient{300};
   static constexpr std::chrono::milliseconds kConnectTimeout{10000};
 
-  EgressProxy(boost::asio::io_context& io, const PolicyTable& policies, Resolver& resolver);
+  EgressProxy(boost::asio::io_context& io, const PolicyTable& policies, Resolver& resolver, HostAddresses& host);
   ~EgressProxy();
   Result<void> start(uint32_t addr, uint16_t port);
   void stop();
   /// After `source`'s policy changed (or it is gone): closes the connections it no longer
   /// allows. On the network thread.
   void recheck(uint32_t source);
-  size_t connections() const { return total_; }
+  size_t connections() const { return share_.total(); }
   uint64_t refused() const { return refused_; }
 
   class Connection;
@@ -60,9 +69,10 @@ class EgressProxy {
   boost::asio::io_context& io_;
   const PolicyTable& policies_;
   Resolver& resolver_;
+  HostAddresses& host_;
   boost::asio::ip::tcp::acceptor acceptor_;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
-  size_t total_ = 0;
+  FairShare<uint32_t> share_{{kMaxTotal, kMaxPerSource, kFloor, kReserve}};
   uint64_t refused_ = 0;
   std::map<uint32_t, std::set<Connection*>> by_source_;
 };

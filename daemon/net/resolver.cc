@@ -29,13 +29,16 @@ uint16_t random_id() {
 
 uint32_t v4(const asio::ip::address& a) { return a.is_v4() ? a.to_v4().to_uint() : 0; }
 
-// Counts a question in flight for as long as its handlers hold it.
-struct PendingSlot {
-  size_t& total;
-  size_t& mine;
-  PendingSlot(size_t& t, size_t& m) : total(t), mine(m) { ++total, ++mine; }
-  ~PendingSlot() { --total, --mine; }
+// Holds a unit of a FairShare for as long as its handlers hold it.
+struct ShareSlot {
+  FairShare<uint32_t>& share;
+  uint32_t source;
+  ShareSlot(FairShare<uint32_t>& s, uint32_t src) : share(s), source(src) {}
+  ~ShareSlot() { share.give(source); }
+  ShareSlot(const ShareSlot&) = delete;
+  ShareSlot& operator=(const ShareSlot&) = delete;
 };
+
 }  // namespace
 
 void PolicyTable::set(uint32_t source, std::shared_ptr<const SourcePolicy> p) {
@@ -54,8 +57,9 @@ std::shared_ptr<const SourcePolicy> PolicyTable::get(uint32_t source) const {
   return it == by_source_.end() ? nullptr : it->second;
 }
 
-Resolver::Resolver(asio::io_context& io, const PolicyTable& policies, std::vector<DnsUpstream> upstreams)
-    : io_(io), policies_(policies), upstreams_(std::move(upstreams)), udp_(io), tcp_(io) {}
+Resolver::Resolver(asio::io_context& io, const PolicyTable& policies, std::vector<DnsUpstream> upstreams,
+                   HostAddresses& host)
+    : io_(io), policies_(policies), upstreams_(std::move(upstreams)), host_(host), udp_(io), tcp_(io) {}
 
 Result<void> Resolver::start(uint32_t addr, uint16_t port) {
   boost::system::error_code ec;
@@ -102,10 +106,7 @@ void Resolver::accept_tcp() {
     if (!ec) {
       boost::system::error_code e2;
       const uint32_t source = v4(s.remote_endpoint(e2).address());
-      if (!e2 && tcp_by_source_[source] < kMaxTcpPerSource) {
-        ++tcp_by_source_[source];
-        serve_tcp(std::make_shared<tcp::socket>(std::move(s)), source);
-      }
+      if (!e2 && tcp_share_.try_take(source)) serve_tcp(std::make_shared<tcp::socket>(std::move(s)), source);
     }
     accept_tcp();
   });
@@ -120,11 +121,11 @@ void Resolver::serve_tcp(std::shared_ptr<tcp::socket> sock, uint32_t source) {
     std::array<uint8_t, 2> len{};
     std::vector<uint8_t> body;
     std::function<void()> next;
-    size_t* count;
-    Conn(std::shared_ptr<tcp::socket> s, asio::io_context& io, size_t* c) : sock(std::move(s)), idle(io), count(c) {}
-    ~Conn() { --*count; }
+    ShareSlot slot;
+    Conn(std::shared_ptr<tcp::socket> s, asio::io_context& io, FairShare<uint32_t>& share, uint32_t src)
+        : sock(std::move(s)), idle(io), slot(share, src) {}
   };
-  auto c = std::make_shared<Conn>(std::move(sock), io_, &tcp_by_source_[source]);
+  auto c = std::make_shared<Conn>(std::move(sock), io_, tcp_share_, source);
   std::weak_ptr<Conn> weak = c;
   c->next = [this, weak, source] {
     auto c = weak.lock();
@@ -170,9 +171,8 @@ void Resolver::answer(uint32_t source, std::vector<uint8_t> packet, Reply reply)
   if (!pol || q->qclass != kClassIN) return reply(make_reply(*q, kRcodeRefused));
   // Sandboxes have no IPv6: an empty answer, at once, so clients go straight to IPv4.
   if (q->qtype == kTypeAAAA) return reply(make_reply(*q, kRcodeNoError));
-  if (pending_ >= kMaxPending || pending_by_source_[source] >= kMaxPendingPerSource)
-    return reply(make_reply(*q, kRcodeServFail));
-  auto slot = std::make_shared<PendingSlot>(pending_, pending_by_source_[source]);
+  if (!pending_.try_take(source)) return reply(make_reply(*q, kRcodeServFail));
+  auto slot = std::make_shared<ShareSlot>(pending_, source);
 
   if (pol->mode == "allowlist") {
     if (!pol->list.resolvable(q->name)) {
@@ -192,16 +192,54 @@ void Resolver::answer(uint32_t source, std::vector<uint8_t> packet, Reply reply)
     return;
   }
   // public: the question goes upstream under an id of ours, the answer comes back with its own.
+  // The reverse names of always-denied ranges are internal zones: not asked.
+  if (q->qtype == kTypePTR) {
+    if (auto net = reverse_name_network(q->name); net && denied_overlap(*net)) {
+      ++refused_;
+      return reply(make_reply(*q, kRcodeNxDomain));
+    }
+  }
   ++forwarded_;
   DnsQuestion sent = *q;
   sent.id = random_id();
   packet[0] = static_cast<uint8_t>(sent.id >> 8);
   packet[1] = static_cast<uint8_t>(sent.id);
-  ask_upstream(std::move(packet), 0, [q = *q, sent, reply, slot](Result<std::vector<uint8_t>> r) {
+  ask_upstream(std::move(packet), 0, [this, q = *q, sent, reply, slot](Result<std::vector<uint8_t>> r) {
     if (!r) return reply(make_reply(q, kRcodeServFail));
     auto out = reanswer(*r, sent, q.id);
-    reply(out ? std::move(*out) : make_reply(q, kRcodeServFail));
+    reply(out ? filter_public(q, std::move(*out)) : make_reply(q, kRcodeServFail));
   });
+}
+
+std::vector<uint8_t> Resolver::filter_public(const DnsQuestion& q, std::vector<uint8_t> reply) {
+  if (q.qtype != kTypeA) return reply;
+  auto ans = parse_upstream(reply, q.id, q.name, kTypeA);
+  if (!ans || ans->rcode != kRcodeNoError) return reply;
+  std::vector<ARecord> kept;
+  for (auto& a : ans->a)
+    if (!withheld(a.ip)) kept.push_back(a);
+  if (kept.size() == ans->a.size()) return reply;
+  spdlog::info("resolver: a public answer for {} held {} addresses no sandbox may be given: left out", q.name,
+               ans->a.size() - kept.size());
+  return make_a_reply(q, kept, kRcodeNxDomain);
+}
+
+void Resolver::cache_put(const std::string& name, std::vector<uint32_t> addrs, uint32_t ttl) {
+  const auto now = Clock::now();
+  if (auto it = cache_.find(name); it != cache_.end()) {
+    cache_by_age_.erase(it->second.by_age);
+    cache_.erase(it);
+  }
+  // Full: the entries that expire first go (the expired ones among them), one at a time, so a
+  // burst of new names costs the others only their oldest answers, never the whole cache.
+  while (cache_.size() >= kMaxCache && !cache_by_age_.empty()) {
+    auto oldest = cache_by_age_.begin();
+    cache_.erase(oldest->second);
+    cache_by_age_.erase(oldest);
+  }
+  const auto until = now + std::chrono::seconds(ttl);
+  auto age = cache_by_age_.emplace(until, name);
+  cache_[name] = CacheEntry{std::move(addrs), ttl, until, age};
 }
 
 void Resolver::ask_upstream(std::vector<uint8_t> packet, size_t which,
@@ -261,20 +299,16 @@ void Resolver::resolve(const std::string& name, Addresses done) {
     } else {
       uint32_t min_ttl = kMaxTtl;
       for (auto& a : ans->a) {
-        if (denied_reason(a.ip)) {
-          spdlog::info("resolver: {} resolves to {}, which no sandbox may reach: dropped", name, ipv4_str(a.ip));
+        if (withheld(a.ip)) {
+          spdlog::info("resolver: {} resolves to {}, which no sandbox may reach{}: dropped", name, ipv4_str(a.ip),
+                       denied_reason(a.ip) ? "" : " (an address of this host)");
           continue;
         }
         kept.push_back(a.ip);
         min_ttl = std::min(min_ttl, a.ttl);
       }
       ttl = kept.empty() ? kMinTtl : std::clamp(min_ttl, kMinTtl, kMaxTtl);
-      if (cache_.size() >= kMaxCache) {
-        const auto now = Clock::now();
-        std::erase_if(cache_, [&](auto& e) { return e.second.until <= now; });
-        if (cache_.size() >= kMaxCache) cache_.clear();
-      }
-      cache_[name] = {kept, ttl, Clock::now() + std::chrono::seconds(ttl)};
+      cache_put(name, kept, ttl);
     }
     for (auto& w : waiters) w(kept, ttl, err);
   });

@@ -7,9 +7,15 @@
 //              addresses in always-denied ranges are dropped; every other name gets NXDOMAIN
 //              here and is never sent anywhere, so DNS is not a way out. The addresses a
 //              sandbox was given are remembered (its "learned" addresses) for the proxy.
+// In both modes no sandbox is given an address of the host itself (host_addrs.h), and public
+// answers lose their always-denied addresses too (an internal zone's names do not resolve to
+// its private addresses); PTR questions for always-denied ranges are not sent upstream.
 // Everything runs on the network's one asio thread; a question costs a socket and a timer
-// while it waits for upstream, never a thread, and a sandbox may have kMaxPendingPerSource
-// of them at once (the node kMaxPending): a flood of slow names cannot stall another's DNS.
+// while it waits for upstream, never a thread. Questions in flight are shared fairly
+// (common/fair_share.h): a sandbox may have kMaxPendingPerSource, the node kMaxPending, and
+// kPendingFloor of each sandbox's are kept for it whatever the others do, so a flood of slow
+// names from any number of sandboxes (up to kPendingReserve / kPendingFloor) cannot stall
+// another's DNS. TCP connections are shared the same way.
 
 #include <chrono>
 #include <cstdint>
@@ -24,7 +30,9 @@
 
 #include <boost/asio.hpp>
 
+#include "common/fair_share.h"
 #include "common/result.h"
+#include "daemon/net/host_addrs.h"
 #include "daemon/net/policy.h"
 
 namespace b3os::net {
@@ -48,6 +56,8 @@ class PolicyTable {
   std::map<uint32_t, std::shared_ptr<const SourcePolicy>> by_source_;
 };
 
+struct DnsQuestion;
+
 struct DnsUpstream {
   uint32_t addr = 0;
   uint16_t port = 53;
@@ -55,22 +65,28 @@ struct DnsUpstream {
 
 class Resolver {
  public:
-  static constexpr size_t kMaxPending = 1024;
+  static constexpr size_t kMaxPending = 4096;
   static constexpr size_t kMaxPendingPerSource = 64;
+  static constexpr size_t kPendingFloor = 8;
+  static constexpr size_t kPendingReserve = 2048;  // 256 sandboxes' floors
+  static constexpr size_t kMaxTcp = 2048;
   static constexpr size_t kMaxTcpPerSource = 16;
+  static constexpr size_t kTcpFloor = 2;
+  static constexpr size_t kTcpReserve = 1024;
   static constexpr size_t kMaxCache = 4096;
   static constexpr size_t kMaxLearnedPerSource = 4096;
   static constexpr std::chrono::milliseconds kUpstreamTimeout{1500};
 
   using Addresses = std::function<void(std::vector<uint32_t> addrs, uint32_t ttl, std::string error)>;
 
-  Resolver(boost::asio::io_context& io, const PolicyTable& policies, std::vector<DnsUpstream> upstreams);
+  Resolver(boost::asio::io_context& io, const PolicyTable& policies, std::vector<DnsUpstream> upstreams,
+           HostAddresses& host);
   /// Binds UDP and TCP on addr:port.
   Result<void> start(uint32_t addr, uint16_t port);
   void stop();
 
-  /// The addresses of `name` not in an always-denied range (cached for their TTL); for the
-  /// proxy and for allowlist answers. On the network thread.
+  /// The addresses of `name` not in an always-denied range and not the host's (cached for
+  /// their TTL); for the proxy and for allowlist answers. On the network thread.
   void resolve(const std::string& name, Addresses done);
   /// Whether `source` was answered `ip` for some name (allowlist mode), and which names.
   std::vector<std::string> learned(uint32_t source, uint32_t ip);
@@ -80,6 +96,8 @@ class Resolver {
   /// Counts, for tests and logs.
   uint64_t forwarded() const { return forwarded_; }
   uint64_t refused() const { return refused_; }
+  size_t pending() const { return pending_.total(); }
+  size_t cached() const { return cache_.size(); }
 
  private:
   struct Learned {
@@ -90,6 +108,7 @@ class Resolver {
     std::vector<uint32_t> addrs;
     uint32_t ttl = 0;
     std::chrono::steady_clock::time_point until;
+    std::multimap<std::chrono::steady_clock::time_point, std::string>::iterator by_age;
   };
   using Reply = std::function<void(std::vector<uint8_t>)>;
 
@@ -102,19 +121,27 @@ class Resolver {
   void ask_upstream(std::vector<uint8_t> packet, size_t which,
                     std::function<void(Result<std::vector<uint8_t>>)> done);
   void learn(uint32_t source, const std::string& name, const std::vector<uint32_t>& addrs, uint32_t ttl);
+  /// Whether no sandbox may be given `ip`: always denied, or the host's own.
+  bool withheld(uint32_t ip) { return denied_reason(ip) || host_.is_local(ip); }
+  /// Public mode: the upstream's answer to `q` with the addresses no sandbox may be given
+  /// taken out (the reply rebuilt only when there were some).
+  std::vector<uint8_t> filter_public(const DnsQuestion& q, std::vector<uint8_t> reply);
+  /// Keeps `name`'s answer, evicting the entry that expires first when the cache is full.
+  void cache_put(const std::string& name, std::vector<uint32_t> addrs, uint32_t ttl);
 
   boost::asio::io_context& io_;
   const PolicyTable& policies_;
   std::vector<DnsUpstream> upstreams_;
+  HostAddresses& host_;
   boost::asio::ip::udp::socket udp_;
   boost::asio::ip::tcp::acceptor tcp_;
   std::array<uint8_t, 4096> udp_buf_{};
   boost::asio::ip::udp::endpoint udp_peer_;
 
-  size_t pending_ = 0;
-  std::map<uint32_t, size_t> pending_by_source_;
-  std::map<uint32_t, size_t> tcp_by_source_;
+  FairShare<uint32_t> pending_{{kMaxPending, kMaxPendingPerSource, kPendingFloor, kPendingReserve}};
+  FairShare<uint32_t> tcp_share_{{kMaxTcp, kMaxTcpPerSource, kTcpFloor, kTcpReserve}};
   std::map<std::string, CacheEntry> cache_;
+  std::multimap<std::chrono::steady_clock::time_point, std::string> cache_by_age_;  // until -> name
   std::map<std::string, std::vector<Addresses>> resolving_;  // names asked upstream, and who waits
 
   mutable std::mutex learned_mu_;  // learned_: the proxy reads it on the network thread,
