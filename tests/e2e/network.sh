@@ -11,7 +11,14 @@
 #   - the policy holds after pause/resume, in each of 3 forks, after a snapshot restore and
 #     after SIGKILL of b3osd; a live change takes effect and survives a restart;
 #   - bad input gets its status and code and changes nothing;
-#   - 50 create/fork/delete cycles leave no namespace, veth, nft element or conntrack entry.
+#   - 50 create/fork/delete cycles leave no namespace, veth, nft element or conntrack entry;
+#   - the node itself is out of reach: an allowed name resolving to an address of the host is
+#     neither resolved nor dialled, and the firewall refuses the proxy's marked sockets towards
+#     any local address; Azure's platform address and the operator's --deny-cidr are denied;
+#     public answers carry no private or host address, and PTR questions for private ranges
+#     are not asked upstream;
+#   - a policy stored but not applied when b3osd died (its nft transaction held by a wrapper,
+#     then SIGKILL) cuts, after the restart, a connection the old policy had let through.
 # Network: 127.0.0.1 (the API) and the fake internet only; b3osd's resolver asks the test's
 # dnsmasq (--dns-upstream), never the host's.
 #
@@ -44,6 +51,7 @@ on_exit() {
   cleanup_everything
   net_leftovers_removed
   "$FAKENET" down "$FN" >/dev/null 2>&1
+  [ -z "${SELF_PID:-}" ] || kill "$SELF_PID" 2>/dev/null
   finish_private_suite "$rc"
 }
 trap on_exit EXIT
@@ -110,7 +118,42 @@ refused() { pj '.ok == false or .status == 403'; }
 eval "$("$FAKENET" env "$FN")"
 E2E_NETWORK=on
 export E2E_NETWORK
-B3OS_E2E_DAEMON_ARGS="--net-uplinks $UPLINKS --dns-upstream $B3T_DNS --net-warm-pool 1 --net-fork-pool 1"
+# b3osd finds nft through PATH: a wrapper that passes every call through, except that while
+# $NFT_HOLD exists a transaction taking a sandbox out of public_src waits (s_crash_window
+# kills b3osd during that wait: its new policy is stored and not yet applied).
+NFT_HOLD=$T/nft.hold
+mkdir -p "$T/nftwrap"
+cat >"$T/nftwrap/nft" <<EOF_NFT
+#!/usr/bin/env bash
+real=\$(PATH=\${PATH#$T/nftwrap:} command -v nft)
+[ "\$*" = "-j -f -" ] || exec "\$real" "\$@"
+tx=\$(cat)
+if [ -e "$NFT_HOLD" ] && grep -q '"delete".*"public_src"' <<<"\$tx"; then
+  echo "\$\$" >"$NFT_HOLD.held"
+  sleep 60
+fi
+exec "\$real" "\$@" <<<"\$tx"
+EOF_NFT
+chmod +x "$T/nftwrap/nft"
+export PATH=$T/nftwrap:$PATH
+# A service of the host itself, on its end of the fake internet's link: what an allowed name
+# resolving to the node would reach (self.b3t.test). It logs every connection it accepts.
+SELF_PORT=18080
+SELF_LOG=$T/self.log
+: >"$SELF_LOG"
+python3 -c '
+import socket, sys, time
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind((sys.argv[1], int(sys.argv[2]))); s.listen(64)
+log = open(sys.argv[3], "a", buffering=1)
+while True:
+    c, peer = s.accept()
+    log.write(f"{time.time():.3f} from {peer[0]}:{peer[1]}\n")
+    c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\nConnection: close\r\n\r\nself")
+    c.close()
+' "$B3T_HOST_SELF" "$SELF_PORT" "$SELF_LOG" &
+SELF_PID=$!
+B3OS_E2E_DAEMON_ARGS="--net-uplinks $UPLINKS --dns-upstream $B3T_DNS --net-warm-pool 1 --net-fork-pool 1 --deny-cidr $B3T_HOST_OPDENY"
 export B3OS_E2E_DAEMON_ARGS
 start_private_daemon
 info "b3osd pid $(daemon_pid) on $URL, uplinks $UPLINKS (table $TABLE), resolver upstream $B3T_DNS, temp dir $T"
@@ -142,6 +185,33 @@ s_public() {
     probe "$id" tcp "${target%:*}" "${target##*:}"
     check "public.refused.$name" "want $target refused within 100 ms, got $P" pj '.ok == false and .ms < 100'
   done
+  # Cloud platform endpoints outside link-local, and the operator's own ranges (--deny-cidr).
+  probe "$id" tcp "$B3T_HOST_AZURE" 80
+  check public.refused.azure_wireserver "want Azure's $B3T_HOST_AZURE refused within 100 ms, got $P" pj '.ok == false and .ms < 100'
+  probe "$id" tcp "$B3T_HOST_OPDENY" 80
+  check public.refused.operator_deny_cidr "want $B3T_HOST_OPDENY (--deny-cidr) refused within 100 ms, got $P" pj '.ok == false and .ms < 100'
+  check public.platform_and_operator_hosts_never_reached "their servers saw: $(grep -E " ($B3T_HOST_AZURE|$B3T_HOST_OPDENY):" "$B3T_CONN_LOG" | head -2)" \
+    test "$(($(conn_lines "$B3T_HOST_AZURE") + $(conn_lines "$B3T_HOST_OPDENY")))" = 0
+  # An internal zone's answers: no private or host address, and no reverse lookups of
+  # private ranges, reach a public sandbox.
+  : >"$B3T_DNS_LOG"
+  probe "$id" resolve "$B3T_NAME_PRIVATE"
+  check public.dns.private_answer_withheld "want $B3T_NAME_PRIVATE ($B3T_HOST_PRIVATE) not to resolve, got $P" pj '.ok == false'
+  probe "$id" resolve "$B3T_NAME_SELF"
+  check public.dns.host_answer_withheld "want $B3T_NAME_SELF (the host's $B3T_HOST_SELF) not to resolve, got $P" pj '.ok == false'
+  probe "$id" resolve "$B3T_NAME_MULTI"
+  check public.dns.mixed_answer_filtered "want only $B3T_HOST_MULTI for $B3T_NAME_MULTI, got $P" pj --arg s "$B3T_HOST_MULTI" '.ok and .addrs == [$s]'
+  inside "$id" 'python3 -c "
+import socket, struct
+def ptr(name):
+    q = struct.pack(\">HHHHHH\", 7, 0x0100, 1, 0, 0, 0) + b\"\".join(bytes([len(p)]) + p.encode() for p in name.split(\".\")) + b\"\\0\" + struct.pack(\">HH\", 12, 1)
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(3); s.connect((\"10.0.0.1\", 53)); s.send(q)
+    r = s.recv(4096); return \"rcode=%d answers=%d\" % (r[3] & 15, struct.unpack(\">H\", r[6:8])[0])
+print(ptr(\"10.0.99.10.in-addr.arpa\"), ptr(\"10.100.51.198.in-addr.arpa\"))"'
+  check public.dns.private_ptr_refused "want NXDOMAIN for 10.0.99.10.in-addr.arpa and an answer for 198.51.100.10's, got $OUT" \
+    bash -c '[[ $0 == "rcode=3 answers=0 rcode=0 answers=1" ]]' "$OUT"
+  check public.dns.private_ptr_never_asked "the test resolver's log: $(grep -m1 '10.0.99.10.in-addr' "$B3T_DNS_LOG")" \
+    not grep -q '10.0.99.10.in-addr.arpa' "$B3T_DNS_LOG"
   probe "$id" http "http://$B3T_NAME_PRIVATE/"
   check public.refused.name_to_private "want private.b3t.test ($B3T_HOST_PRIVATE) unreachable, got $P" refused
   check public.denied_hosts_never_reached "the private/CGNAT/metadata hosts saw: $(grep -E "$B3T_HOST_PRIVATE|$B3T_HOST_CGNAT|$B3T_HOST_META" "$B3T_CONN_LOG" | head -3)" \
@@ -230,6 +300,45 @@ s_allowlist() {
   delete_sandbox "$id"
 }
 
+# ---- the node itself ---------------------------------------------------------------------------
+
+# An allowed name that resolves to the node (self.b3t.test: the host's own address on the fake
+# internet's link, where a service of the host listens): the proxy dials from the host, so it
+# would reach that service, or b3osd's own listeners, on the entry's port.
+s_node_self() {
+  create_sandbox "{\"egress\": {\"mode\": \"allowlist\", \"allow\": [\"$B3T_NAME_SELF:$SELF_PORT\", \"$B3T_NAME_SELF\"]}}"
+  local id=$CID
+  upload_tools "$id"
+  : >"$SELF_LOG"
+  probe "$id" resolve "$B3T_NAME_SELF"
+  check self.not_resolved "want $B3T_NAME_SELF (the host's $B3T_HOST_SELF) not to resolve, got $P" pj '.ok == false'
+  probe "$id" http "http://$B3T_NAME_SELF:$SELF_PORT/" --connect "$B3T_HOST_SELF"
+  check self.http_refused "want http://$B3T_NAME_SELF:$SELF_PORT/ refused with 403 egress_denied, got $P" \
+    pj '.status == 403 and .body.error.code == "egress_denied"'
+  probe "$id" http "http://$B3T_NAME_SELF:$SELF_PORT/" --connect 203.0.113.200
+  check self.other_address_refused "want the name refused whatever address the sandbox dials, got $P" refused
+  probe "$id" tcp "$B3T_HOST_SELF" "$SELF_PORT" --send hello
+  check self.tcp_refused "want another protocol to $B3T_HOST_SELF:$SELF_PORT refused, got $P" pj '.ok == false'
+  check self.host_service_never_reached "the host's service saw: $(head -2 "$SELF_LOG")" test ! -s "$SELF_LOG"
+  # The firewall's own rule, for what the proxy's list of host addresses has not caught up
+  # with: a socket with the proxy's mark cannot connect to any address of the host, and one
+  # without it can (so the rule, not the service, refused it).
+  local marked unmarked
+  marked=$(python3 -c '
+import socket, sys
+s = socket.socket(); s.settimeout(2); s.setsockopt(socket.SOL_SOCKET, 36, 0x62330001)
+try: s.connect((sys.argv[1], int(sys.argv[2]))); print("connected")
+except OSError as e: print("refused", e.errno)' "$B3T_HOST_SELF" "$SELF_PORT")
+  unmarked=$(python3 -c '
+import socket, sys
+s = socket.socket(); s.settimeout(2)
+try: s.connect((sys.argv[1], int(sys.argv[2]))); print("connected")
+except OSError as e: print("refused", e.errno)' "$B3T_HOST_SELF" "$SELF_PORT")
+  check self.firewall_refuses_marked "want a socket with the proxy's mark refused by the host ($B3T_HOST_SELF) and one without it connected, got marked: $marked, unmarked: $unmarked" \
+    test "$marked/$unmarked" = "refused 111/connected"
+  delete_sandbox "$id"
+}
+
 # ---- the policy through the sandbox's life -------------------------------------------------------
 
 # holds NAME ID: the allowlist [a.b3t.test] holds in ID: a served, b refused.
@@ -305,6 +414,47 @@ echo "body=$(stat -c %s /tmp/dl.body 2>/dev/null || echo 0) out=$(cat /tmp/dl.ou
   check life.patch.public_reaches "want c.b3t.test served once public, got $P" served_by "$B3T_HOST_C"
 }
 
+# ---- a crash between storing a policy and applying it ----------------------------------------------
+
+# PATCH tightens a public sandbox with a download under way; the wrapper holds b3osd's nft
+# transaction (the policy is stored, the firewall still public), b3osd is SIGKILLed there, and
+# the restarted b3osd applies the stored policy: the connection the old policy let through must
+# be cut, not kept by conntrack as established.
+s_crash_window() {
+  create_sandbox '{"egress": {"mode": "public"}}'
+  local id=$CID held
+  upload_tools "$id"
+  inside "$id" 'nohup sh -c "curl -s --limit-rate 100k -o /tmp/dl.body -w \"%{http_code} %{size_download}\" http://c.b3t.test/bytes/100000000 >/tmp/dl.out 2>&1; echo \" rc=\$?\" >>/tmp/dl.out" >/dev/null 2>&1 &
+for i in $(seq 1 100); do [ -s /tmp/dl.body ] && break; sleep 0.1; done; sleep 0.3
+echo "body=$(stat -c %s /tmp/dl.body 2>/dev/null || echo 0) out=$(cat /tmp/dl.out 2>/dev/null)"'
+  check crash.download_started "a slow public download must be running before the change, got: $OUT" \
+    bash -c '[[ $0 =~ ^body=[1-9][0-9]*\ out=$ ]]' "$OUT"
+  : >"$NFT_HOLD"
+  rm -f "$NFT_HOLD.held"
+  ( apij PATCH "/v1/sandboxes/$id" '{"egress": {"mode": "allowlist", "allow": ["a.b3t.test"]}}' ) >/dev/null 2>&1 &
+  local patch=$!
+  eventually 20 test -s "$NFT_HOLD.held" || true
+  check crash.transaction_held "want b3osd's nft transaction held by the wrapper, got: $(cat "$NFT_HOLD.held" 2>/dev/null || echo none)" test -s "$NFT_HOLD.held"
+  held=$(cat "$NFT_HOLD.held" 2>/dev/null || true)
+  stop_daemon KILL
+  [ -z "$held" ] || kill "$held" 2>/dev/null || true
+  rm -f "$NFT_HOLD" "$NFT_HOLD.held"
+  wait "$patch" 2>/dev/null || true
+  # The old firewall is still in place (the transaction never ran) until the restart makes the
+  # table anew: the download goes on meanwhile.
+  start_daemon || die "b3osd did not start again after SIGKILL"
+  api GET "/v1/sandboxes/$id"
+  check crash.policy_stored "want the tightened list stored before the crash, got $(snip)" okj 200 '.status == "running" and .egress.mode == "allowlist"'
+  inside "$id" 'for i in $(seq 1 80); do grep -q rc= /tmp/dl.out 2>/dev/null && break; sleep 0.1; done; cat /tmp/dl.out; rm -f /tmp/dl.body'
+  check crash.open_connection_cut "want the download begun under public cut once the stored policy is applied, got: $OUT" \
+    awk '$1 == 200 && $2 > 0 && $2 < 100000000 { ok = 1 } END { exit !ok }' <<<"${OUT:-none}"
+  probe "$id" http "http://$B3T_NAME_C/"
+  check crash.new_policy_holds "want c.b3t.test refused under the stored list, got $P" refused
+  probe "$id" http "http://$B3T_NAME_A/"
+  check crash.new_policy_allows "want a.b3t.test served under the stored list, got $P" served_by "$B3T_HOST_A"
+  delete_sandbox "$id"
+}
+
 # ---- bad input -------------------------------------------------------------------------------------
 
 s_bad_input() {
@@ -319,6 +469,10 @@ s_bad_input() {
   expect_error bad.private_cidr 403 egress_denied 'egress.allow[0]'
   create_sandbox '{"egress": {"mode": "allowlist", "allow": ["169.254.169.254"]}}'
   expect_error bad.metadata 403 egress_denied 'egress.allow[0]'
+  create_sandbox '{"egress": {"mode": "allowlist", "allow": ["168.63.129.16"]}}'
+  expect_error bad.azure_wireserver 403 egress_denied 'Azure'
+  create_sandbox "{\"egress\": {\"mode\": \"allowlist\", \"allow\": [\"$B3T_HOST_OPDENY:443\"]}}"
+  expect_error bad.operator_deny_cidr 403 egress_denied 'deny-cidr'
   create_sandbox '{"egress": {"mode": "allowlist", "allow": ["*.com"]}}'
   expect_error bad.wildcard_tld 400 invalid_request
   create_sandbox '{"egress": {"mode": "allowlist", "allow": ["https://a.b3t.test"]}}'
@@ -390,7 +544,7 @@ s_cycles() {
 }
 
 # B3OS_NET_SECTIONS: the sections to run (by hand; the suite runs them all).
-for section in ${B3OS_NET_SECTIONS:-s_public s_allowlist s_lifecycle s_bad_input s_cycles}; do
+for section in ${B3OS_NET_SECTIONS:-s_public s_allowlist s_node_self s_lifecycle s_bad_input s_crash_window s_cycles}; do
   run_section "$section"
 done
 check_responses

@@ -29,8 +29,8 @@ N_ADDR=198.51.100.2
 DNS_ADDR=198.51.100.53
 CI_ADDR=203.0.113.249  # check link: 203.0.113.248/30 (inside a range routed into $NS)
 CC_ADDR=203.0.113.250
-HOSTS=(198.51.100.10 198.51.100.11 198.51.100.12 203.0.113.10 203.0.113.11 10.99.0.10 100.64.0.10 169.254.169.254)
-ROUTES=(203.0.113.0/24 10.99.0.0/24 100.64.0.0/24 169.254.169.254/32)
+HOSTS=(198.51.100.10 198.51.100.11 198.51.100.12 198.51.100.77 203.0.113.10 203.0.113.11 10.99.0.10 100.64.0.10 169.254.169.254 168.63.129.16)
+ROUTES=(203.0.113.0/24 10.99.0.0/24 100.64.0.0/24 169.254.169.254/32 168.63.129.16/32)
 ZONE=b3t.test
 # name -> address (host-records: exactly these names). wild.b3t.test is different: it and
 # every name under it resolve to $WILD_ADDR.
@@ -44,6 +44,9 @@ RECORDS=(
   "loop.$ZONE 127.0.0.1"
   "multi.$ZONE 198.51.100.12"
   "multi.$ZONE 10.99.0.10"
+  "opdeny.$ZONE 198.51.100.77"
+  "azure.$ZONE 168.63.129.16"
+  "self.$ZONE 198.51.100.1"
 )
 WILD="wild.$ZONE"
 WILD_ADDR=203.0.113.11
@@ -311,6 +314,9 @@ cmd_env() {
     B3T_HOST_PRIVATE 10.99.0.10
     B3T_HOST_CGNAT 100.64.0.10
     B3T_HOST_META 169.254.169.254
+    B3T_HOST_AZURE 168.63.129.16
+    B3T_HOST_OPDENY 198.51.100.77
+    B3T_HOST_SELF 198.51.100.1
     B3T_NAME_A "a.$ZONE"
     B3T_NAME_B "b.$ZONE"
     B3T_NAME_C "c.$ZONE"
@@ -320,6 +326,9 @@ cmd_env() {
     B3T_NAME_PRIVATE "private.$ZONE"
     B3T_NAME_CGNAT "cgnat.$ZONE"
     B3T_NAME_META "meta.$ZONE"
+    B3T_NAME_AZURE "azure.$ZONE"
+    B3T_NAME_OPDENY "opdeny.$ZONE"
+    B3T_NAME_SELF "self.$ZONE"
     B3T_NAME_LOOP "loop.$ZONE"
     B3T_NAME_MULTI "multi.$ZONE"
   )

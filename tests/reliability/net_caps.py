@@ -12,7 +12,8 @@ Usage:
       upstream: each such question waits b3osd's 1.5 s upstream timeout), and NXDOMAIN for
       the rest. Each question is a line "MONOTONIC_TIME NAME" of --log.
   net_caps.py inside dnsflood SECONDS N SUFFIX | inside query NAME | inside http URL |
-              inside hold IP PORT N SECONDS
+              inside hold IP PORT N SECONDS | inside udpflows IP PORT N SECONDS |
+              inside crowd SECONDS SUFFIX IP
       In a sandbox: N unique A questions under SUFFIX kept outstanding for SECONDS (each answer
       is replaced by a new question at once); one question; one GET; N silent TCP connections
       held SECONDS, with when each was closed. One JSON object on stdout.
@@ -38,6 +39,18 @@ Usage:
     proxy.bounded          b3osd's threads grew by at most 8 and its fds by at most 256 + 32
     proxy.after            afterwards X's own GET http://a.b3t.test/ is served
     dns.upstream_saw_only_the_zone  every question b3osd sent upstream was for a listed name
+    flows.capped           a public sandbox P opens 700 UDP flows (one socket each) to the fake
+                           internet's echo: at most the --net-max-flows cap (--flows-cap) are
+                           answered; the rest are refused (issue 20: no sandbox fills the
+                           host's conntrack table)
+    flows.host_table       the host's conntrack table holds at most the cap of P's flows
+    flows.other_sandbox    meanwhile another public sandbox's UDP echo and GET work
+    flows.after            once P's sockets are closed it opens flows again
+    crowd.*                40 hostile allowlist sandboxes (--crowd) each keep 64 slow DNS
+                           questions and 300 silent proxy connections open at once; a quiet
+                           sandbox's questions and GETs are all served within 1 s meanwhile
+                           (the per-sandbox caps alone let 16 sandboxes fill the resolver's
+                           node cap and 32 the proxy's)
 Exit 1 if any check failed. Standard library only; the inside modes too (they run in the
 base template's python3).
 """
@@ -258,6 +271,59 @@ def inside_hold(ip, port, n, seconds):
         s.close()
 
 
+def inside_udpflows(ip, port, n, seconds):
+    """N connected UDP sockets, one datagram each: how many got their echo back."""
+    socks, replied, refused = [], 0, 0
+    t0, w0 = time.monotonic(), time.time()
+    for i in range(n):
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.setblocking(False)
+        try:
+            s.connect((ip, port))
+            s.send(b"flow %d" % i)
+        except OSError:
+            refused += 1
+        socks.append(s)
+    pending = set(range(n))
+    while pending and time.monotonic() - t0 < 3:
+        r, _, _ = select.select([socks[i] for i in pending][:1000], [], [], 0.2)
+        for s in r:
+            i = socks.index(s)
+            try:
+                s.recv(2048)
+                replied += 1
+            except OSError:
+                refused += 1
+            pending.discard(i)
+    left = seconds - (time.monotonic() - t0)
+    if left > 0:
+        time.sleep(left)
+    print(json.dumps({"start": w0, "end": time.time(), "opened": n, "replied": replied, "refused": refused,
+                      "silent": len(pending)}))
+    for s in socks:
+        s.close()
+
+
+def inside_crowd(seconds, suffix, ip):
+    """A hostile sandbox of the crowd: a DNS flood and silent proxy connections, at once."""
+    import contextlib
+    import io
+    outs = {}
+
+    def run(name, fn, *args):
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            fn(*args)
+        outs[name] = json.loads(buf.getvalue().strip().splitlines()[-1])
+    ts = [threading.Thread(target=run, args=("dns", inside_dnsflood, seconds, PER_SANDBOX_DNS, suffix)),
+          threading.Thread(target=run, args=("hold", inside_hold, ip, 80, PER_SANDBOX_PROXY + 44, seconds))]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    print(json.dumps(outs))
+
+
 # ---- the checks (on the host) --------------------------------------------------------------------
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -269,9 +335,10 @@ def check(a):
     me = os.path.abspath(__file__)
     made = []
 
-    def create(allow):
+    def create(allow, mode="allowlist"):
+        egress = {"mode": mode, "allow": allow} if mode == "allowlist" else {"mode": mode}
         st, _, doc, _ = api.call("POST", "/v1/sandboxes", a.key, {
-            "template": "base", "timeout_s": 600, "egress": {"mode": "allowlist", "allow": allow}}, timeout=120)
+            "template": "base", "timeout_s": 600, "egress": egress}, timeout=120)
         if st != 201:
             return None, f"create: HTTP {st} {json.dumps(doc)[:200]}"
         made.append(doc["id"])
@@ -309,6 +376,8 @@ def check(a):
             return 1
         run_dns(a, api, x, y, inside, upstream_times, daemon_counts, result)
         run_proxy(a, api, x, y, inside, daemon_counts, result)
+        run_flows(a, create, inside, result)
+        run_crowd(a, api, create, inside, y, result)
         with open(a.upstream_log) as f:
             names = [line.split()[1] for line in f if len(line.split()) > 1]
         other = sorted({n for n in names if not n.lower().endswith("." + a.zone)})
@@ -434,6 +503,111 @@ def run_proxy(a, api, x, y, inside, daemon_counts, result):
            f"X's GET http://{a.name_a}/ again: {r}")
 
 
+def run_flows(a, create, inside, result):
+    n = a.flows_cap + 188
+    p, err = create([], mode="public")
+    q, err2 = create([], mode="public") if p else (None, err)
+    if err or err2:
+        return result(False, "flows.capped", f"public sandboxes not created: {err or err2}")
+    seen, stop = [], threading.Event()
+
+    def bystander():
+        while not stop.is_set():
+            seen.append(inside(q, "http", f"http://{a.name_a}/"))
+            stop.wait(0.3)
+    t = threading.Thread(target=bystander)
+    out = {}
+    t.start()
+    attack = threading.Thread(target=lambda: out.update(inside(p, "udpflows", a.host_a, 7, n, 6)))
+    attack.start()
+    time.sleep(3)
+    uplink = uplink_of(p)
+    tracked = count_conntrack(uplink) if uplink else None
+    attack.join()
+    stop.set()
+    t.join()
+    if "error" in out:
+        return result(False, "flows.capped", f"the flows were not opened: {out['error']}")
+    result(a.flows_cap - 64 <= out["replied"] <= a.flows_cap, "flows.capped",
+           f"{n} UDP flows from P: {out['replied']} answered (cap {a.flows_cap}), {out['refused']} refused, "
+           f"{out['silent']} unanswered")
+    result(tracked is not None and tracked <= a.flows_cap, "flows.host_table",
+           f"the host's conntrack table held {tracked} entries of P's uplink {uplink} (cap {a.flows_cap})")
+    during = [r for r in seen if in_window(r, out)]
+    bad = [r for r in during if r.get("status") != "200" or r.get("s", 9) >= PROMPT_S]
+    result(during and not bad, "flows.other_sandbox",
+           f"{len(during)} GETs of Q while P held its flows, slowest {max((r.get('s', 9) for r in during), default=0):.3f} s"
+           + (f"; bad: {bad[:2]}" if bad else ""))
+    # Unanswered UDP flows time out of conntrack after 30 s (nf_conntrack_udp_timeout); answered
+    # ones too. Afterwards P has room again.
+    time.sleep(31)
+    again = inside(p, "udpflows", a.host_a, 7, 20, 0)
+    result(again.get("replied") == 20, "flows.after", f"P's 20 new flows once the old ones expired: {again}")
+
+
+def uplink_of(sid):
+    import subprocess
+    r = subprocess.run(["ip", "-n", "b3s-" + sid, "-4", "-o", "addr", "show", "dev", "up0"],
+                       capture_output=True, text=True)
+    parts = r.stdout.split()
+    return parts[3].split("/")[0] if len(parts) > 3 else None
+
+
+def count_conntrack(src):
+    import subprocess
+    r = subprocess.run(["conntrack", "-L", "-s", src], capture_output=True, text=True)
+    return sum(1 for line in r.stdout.splitlines() if line.strip())
+
+
+def run_crowd(a, api, create, inside, y, result):
+    from concurrent.futures import ThreadPoolExecutor
+    suffix = f"slow.{a.zone}"
+    with ThreadPoolExecutor(4) as ex:
+        made = list(ex.map(lambda _: create([f"*.slow.{a.zone}", a.name_a]), range(a.crowd)))
+    hostile = [sid for sid, err in made if sid]
+    errors = [err for sid, err in made if not sid]
+    result(not errors, "crowd.setup", f"{len(hostile)} hostile allowlist sandboxes" + (f"; {errors[:2]}" if errors else ""))
+    if errors:
+        return
+    dns_seen, http_seen, stop = [], [], threading.Event()
+
+    def quiet():
+        while not stop.is_set():
+            dns_seen.append(inside(y, "query", a.name_a))
+            http_seen.append(inside(y, "http", f"http://{a.name_a}/"))
+            stop.wait(0.2)
+    outs = []
+    attack = threading.Thread(target=lambda: outs.extend(ThreadPoolExecutor(len(hostile)).map(
+        lambda sid: inside(sid, "crowd", a.seconds + 2, suffix, a.host_a, timeout_s=a.seconds + 30), hostile)))
+    attack.start()
+    time.sleep(2.5)  # every hostile sandbox has its questions and connections out
+    q = threading.Thread(target=quiet)
+    q.start()
+    attack.join()
+    stop.set()
+    q.join()
+    ran = [o for o in outs if "dns" in o and "hold" in o]
+    held = sum(o["hold"]["opened"] - o["hold"]["closed_1s"] for o in ran)
+    result(len(ran) == len(hostile), "crowd.attack_ran",
+           f"{len(ran)} of {len(hostile)} hostile sandboxes flooded and held; {held} proxy connections held at once "
+           f"(the node's cap is {8192}); {sum(o['dns']['sent'] for o in ran)} slow questions sent"
+           + ("" if len(ran) == len(hostile) else f"; e.g. {[o for o in outs if o not in ran][:1]}"))
+    window = {"start": min((o["dns"]["start"] for o in ran), default=0) + 2,
+              "end": min((o["dns"]["end"] for o in ran), default=0) - 1}
+    dns = [r for r in dns_seen if in_window(r, window)]
+    bad = [r for r in dns if r.get("rcode") != 0 or r.get("addrs") != [a.host_a] or r.get("s", 9) >= PROMPT_S]
+    result(dns and not bad, "crowd.quiet_dns",
+           f"{len(dns)} questions of the quiet sandbox under the crowd, slowest "
+           f"{max((r.get('s', 9) for r in dns), default=0):.3f} s" + (f"; bad: {bad[:2]}" if bad else ""))
+    http = [r for r in http_seen if in_window(r, window)]
+    bad = [r for r in http if r.get("status") != "200" or r.get("s", 9) >= PROMPT_S]
+    result(http and not bad, "crowd.quiet_egress",
+           f"{len(http)} GETs of the quiet sandbox through the proxy under the crowd, slowest "
+           f"{max((r.get('s', 9) for r in http), default=0):.3f} s" + (f"; bad: {bad[:2]}" if bad else ""))
+    with ThreadPoolExecutor(4) as ex:
+        list(ex.map(lambda sid: api.call("DELETE", f"/v1/sandboxes/{sid}", a.key, timeout=60), hostile))
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="mode", required=True)
@@ -443,7 +617,7 @@ def main():
     u.add_argument("--answer", action="append", default=[])
     u.add_argument("--drop", required=True)
     i = sub.add_parser("inside")
-    i.add_argument("what", choices=["dnsflood", "query", "http", "hold"])
+    i.add_argument("what", choices=["dnsflood", "query", "http", "hold", "udpflows", "crowd"])
     i.add_argument("args", nargs="*")
     c = sub.add_parser("check")
     c.add_argument("--url", required=True)
@@ -454,6 +628,8 @@ def main():
     c.add_argument("--name-a", default="a.b3t.test")
     c.add_argument("--host-a", default="198.51.100.10")
     c.add_argument("--seconds", type=float, default=5)
+    c.add_argument("--flows-cap", type=int, default=512)
+    c.add_argument("--crowd", type=int, default=40)
     a = p.parse_args()
     if a.mode == "upstream":
         return upstream(a)
@@ -465,6 +641,10 @@ def main():
             return inside_query(x[0])
         if a.what == "http":
             return inside_http(x[0])
+        if a.what == "udpflows":
+            return inside_udpflows(x[0], int(x[1]), int(x[2]), float(x[3]))
+        if a.what == "crowd":
+            return inside_crowd(float(x[0]), x[1], x[2])
         return inside_hold(x[0], int(x[1]), int(x[2]), float(x[3]))
     return check(a)
 

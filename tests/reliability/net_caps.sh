@@ -2,7 +2,9 @@
 # A hostile allowlist sandbox against the per-sandbox caps of b3osd's resolver (64 questions in
 # flight, SERVFAIL beyond) and egress proxy (256 connections, reset beyond), while another
 # sandbox's DNS and proxied HTTP and the API must keep answering and b3osd's threads and fds
-# stay bounded (tests/reliability/net_caps.py says what is checked). About a minute.
+# stay bounded; a public sandbox against its flow cap (--net-max-flows); and a crowd of 40
+# hostile sandboxes against the node-wide caps, with a quiet one served meanwhile
+# (tests/reliability/net_caps.py says what is checked). About three minutes.
 #
 # Network: 127.0.0.1 (the API; the test's own DNS upstream, which b3osd is given as its only
 # --dns-upstream) and the fake internet of tests/net/fakenet.sh (TEST-NET addresses in a
@@ -85,13 +87,15 @@ for _ in $(seq 100); do [ -s "$T/upstream.port" ] && break; sleep 0.05; done
 UPSTREAM=127.0.0.1:$(cat "$T/upstream.port")
 
 E2E_NETWORK=on
-B3OS_E2E_DAEMON_ARGS="--net-uplinks $UPLINKS --dns-upstream $UPSTREAM --net-warm-pool 0 --net-fork-pool 0"
+FLOWS_CAP=512
+B3OS_E2E_DAEMON_ARGS="--net-uplinks $UPLINKS --dns-upstream $UPSTREAM --net-warm-pool 0 --net-fork-pool 0 --net-max-flows $FLOWS_CAP"
 start_private_daemon
 info "b3osd pid $(daemon_pid) on $URL, uplinks $UPLINKS, DNS upstream $UPSTREAM (the test's), temp dir $T"
 
 rc=0
 python3 "$HERE/net_caps.py" check --url "$URL" --key "$ADMIN" --upstream-log "$T/upstream.log" \
-  --daemon-pid "$(daemon_pid)" --zone "$B3T_ZONE" --name-a "$B3T_NAME_A" --host-a "$B3T_HOST_A" |
+  --daemon-pid "$(daemon_pid)" --zone "$B3T_ZONE" --name-a "$B3T_NAME_A" --host-a "$B3T_HOST_A" \
+  --flows-cap "$FLOWS_CAP" --crowd "${NET_CAPS_CROWD:-40}" |
   tee "$T/check.out" || rc=$?
 # The lines of net_caps.py count as this suite's results too (finish_private_suite's log tail).
 grep -E '^(PASS|FAIL|SKIP) ' "$T/check.out" | cut -d' ' -f1 >>"$E2E_RESULTS" || true
