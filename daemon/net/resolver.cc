@@ -224,24 +224,6 @@ std::vector<uint8_t> Resolver::filter_public(const DnsQuestion& q, std::vector<u
   return make_a_reply(q, kept, kRcodeNxDomain);
 }
 
-void Resolver::cache_put(const std::string& name, std::vector<uint32_t> addrs, uint32_t ttl) {
-  const auto now = Clock::now();
-  if (auto it = cache_.find(name); it != cache_.end()) {
-    cache_by_age_.erase(it->second.by_age);
-    cache_.erase(it);
-  }
-  // Full: the entries that expire first go (the expired ones among them), one at a time, so a
-  // burst of new names costs the others only their oldest answers, never the whole cache.
-  while (cache_.size() >= kMaxCache && !cache_by_age_.empty()) {
-    auto oldest = cache_by_age_.begin();
-    cache_.erase(oldest->second);
-    cache_by_age_.erase(oldest);
-  }
-  const auto until = now + std::chrono::seconds(ttl);
-  auto age = cache_by_age_.emplace(until, name);
-  cache_[name] = CacheEntry{std::move(addrs), ttl, until, age};
-}
-
 void Resolver::ask_upstream(std::vector<uint8_t> packet, size_t which,
                             std::function<void(Result<std::vector<uint8_t>>)> done) {
   if (which >= upstreams_.size()) {
@@ -276,9 +258,9 @@ void Resolver::ask_upstream(std::vector<uint8_t> packet, size_t which,
 
 void Resolver::resolve(const std::string& name, Addresses done) {
   const auto now = Clock::now();
-  if (auto it = cache_.find(name); it != cache_.end() && it->second.until > now) {
-    const auto left = std::chrono::duration_cast<std::chrono::seconds>(it->second.until - now).count();
-    return done(it->second.addrs, static_cast<uint32_t>(std::max<int64_t>(left, kMinTtl)), "");
+  if (auto hit = cache_.get(name, now)) {
+    const auto left = std::chrono::duration_cast<std::chrono::seconds>(hit->left).count();
+    return done(std::move(hit->addrs), static_cast<uint32_t>(std::max<int64_t>(left, kMinTtl)), "");
   }
   auto& waiting = resolving_[name];
   waiting.push_back(std::move(done));
@@ -308,7 +290,7 @@ void Resolver::resolve(const std::string& name, Addresses done) {
         min_ttl = std::min(min_ttl, a.ttl);
       }
       ttl = kept.empty() ? kMinTtl : std::clamp(min_ttl, kMinTtl, kMaxTtl);
-      cache_put(name, kept, ttl);
+      cache_.put(name, kept, Clock::now() + std::chrono::seconds(ttl));
     }
     for (auto& w : waiters) w(kept, ttl, err);
   });

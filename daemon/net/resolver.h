@@ -32,6 +32,7 @@
 
 #include "common/fair_share.h"
 #include "common/result.h"
+#include "daemon/net/answer_cache.h"
 #include "daemon/net/host_addrs.h"
 #include "daemon/net/policy.h"
 
@@ -104,12 +105,6 @@ class Resolver {
     std::set<std::string> names;
     std::chrono::steady_clock::time_point until;
   };
-  struct CacheEntry {
-    std::vector<uint32_t> addrs;
-    uint32_t ttl = 0;
-    std::chrono::steady_clock::time_point until;
-    std::multimap<std::chrono::steady_clock::time_point, std::string>::iterator by_age;
-  };
   using Reply = std::function<void(std::vector<uint8_t>)>;
 
   void receive_udp();
@@ -126,8 +121,6 @@ class Resolver {
   /// Public mode: the upstream's answer to `q` with the addresses no sandbox may be given
   /// taken out (the reply rebuilt only when there were some).
   std::vector<uint8_t> filter_public(const DnsQuestion& q, std::vector<uint8_t> reply);
-  /// Keeps `name`'s answer, evicting the entry that expires first when the cache is full.
-  void cache_put(const std::string& name, std::vector<uint32_t> addrs, uint32_t ttl);
 
   boost::asio::io_context& io_;
   const PolicyTable& policies_;
@@ -140,8 +133,7 @@ class Resolver {
 
   FairShare<uint32_t> pending_{{kMaxPending, kMaxPendingPerSource, kPendingFloor, kPendingReserve}};
   FairShare<uint32_t> tcp_share_{{kMaxTcp, kMaxTcpPerSource, kTcpFloor, kTcpReserve}};
-  std::map<std::string, CacheEntry> cache_;
-  std::multimap<std::chrono::steady_clock::time_point, std::string> cache_by_age_;  // until -> name
+  AnswerCache cache_{kMaxCache};
   std::map<std::string, std::vector<Addresses>> resolving_;  // names asked upstream, and who waits
 
   mutable std::mutex learned_mu_;  // learned_: the proxy reads it on the network thread,
