@@ -88,7 +88,8 @@ UPSTREAM=127.0.0.1:$(cat "$T/upstream.port")
 
 E2E_NETWORK=on
 FLOWS_CAP=512
-B3OS_E2E_DAEMON_ARGS="--net-uplinks $UPLINKS --dns-upstream $UPSTREAM --net-warm-pool 0 --net-fork-pool 0 --net-max-flows $FLOWS_CAP --max-sandboxes-per-project 64"
+B3OS_E2E_DAEMON_ARGS="--net-uplinks $UPLINKS --dns-upstream $UPSTREAM --net-warm-pool 0 --net-fork-pool 0 --net-max-flows $FLOWS_CAP"
+E2E_MAX_SANDBOXES_PER_PROJECT=64
 start_private_daemon
 info "b3osd pid $(daemon_pid) on $URL, uplinks $UPLINKS, DNS upstream $UPSTREAM (the test's), temp dir $T"
 
