@@ -58,6 +58,20 @@ HostNetworkConfig with_default_upstreams(HostNetworkConfig cfg) {
 }
 }  // namespace
 
+namespace {
+// Raises a numeric sysctl to `want` if it is lower; never lowers it. Logs what it did.
+void raise_sysctl(const std::string& path, uint64_t want, std::string_view why) {
+  const auto text = read_small_file(path, 64);
+  const uint64_t have = text ? std::strtoull(text->c_str(), nullptr, 10) : 0;
+  if (have >= want) return;
+  std::ofstream f(path);
+  f << want << "\n";
+  f.close();
+  if (f) spdlog::info("network: {} raised from {} to {} ({})", path, have, want, why);
+  else spdlog::warn("network: cannot raise {} from {} to {} ({})", path, have, want, why);
+}
+}  // namespace
+
 HostNetwork::HostNetwork(HostNetworkConfig cfg)
     : cfg_(with_default_upstreams(std::move(cfg))), firewall_(cfg_.layout),
       resolver_(io_, policies_, cfg_.dns_upstreams, host_addrs_), proxy_(io_, policies_, resolver_, host_addrs_) {}
@@ -93,6 +107,8 @@ Result<void> HostNetwork::start() {
   const bool guard = ::access(marker.c_str(), F_OK) == 0;
   if (auto r = firewall_.install(guard); !r) return fail(r.error());
   ensure_conntrack_room();
+  raise_sysctl("/proc/sys/net/core/somaxconn", EgressProxy::kListenBacklog,
+               "the egress proxy's queue of connections, which every sandbox shares");
   const uint32_t svc = cfg_.layout.service_addr();
   if (auto r = resolver_.start(svc, cfg_.layout.dns_port); !r) return fail(r.error());
   if (auto r = proxy_.start(svc, cfg_.layout.proxy_port); !r) return fail(r.error());
@@ -105,6 +121,7 @@ Result<void> HostNetwork::start() {
                ipv4_str(svc), cfg_.layout.dns_port, cfg_.layout.proxy_port, ups.empty() ? "none" : ups);
   return {};
 }
+
 
 void HostNetwork::ensure_conntrack_room() {
   // Every sandbox at its flow cap, plus room for the host's own connections.

@@ -252,7 +252,11 @@ Result<void> EgressProxy::start(uint32_t addr, uint16_t port) {
   acceptor_.open(tcp::v4(), ec);
   if (!ec) acceptor_.set_option(tcp::acceptor::reuse_address(true), ec);
   if (!ec) acceptor_.bind({a, port}, ec);
-  if (!ec) acceptor_.listen(1024, ec);
+  // Every sandbox's connections queue here before the proxy judges them: a short queue is
+  // filled by a burst of a few sandboxes, and the kernel then drops the SYNs of everyone
+  // (the quiet sandbox's included) until they are sent again a second later. The kernel caps
+  // this at net.core.somaxconn, which HostNetwork raises (host_network.cc).
+  if (!ec) acceptor_.listen(kListenBacklog, ec);
   if (ec)
     return fail(ErrorCode::kInternal,
                 "the egress proxy cannot listen on " + a.to_string() + ":" + std::to_string(port) + ": " + ec.message());

@@ -43,6 +43,7 @@ class EgressProxy {
   static constexpr size_t kMaxTotal = 8192;
   static constexpr size_t kFloor = 16;
   static constexpr size_t kReserve = 4096;  // 256 sandboxes' floors
+  static constexpr int kListenBacklog = 16384;
   static constexpr std::chrono::milliseconds kPeekTimeout{5000};
   /// How long a client on a port other than 80/443 may stay silent before the proxy decides
   /// by its destination alone (servers that speak first: SSH, SMTP, MySQL).

@@ -3,6 +3,7 @@
 #include <sys/random.h>
 
 #include <algorithm>
+#include <cstring>
 
 #include <spdlog/spdlog.h>
 
@@ -65,7 +66,16 @@ Result<void> Resolver::start(uint32_t addr, uint16_t port) {
   boost::system::error_code ec;
   const asio::ip::address_v4 a(addr);
   udp_.open(udp::v4(), ec);
-  if (!ec) udp_.bind({a, port}, ec);
+  if (!ec) {
+    // Every sandbox's questions arrive on this one socket: a buffer of the default size
+    // (about 200 packets of a question's size) is filled by a burst of a few sandboxes, and
+    // the kernel drops the next question whoever sent it. 8 MiB holds thousands; FORCE since
+    // rmem_max is usually lower (b3osd runs as root).
+    const int bytes = kUdpReceiveBuffer;
+    if (::setsockopt(udp_.native_handle(), SOL_SOCKET, SO_RCVBUFFORCE, &bytes, sizeof bytes) != 0)
+      spdlog::warn("resolver: cannot set an {} byte receive buffer: {}", bytes, std::strerror(errno));
+    udp_.bind({a, port}, ec);
+  }
   if (ec) return fail(ErrorCode::kInternal, "the resolver cannot listen on udp " + a.to_string() + ":" +
                                                 std::to_string(port) + ": " + ec.message());
   tcp_.open(tcp::v4(), ec);

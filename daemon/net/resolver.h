@@ -75,6 +75,7 @@ class Resolver {
   static constexpr size_t kTcpFloor = 2;
   static constexpr size_t kTcpReserve = 1024;
   static constexpr size_t kMaxCache = 4096;
+  static constexpr int kUdpReceiveBuffer = 8 << 20;
   static constexpr size_t kMaxLearnedPerSource = 4096;
   static constexpr std::chrono::milliseconds kUpstreamTimeout{1500};
 

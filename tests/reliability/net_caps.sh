@@ -96,7 +96,7 @@ info "b3osd pid $(daemon_pid) on $URL, uplinks $UPLINKS, DNS upstream $UPSTREAM 
 rc=0
 python3 "$HERE/net_caps.py" check --url "$URL" --key "$ADMIN" --upstream-log "$T/upstream.log" \
   --daemon-pid "$(daemon_pid)" --zone "$B3T_ZONE" --name-a "$B3T_NAME_A" --host-a "$B3T_HOST_A" \
-  --flows-cap "$FLOWS_CAP" --crowd "${NET_CAPS_CROWD:-40}" |
+  --flows-cap "$FLOWS_CAP" --crowd "${NET_CAPS_CROWD:-40}" --service "$SERVICE" |
   tee "$T/check.out" || rc=$?
 # The lines of net_caps.py count as this suite's results too (finish_private_suite's log tail).
 grep -E '^(PASS|FAIL|SKIP) ' "$T/check.out" | cut -d' ' -f1 >>"$E2E_RESULTS" || true
