@@ -1,5 +1,7 @@
 #include "daemon/preview/preview.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cstring>
 
 #include <nlohmann/json.hpp>
@@ -22,6 +24,12 @@ void respond_error(http::Exchange& ex, const Error& e) {
   h.emplace_back("Cache-Control", "no-store");
   json body = {{"error", {{"code", std::string(error_code_name(e.code))}, {"message", e.message}}}};
   ex.respond(status, "application/json", body.dump(), h);
+}
+
+bool iequals(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
+         });
 }
 
 Error end_error(const protocol::Frame& f) {
@@ -135,18 +143,36 @@ void PreviewServer::give_slot(const std::string& id) {
   if (auto it = in_flight_.find(id); it != in_flight_.end() && --it->second <= 0) in_flight_.erase(it);
 }
 
+Result<std::optional<std::string>> PreviewServer::authorize(const sandbox::PreviewTarget& t,
+                                                             const std::optional<std::string>& url_token,
+                                                             const std::vector<std::string>& cookie_tokens) {
+  if (url_token || cookie_tokens.empty()) {
+    if (auto ok = sandboxes_.authorize_port(t, url_token); !ok) return fail(ok.error());
+    return url_token;
+  }
+  // Each cookie in turn: a bogus one beside the owner's must not lock the owner out.
+  std::optional<Error> first;
+  for (const auto& c : cookie_tokens) {
+    auto ok = sandboxes_.authorize_port(t, c);
+    if (ok) return std::optional<std::string>(c);
+    if (!first) first = ok.error();
+    if (ok.error().code == ErrorCode::kSandboxNotFound) break;  // no token will do
+  }
+  return fail(*first);
+}
+
 void PreviewServer::handle(http::Exchange& ex) {
   ex.set_route("preview");  // one label for every app's URL (metrics)
   auto target = sandbox::parse_preview_host(ex.header("host"), cfg_.domain);
   if (!target) return respond_error(ex, target.error());
   auto stripped = sandbox::strip_token_param(ex.target());
   auto cookies = sandbox::strip_token_cookies(ex.header("cookie"), target->port);
-  // A token in the URL wins over a cookie (a newer URL replaces the cookie it left).
-  const std::optional<std::string> token = stripped.token ? stripped.token : cookies.token;
 
   // The token before a slot: a client without one must not fill the sandbox's slots and so
-  // keep its token holders out with 429s (connect_port checks it again).
-  if (auto ok = sandboxes_.authorize_port(*target, token); !ok) return respond_error(ex, ok.error());
+  // keep its token holders out with 429s (connect_port checks it again). A token in the URL
+  // wins over a cookie (a newer URL replaces the cookie it left).
+  auto token = authorize(*target, stripped.token, cookies.tokens);
+  if (!token) return respond_error(ex, token.error());
   if (!take_slot(target->sandbox_id))
     return respond_error(ex, Error{ErrorCode::kConcurrencyLimited,
                                    "sandbox " + target->sandbox_id + " has " + std::to_string(cfg_.max_per_sandbox) +
@@ -158,7 +184,7 @@ void PreviewServer::handle(http::Exchange& ex) {
     ~Slot() { self->give_slot(id); }
   } slot{this, target->sandbox_id};
 
-  auto conn = sandboxes_.connect_port(*target, token);
+  auto conn = sandboxes_.connect_port(*target, *token);
   if (!conn) return respond_error(ex, conn.error());
   PortPipe pipe((*conn)->stream());
 
@@ -170,6 +196,10 @@ void PreviewServer::handle(http::Exchange& ex) {
   // (which carry no token) are let in too; the URL is served as it is, for clients without
   // cookies (curl, websocket clients).
   if (stripped.token) opts.response_headers.emplace_back("Set-Cookie", sandbox::token_cookie(target->port, *stripped.token));
+  // The app may neither set nor overwrite a token cookie, on its host or its parent domain.
+  opts.drop_response_header = [](std::string_view name, std::string_view value) {
+    return iequals(name, "set-cookie") && sandbox::sets_token_cookie(value);
+  };
   if (auto r = ex.proxy(pipe, opts); !r && !ex.responded()) respond_error(ex, r.error());
 }
 

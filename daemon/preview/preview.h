@@ -9,7 +9,9 @@
 #include <chrono>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "common/result.h"
 #include "daemon/http/server.h"
@@ -47,6 +49,10 @@ class PreviewServer {
   void handle(http::Exchange& ex);
 
  private:
+  /// The token that lets the request in: the URL's (which wins), else the first of the
+  /// cookies that passes; or the error of the URL's, or of the first cookie.
+  Result<std::optional<std::string>> authorize(const sandbox::PreviewTarget& t, const std::optional<std::string>& url_token,
+                                               const std::vector<std::string>& cookie_tokens);
   /// A slot of the sandbox's requests in flight, or false at its cap.
   bool take_slot(const std::string& sandbox_id);
   void give_slot(const std::string& sandbox_id);
