@@ -32,6 +32,18 @@ bool iequals(std::string_view a, std::string_view b) {
          });
 }
 
+bool icontains(std::string_view hay, std::string_view needle) {
+  for (size_t i = 0; i + needle.size() <= hay.size(); ++i)
+    if (iequals(hay.substr(i, needle.size()), needle)) return true;
+  return false;
+}
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
 Error end_error(const protocol::Frame& f) {
   json j = json::parse(f.payload, nullptr, false);
   if (!j.is_object()) return Error{ErrorCode::kUpstreamError, "unreadable answer from the agent", 0};
@@ -117,6 +129,20 @@ class PortPipe final : public http::Upstream {
 
 }  // namespace
 
+bool redirects_to_bare_url(const RequestHints& r) {
+  if (r.method != "GET" && r.method != "HEAD") return false;
+  if (!r.upgrade.empty()) return false;
+  // A Location of "//host/..." (or "/\host/...", which browsers read alike) names another host.
+  if (r.target.empty() || r.target[0] != '/') return false;
+  if (r.target.size() > 1 && (r.target[1] == '/' || r.target[1] == '\\')) return false;
+  // Browsers send Sec-Fetch-* only to https and localhost origins: those they keep a Secure
+  // cookie from.
+  if (const std::string_view mode = trim(r.sec_fetch_mode); !mode.empty()) return iequals(mode, "navigate");
+  // An older browser: a page over TLS only (the first proxy's word), or the cookie is refused.
+  const std::string_view proto = trim(r.forwarded_proto.substr(0, r.forwarded_proto.find(',')));
+  return icontains(r.accept, "text/html") && iequals(proto, "https");
+}
+
 PreviewServer::PreviewServer(Config cfg, sandbox::SandboxService& sandboxes)
     : cfg_(cfg),
       sandboxes_(sandboxes),
@@ -167,12 +193,25 @@ void PreviewServer::handle(http::Exchange& ex) {
   if (!target) return respond_error(ex, target.error());
   auto stripped = sandbox::strip_token_param(ex.target());
   auto cookies = sandbox::strip_token_cookies(ex.header("cookie"), target->port);
+  const std::string path = stripped.target.empty() ? "/" : stripped.target;
 
   // The token before a slot: a client without one must not fill the sandbox's slots and so
   // keep its token holders out with 429s (connect_port checks it again). A token in the URL
   // wins over a cookie (a newer URL replaces the cookie it left).
   auto token = authorize(*target, stripped.token, cookies.tokens);
   if (!token) return respond_error(ex, token.error());
+
+  // A browser opening the URL is sent on to it without the token, the cookie set on the way:
+  // the page it lands on has no token in its location or the Referer of its requests, and the
+  // app never sees this request. Other clients (no cookie jar, most of them) are served.
+  if (stripped.token && redirects_to_bare_url({ex.method(), ex.target(), ex.header("upgrade"), ex.header("sec-fetch-mode"),
+                                               ex.header("accept"), ex.header("x-forwarded-proto")}))
+    return ex.respond(303, "", "",
+                      {{"Location", path},
+                       {"Set-Cookie", sandbox::token_cookie(target->port, *stripped.token)},
+                       {"Referrer-Policy", "no-referrer"},
+                       {"Cache-Control", "no-store"}});
+
   if (!take_slot(target->sandbox_id))
     return respond_error(ex, Error{ErrorCode::kConcurrencyLimited,
                                    "sandbox " + target->sandbox_id + " has " + std::to_string(cfg_.max_per_sandbox) +
@@ -189,13 +228,17 @@ void PreviewServer::handle(http::Exchange& ex) {
   PortPipe pipe((*conn)->stream());
 
   http::ProxyOptions opts;
-  opts.target = stripped.target.empty() ? "/" : stripped.target;
+  opts.target = path;
   opts.cookie = cookies.cookie;
   opts.idle_timeout = cfg_.idle_timeout;
   // The token of a URL becomes a cookie of this host, so the app's own links and requests
   // (which carry no token) are let in too; the URL is served as it is, for clients without
-  // cookies (curl, websocket clients).
-  if (stripped.token) opts.response_headers.emplace_back("Set-Cookie", sandbox::token_cookie(target->port, *stripped.token));
+  // cookies (curl, websocket clients). A page loaded so sends no Referer with its URL's token
+  // (this policy comes after any of the app's: the last one wins).
+  if (stripped.token) {
+    opts.response_headers.emplace_back("Set-Cookie", sandbox::token_cookie(target->port, *stripped.token));
+    opts.response_headers.emplace_back("Referrer-Policy", "no-referrer");
+  }
   // The app may neither set nor overwrite a token cookie, on its host or its parent domain.
   opts.drop_response_header = [](std::string_view name, std::string_view value) {
     return iequals(name, "set-cookie") && sandbox::sets_token_cookie(value);

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/result.h"
@@ -34,6 +35,22 @@ struct Config {
   std::chrono::milliseconds head_timeout{15'000};  // a request head once its first byte came
   std::chrono::milliseconds body_timeout{30'000};  // a request body with no byte
 };
+
+/// What a request with a good token in its URL shows of itself, to decide whether it is a
+/// browser's navigation, sent on to the URL without the token (docs/ports.md, "Browsers and
+/// the token"). Header values as received ("" when absent).
+struct RequestHints {
+  std::string_view method;
+  std::string_view target;
+  std::string_view upgrade;
+  std::string_view sec_fetch_mode;
+  std::string_view accept;
+  std::string_view forwarded_proto;  // X-Forwarded-Proto
+};
+/// True for a GET or HEAD without Upgrade to a path on this host (not "//..." or "/\...")
+/// that is a top-level navigation: Sec-Fetch-Mode: navigate, or no Sec-Fetch-Mode, an Accept
+/// naming text/html, and X-Forwarded-Proto: https (an older browser behind TLS).
+bool redirects_to_bare_url(const RequestHints& r);
 
 class PreviewServer {
  public:

@@ -261,7 +261,10 @@ Result<json> Ports::mint(const Principal& p, const std::string& id, int port, in
 
 Result<void> Ports::check_token(const store::SandboxRecord& rec, int port, const std::optional<std::string>& token) {
   if (!token || token->empty())
-    return fail(ErrorCode::kUnauthorized, "no token: open the preview URL (with ?b3os_token=...) the API gave");
+    return fail(ErrorCode::kUnauthorized,
+                "no token: open the preview URL (with ?b3os_token=...) the API gave. A browser sent on from it without "
+                "the token did not keep its cookie: a browser keeps it over https, or over http to *.localhost in "
+                "Chrome or Firefox, not Safari (docs/ports.md)");
   for (auto& p : rec.ports)
     if (p.port == port && p.is_public && tokens_equal(*token, urls_.public_token(rec.id, port))) return {};
   auto row = store_.find_port_token(token_sha256(*token));
