@@ -129,6 +129,40 @@ class PortPipe final : public http::Upstream {
 
 }  // namespace
 
+Admission::Limits Admission::limits(const Config& cfg) {
+  const size_t threads = static_cast<size_t>(std::max(cfg.max_requests, 1));
+  const size_t node = std::max<size_t>(threads - threads / 8, 1);
+  const size_t per = std::clamp<size_t>(static_cast<size_t>(std::max(cfg.max_per_sandbox, 1)), 1, node);
+  const size_t floor = std::clamp<size_t>(static_cast<size_t>(std::max(cfg.sandbox_floor, 1)), 1, per);
+  // FairShare raises a reserve below one floor to one floor.
+  return Limits{node, per, floor, std::min(kFloorsKept * floor, node - per)};
+}
+
+std::optional<std::string> Admission::take(const std::string& id) {
+  std::lock_guard lk(mu_);
+  if (share_.try_take(id)) return std::nullopt;
+  const Limits& l = share_.limits();
+  const size_t mine = share_.of(id);
+  if (mine >= l.per_tenant)
+    return "sandbox " + id + " has " + std::to_string(mine) + " preview requests in flight, its cap; retry shortly";
+  if (share_.total() >= l.node)
+    return "all " + std::to_string(l.node) + " preview requests the node lets into sandboxes are in flight (sandbox " + id +
+           " has " + std::to_string(mine) + "); retry shortly";
+  return "sandbox " + id + " has " + std::to_string(mine) + " preview requests in flight, past its floor of " +
+         std::to_string(l.floor) + ", and the " + std::to_string(l.node - l.reserve) +
+         " the node shares among sandboxes past their floors are all taken; retry shortly";
+}
+
+void Admission::give(const std::string& id) {
+  std::lock_guard lk(mu_);
+  share_.give(id);
+}
+
+size_t Admission::held(const std::string& id) {
+  std::lock_guard lk(mu_);
+  return share_.of(id);
+}
+
 bool redirects_to_bare_url(const RequestHints& r) {
   if (r.method != "GET" && r.method != "HEAD") return false;
   if (!r.upgrade.empty()) return false;
@@ -146,6 +180,7 @@ bool redirects_to_bare_url(const RequestHints& r) {
 PreviewServer::PreviewServer(Config cfg, sandbox::SandboxService& sandboxes)
     : cfg_(cfg),
       sandboxes_(sandboxes),
+      admission_(cfg),
       server_(cfg.host, cfg.port,
               http::Config{cfg.max_connections, cfg.max_requests, cfg.idle_timeout, cfg.head_timeout, cfg.body_timeout,
                            "preview", false, true},
@@ -154,19 +189,6 @@ PreviewServer::PreviewServer(Config cfg, sandbox::SandboxService& sandboxes)
 Result<void> PreviewServer::listen() {
   if (auto r = server_.listen(); !r) return fail(r.error().wrap("the preview listener (--preview-listen)"));
   return {};
-}
-
-bool PreviewServer::take_slot(const std::string& id) {
-  std::lock_guard lk(mu_);
-  int& n = in_flight_[id];
-  if (n >= cfg_.max_per_sandbox) return false;
-  ++n;
-  return true;
-}
-
-void PreviewServer::give_slot(const std::string& id) {
-  std::lock_guard lk(mu_);
-  if (auto it = in_flight_.find(id); it != in_flight_.end() && --it->second <= 0) in_flight_.erase(it);
 }
 
 Result<std::optional<std::string>> PreviewServer::authorize(const sandbox::PreviewTarget& t,
@@ -212,16 +234,13 @@ void PreviewServer::handle(http::Exchange& ex) {
                        {"Referrer-Policy", "no-referrer"},
                        {"Cache-Control", "no-store"}});
 
-  if (!take_slot(target->sandbox_id))
-    return respond_error(ex, Error{ErrorCode::kConcurrencyLimited,
-                                   "sandbox " + target->sandbox_id + " has " + std::to_string(cfg_.max_per_sandbox) +
-                                       " preview requests in flight; retry shortly",
-                                   0});
+  if (auto why = admission_.take(target->sandbox_id))
+    return respond_error(ex, Error{ErrorCode::kConcurrencyLimited, *why, 0});
   struct Slot {
-    PreviewServer* self;
+    Admission& admission;
     std::string id;
-    ~Slot() { self->give_slot(id); }
-  } slot{this, target->sandbox_id};
+    ~Slot() { admission.give(id); }
+  } slot{admission_, target->sandbox_id};
 
   auto conn = sandboxes_.connect_port(*target, *token);
   if (!conn) return respond_error(ex, conn.error());
