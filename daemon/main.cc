@@ -244,6 +244,19 @@ int main(int argc, char** argv) {
   app.add_option("--preview-domain", preview_cfg.domain,
                  "domain of preview URLs: http://{port}-{host_id}.DOMAIN:{listen port}/ (*.localhost needs no DNS)")
       ->capture_default_str();
+  app.add_option("--preview-max-requests", preview_cfg.max_requests,
+                 "preview requests handled at once on the node, a thread each (503 above); 7/8 of them may be in "
+                 "flight in sandboxes, shared fairly (docs/ports.md)")
+      ->check(CLI::Range(1, 65536))
+      ->capture_default_str();
+  app.add_option("--preview-max-per-sandbox", preview_cfg.max_per_sandbox,
+                 "preview requests of one sandbox in flight at once (429 concurrency_limited above)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--preview-sandbox-floor", preview_cfg.sandbox_floor,
+                 "preview requests of a sandbox that other sandboxes' requests can never take")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   app.add_option("--data-dir", cfg.data_dir, "database and templates")->capture_default_str();
   app.add_option("--run-dir", cfg.run_dir, "per-sandbox runtime files")->capture_default_str();
   app.add_option("--templates-dir", cfg.templates_dir_override, "template root filesystems (default: DATA_DIR/templates)");
@@ -404,6 +417,14 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  if (const int admitted = preview_cfg.max_requests - preview_cfg.max_requests / 8;
+      preview_cfg.max_per_sandbox > admitted)
+    return bad("--preview-max-per-sandbox " + std::to_string(preview_cfg.max_per_sandbox) + " is above " +
+               std::to_string(admitted) + ", the 7/8 of --preview-max-requests " +
+               std::to_string(preview_cfg.max_requests) + " that may be in flight in sandboxes");
+  if (preview_cfg.sandbox_floor > preview_cfg.max_per_sandbox)
+    return bad("--preview-sandbox-floor " + std::to_string(preview_cfg.sandbox_floor) +
+               " is above --preview-max-per-sandbox " + std::to_string(preview_cfg.max_per_sandbox));
   if (!split_address(listen, listen_host, listen_port)) return bad("--listen must be address:port, port 0-65535");
   std::string metrics_host;
   int metrics_port = 0;

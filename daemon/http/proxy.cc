@@ -44,6 +44,15 @@ bool hop_by_hop(bh::field f, beast::string_view name) {
   }
 }
 
+/// A header of the server's answer that the caller wants left out.
+template <class Field>
+bool dropped(const ProxyOptions& opts, const Field& f) {
+  if (!opts.drop_response_header) return false;
+  const auto name = f.name_string();
+  const auto value = f.value();
+  return opts.drop_response_header(std::string_view(name.data(), name.size()), std::string_view(value.data(), value.size()));
+}
+
 /// The upstream as Beast's SyncWriteStream.
 struct UpWriter {
   Upstream& up;
@@ -271,7 +280,8 @@ Result<void> relay(Exchange& ex, tcp::socket& sock, beast::flat_buffer& buf, bh:
   if (status == 101) {
     if (!upgrade) return fail(ErrorCode::kUpstreamError, "the app switched protocols on a request that asked for no upgrade");
     bh::response<bh::empty_body> res{bh::status::switching_protocols, 11};
-    for (const auto& f : head) res.insert(f.name_string(), f.value());
+    for (const auto& f : head)
+      if (!dropped(opts, f)) res.insert(f.name_string(), f.value());
     for (auto& [k, v] : opts.response_headers) res.insert(k, v);
     auto cw = client_writer(sock);
     bh::write(cw, res, ec);
@@ -287,7 +297,7 @@ Result<void> relay(Exchange& ex, tcp::socket& sock, beast::flat_buffer& buf, bh:
   res.reason(head.reason());
   res.version(11);
   for (const auto& f : head)
-    if (!hop_by_hop(f.name(), f.name_string())) res.insert(f.name_string(), f.value());
+    if (!hop_by_hop(f.name(), f.name_string()) && !dropped(opts, f)) res.insert(f.name_string(), f.value());
   for (auto& [k, v] : opts.response_headers) res.insert(k, v);
   const bool no_body = head_request || status == 204 || status == 304 || (status >= 100 && status < 200);
   bool close_after = false;

@@ -37,6 +37,8 @@ struct ProxyOptions {
   std::string target;         // the request target to send (the client's, minus the token)
   std::string cookie;         // the Cookie header to send ("" sends none)
   Headers response_headers;   // added to the response head (a Set-Cookie)
+  /// Headers of the server's response head left out when it answers true (name, value).
+  std::function<bool(std::string_view, std::string_view)> drop_response_header;
   /// No byte either way for this long ends a response or an upgraded connection.
   std::chrono::milliseconds idle_timeout{60'000};
 };

@@ -1,5 +1,7 @@
 #include "daemon/preview/preview.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cstring>
 
 #include <nlohmann/json.hpp>
@@ -22,6 +24,24 @@ void respond_error(http::Exchange& ex, const Error& e) {
   h.emplace_back("Cache-Control", "no-store");
   json body = {{"error", {{"code", std::string(error_code_name(e.code))}, {"message", e.message}}}};
   ex.respond(status, "application/json", body.dump(), h);
+}
+
+bool iequals(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
+         });
+}
+
+bool icontains(std::string_view hay, std::string_view needle) {
+  for (size_t i = 0; i + needle.size() <= hay.size(); ++i)
+    if (iequals(hay.substr(i, needle.size()), needle)) return true;
+  return false;
+}
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
 }
 
 Error end_error(const protocol::Frame& f) {
@@ -109,9 +129,58 @@ class PortPipe final : public http::Upstream {
 
 }  // namespace
 
+Admission::Limits Admission::limits(const Config& cfg) {
+  const size_t threads = static_cast<size_t>(std::max(cfg.max_requests, 1));
+  const size_t node = std::max<size_t>(threads - threads / 8, 1);
+  const size_t per = std::clamp<size_t>(static_cast<size_t>(std::max(cfg.max_per_sandbox, 1)), 1, node);
+  const size_t floor = std::clamp<size_t>(static_cast<size_t>(std::max(cfg.sandbox_floor, 1)), 1, per);
+  // FairShare raises a reserve below one floor to one floor.
+  return Limits{node, per, floor, std::min(kFloorsKept * floor, node - per)};
+}
+
+std::optional<std::string> Admission::take(const std::string& id) {
+  std::lock_guard lk(mu_);
+  if (share_.try_take(id)) return std::nullopt;
+  const Limits& l = share_.limits();
+  const size_t mine = share_.of(id);
+  if (mine >= l.per_tenant)
+    return "sandbox " + id + " has " + std::to_string(mine) + " preview requests in flight, its cap; retry shortly";
+  if (share_.total() >= l.node)
+    return "all " + std::to_string(l.node) + " preview requests the node lets into sandboxes are in flight (sandbox " + id +
+           " has " + std::to_string(mine) + "); retry shortly";
+  return "sandbox " + id + " has " + std::to_string(mine) + " preview requests in flight, past its floor of " +
+         std::to_string(l.floor) + ", and the " + std::to_string(l.node - l.reserve) +
+         " the node shares among sandboxes past their floors are all taken; retry shortly";
+}
+
+void Admission::give(const std::string& id) {
+  std::lock_guard lk(mu_);
+  share_.give(id);
+}
+
+size_t Admission::held(const std::string& id) {
+  std::lock_guard lk(mu_);
+  return share_.of(id);
+}
+
+bool redirects_to_bare_url(const RequestHints& r) {
+  if (r.method != "GET" && r.method != "HEAD") return false;
+  if (!r.upgrade.empty()) return false;
+  // A Location of "//host/..." (or "/\host/...", which browsers read alike) names another host.
+  if (r.target.empty() || r.target[0] != '/') return false;
+  if (r.target.size() > 1 && (r.target[1] == '/' || r.target[1] == '\\')) return false;
+  // Browsers send Sec-Fetch-* only to https and localhost origins: those they keep a Secure
+  // cookie from.
+  if (const std::string_view mode = trim(r.sec_fetch_mode); !mode.empty()) return iequals(mode, "navigate");
+  // An older browser: a page over TLS only (the first proxy's word), or the cookie is refused.
+  const std::string_view proto = trim(r.forwarded_proto.substr(0, r.forwarded_proto.find(',')));
+  return icontains(r.accept, "text/html") && iequals(proto, "https");
+}
+
 PreviewServer::PreviewServer(Config cfg, sandbox::SandboxService& sandboxes)
     : cfg_(cfg),
       sandboxes_(sandboxes),
+      admission_(cfg),
       server_(cfg.host, cfg.port,
               http::Config{cfg.max_connections, cfg.max_requests, cfg.idle_timeout, cfg.head_timeout, cfg.body_timeout,
                            "preview", false, true},
@@ -122,17 +191,22 @@ Result<void> PreviewServer::listen() {
   return {};
 }
 
-bool PreviewServer::take_slot(const std::string& id) {
-  std::lock_guard lk(mu_);
-  int& n = in_flight_[id];
-  if (n >= cfg_.max_per_sandbox) return false;
-  ++n;
-  return true;
-}
-
-void PreviewServer::give_slot(const std::string& id) {
-  std::lock_guard lk(mu_);
-  if (auto it = in_flight_.find(id); it != in_flight_.end() && --it->second <= 0) in_flight_.erase(it);
+Result<std::optional<std::string>> PreviewServer::authorize(const sandbox::PreviewTarget& t,
+                                                             const std::optional<std::string>& url_token,
+                                                             const std::vector<std::string>& cookie_tokens) {
+  if (url_token || cookie_tokens.empty()) {
+    if (auto ok = sandboxes_.authorize_port(t, url_token); !ok) return fail(ok.error());
+    return url_token;
+  }
+  // Each cookie in turn: a bogus one beside the owner's must not lock the owner out.
+  std::optional<Error> first;
+  for (const auto& c : cookie_tokens) {
+    auto ok = sandboxes_.authorize_port(t, c);
+    if (ok) return std::optional<std::string>(c);
+    if (!first) first = ok.error();
+    if (ok.error().code == ErrorCode::kSandboxNotFound) break;  // no token will do
+  }
+  return fail(*first);
 }
 
 void PreviewServer::handle(http::Exchange& ex) {
@@ -141,35 +215,53 @@ void PreviewServer::handle(http::Exchange& ex) {
   if (!target) return respond_error(ex, target.error());
   auto stripped = sandbox::strip_token_param(ex.target());
   auto cookies = sandbox::strip_token_cookies(ex.header("cookie"), target->port);
-  // A token in the URL wins over a cookie (a newer URL replaces the cookie it left).
-  const std::optional<std::string> token = stripped.token ? stripped.token : cookies.token;
+  const std::string path = stripped.target.empty() ? "/" : stripped.target;
 
   // The token before a slot: a client without one must not fill the sandbox's slots and so
-  // keep its token holders out with 429s (connect_port checks it again).
-  if (auto ok = sandboxes_.authorize_port(*target, token); !ok) return respond_error(ex, ok.error());
-  if (!take_slot(target->sandbox_id))
-    return respond_error(ex, Error{ErrorCode::kConcurrencyLimited,
-                                   "sandbox " + target->sandbox_id + " has " + std::to_string(cfg_.max_per_sandbox) +
-                                       " preview requests in flight; retry shortly",
-                                   0});
-  struct Slot {
-    PreviewServer* self;
-    std::string id;
-    ~Slot() { self->give_slot(id); }
-  } slot{this, target->sandbox_id};
+  // keep its token holders out with 429s (connect_port checks it again). A token in the URL
+  // wins over a cookie (a newer URL replaces the cookie it left).
+  auto token = authorize(*target, stripped.token, cookies.tokens);
+  if (!token) return respond_error(ex, token.error());
 
-  auto conn = sandboxes_.connect_port(*target, token);
+  // A browser opening the URL is sent on to it without the token, the cookie set on the way:
+  // the page it lands on has no token in its location or the Referer of its requests, and the
+  // app never sees this request. Other clients (no cookie jar, most of them) are served.
+  if (stripped.token && redirects_to_bare_url({ex.method(), ex.target(), ex.header("upgrade"), ex.header("sec-fetch-mode"),
+                                               ex.header("accept"), ex.header("x-forwarded-proto")}))
+    return ex.respond(303, "", "",
+                      {{"Location", path},
+                       {"Set-Cookie", sandbox::token_cookie(target->port, *stripped.token)},
+                       {"Referrer-Policy", "no-referrer"},
+                       {"Cache-Control", "no-store"}});
+
+  if (auto why = admission_.take(target->sandbox_id))
+    return respond_error(ex, Error{ErrorCode::kConcurrencyLimited, *why, 0});
+  struct Slot {
+    Admission& admission;
+    std::string id;
+    ~Slot() { admission.give(id); }
+  } slot{admission_, target->sandbox_id};
+
+  auto conn = sandboxes_.connect_port(*target, *token);
   if (!conn) return respond_error(ex, conn.error());
   PortPipe pipe((*conn)->stream());
 
   http::ProxyOptions opts;
-  opts.target = stripped.target.empty() ? "/" : stripped.target;
+  opts.target = path;
   opts.cookie = cookies.cookie;
   opts.idle_timeout = cfg_.idle_timeout;
   // The token of a URL becomes a cookie of this host, so the app's own links and requests
   // (which carry no token) are let in too; the URL is served as it is, for clients without
-  // cookies (curl, websocket clients).
-  if (stripped.token) opts.response_headers.emplace_back("Set-Cookie", sandbox::token_cookie(target->port, *stripped.token));
+  // cookies (curl, websocket clients). A page loaded so sends no Referer with its URL's token
+  // (this policy comes after any of the app's: the last one wins).
+  if (stripped.token) {
+    opts.response_headers.emplace_back("Set-Cookie", sandbox::token_cookie(target->port, *stripped.token));
+    opts.response_headers.emplace_back("Referrer-Policy", "no-referrer");
+  }
+  // The app may neither set nor overwrite a token cookie, on its host or its parent domain.
+  opts.drop_response_header = [](std::string_view name, std::string_view value) {
+    return iequals(name, "set-cookie") && sandbox::sets_token_cookie(value);
+  };
   if (auto r = ex.proxy(pipe, opts); !r && !ex.responded()) respond_error(ex, r.error());
 }
 

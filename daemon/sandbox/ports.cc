@@ -129,10 +129,20 @@ StrippedTarget strip_token_param(std::string_view target) {
   return out;
 }
 
+bool is_token_cookie_name(std::string_view name_in) {
+  const std::string name = lower(trim(name_in));
+  std::string_view n = name;
+  for (std::string_view prefix : {"__host-", "__secure-"})
+    if (n.substr(0, prefix.size()) == prefix) {
+      n.remove_prefix(prefix.size());
+      break;
+    }
+  return n.substr(0, kTokenParam.size()) == kTokenParam;
+}
+
 StrippedCookies strip_token_cookies(std::string_view header, int port) {
   StrippedCookies out;
-  const std::string mine = std::string(kTokenParam) + "_" + std::to_string(port);
-  std::optional<std::string> plain;
+  const std::string mine = std::string(kTokenCookie) + std::to_string(port);
   while (!header.empty()) {
     const size_t semi = header.find(';');
     const std::string_view pair = trim(header.substr(0, semi));
@@ -140,11 +150,11 @@ StrippedCookies strip_token_cookies(std::string_view header, int port) {
     const std::string_view name = trim(pair.substr(0, eq));
     const std::string_view value = eq == std::string_view::npos ? std::string_view() : trim(pair.substr(eq + 1));
     if (name == mine) {
-      out.token = std::string(value);
-    } else if (name == kTokenParam) {
-      plain = std::string(value);
-    } else if (name.substr(0, kTokenParam.size() + 1) == std::string(kTokenParam) + "_") {
-      // Another port's cookie (browsers send every cookie of the host's parent domains too).
+      // Exactly this name (the prefix in its own case): a browser took it from this host only.
+      if (!value.empty() && out.tokens.size() < kMaxTokenCookies) out.tokens.emplace_back(value);
+    } else if (is_token_cookie_name(name) || (name.empty() && is_token_cookie_name(value.substr(0, value.find('='))))) {
+      // Named like ours but not the host's own cookie: another port's, an older b3osd's, or one
+      // a sibling host tossed onto the parent domain. No token, and not the app's business.
     } else if (!pair.empty()) {
       if (!out.cookie.empty()) out.cookie += "; ";
       out.cookie += pair;
@@ -152,13 +162,23 @@ StrippedCookies strip_token_cookies(std::string_view header, int port) {
     if (semi == std::string_view::npos) break;
     header.remove_prefix(semi + 1);
   }
-  if (!out.token) out.token = std::move(plain);
   return out;
 }
 
+bool sets_token_cookie(std::string_view set_cookie) {
+  const std::string_view pair = trim(set_cookie.substr(0, set_cookie.find(';')));
+  const size_t eq = pair.find('=');
+  // No "=": a nameless cookie whose value is the whole pair (RFC 6265bis 5.6).
+  if (eq == std::string_view::npos) return is_token_cookie_name(pair);
+  const std::string_view name = trim(pair.substr(0, eq));
+  if (!name.empty()) return is_token_cookie_name(name);
+  const std::string_view value = trim(pair.substr(eq + 1));
+  return is_token_cookie_name(value.substr(0, value.find('=')));
+}
+
 std::string token_cookie(int port, std::string_view token) {
-  return std::string(kTokenParam) + "_" + std::to_string(port) + "=" + std::string(token) +
-         "; HttpOnly; SameSite=Lax; Path=/";
+  return std::string(kTokenCookie) + std::to_string(port) + "=" + std::string(token) +
+         "; Secure; HttpOnly; SameSite=Lax; Path=/";
 }
 
 std::string token_sha256(std::string_view token) {
@@ -241,7 +261,10 @@ Result<json> Ports::mint(const Principal& p, const std::string& id, int port, in
 
 Result<void> Ports::check_token(const store::SandboxRecord& rec, int port, const std::optional<std::string>& token) {
   if (!token || token->empty())
-    return fail(ErrorCode::kUnauthorized, "no token: open the preview URL (with ?b3os_token=...) the API gave");
+    return fail(ErrorCode::kUnauthorized,
+                "no token: open the preview URL (with ?b3os_token=...) the API gave. A browser sent on from it without "
+                "the token did not keep its cookie: a browser keeps it over https, or over http to *.localhost in "
+                "Chrome or Firefox, not Safari (docs/ports.md)");
   for (auto& p : rec.ports)
     if (p.port == port && p.is_public && tokens_equal(*token, urls_.public_token(rec.id, port))) return {};
   auto row = store_.find_port_token(token_sha256(*token));

@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -28,8 +29,14 @@ class Registry;
 /// Minted URLs live 1 s to 7 days; 1 hour unless asked.
 inline constexpr int kDefaultUrlTtlS = 3600;
 inline constexpr int kMaxUrlTtlS = 7 * 24 * 3600;
-/// The query parameter and cookie that carry a token.
+/// The query parameter that carries a token.
 inline constexpr std::string_view kTokenParam = "b3os_token";
+/// The cookie a token becomes, with the port after it: `__Host-` binds it to the exact host
+/// that set it (a browser takes it only with Secure, Path=/ and no Domain), so a sibling
+/// sandbox's page cannot set it from the parent domain (docs/ports.md, "The cookie").
+inline constexpr std::string_view kTokenCookie = "__Host-b3os_token_";
+/// At most this many token cookies of one request are checked (the first good one wins).
+inline constexpr size_t kMaxTokenCookies = 4;
 
 /// "sbx-" + the id without its prefix ("sbx_01abc" -> "sbx-01abc"): a DNS label.
 std::string host_id_of(std::string_view sandbox_id);
@@ -50,14 +57,23 @@ struct StrippedTarget {
   std::optional<std::string> token;
 };
 StrippedTarget strip_token_param(std::string_view target);
-/// A Cookie header without the b3os_token and b3os_token_* cookies ("" when none is left),
-/// and the token of b3os_token_<port> (or b3os_token) if there was one.
+/// True for a cookie name like ours: one that, in any case and after an optional "__Host-" or
+/// "__Secure-", starts with "b3os_token". Such cookies never reach the app, and the app never
+/// sets one.
+bool is_token_cookie_name(std::string_view name);
+/// A Cookie header without any cookie named like ours ("" when none is left), and the values of
+/// the __Host-b3os_token_<port> cookies (exactly that name: the only one that counts as a token;
+/// at most kMaxTokenCookies, in order, empty ones left out).
 struct StrippedCookies {
   std::string cookie;
-  std::optional<std::string> token;
+  std::vector<std::string> tokens;
 };
 StrippedCookies strip_token_cookies(std::string_view cookie_header, int port);
-/// The cookie a token in a URL becomes: b3os_token_<port>=...; HttpOnly; SameSite=Lax; Path=/.
+/// True when a Set-Cookie value sets a cookie named like ours (or a nameless cookie whose value
+/// starts like one: a browser sends it back as "name=value").
+bool sets_token_cookie(std::string_view set_cookie);
+/// The cookie a token in a URL becomes:
+/// __Host-b3os_token_<port>=...; Secure; HttpOnly; SameSite=Lax; Path=/.
 std::string token_cookie(int port, std::string_view token);
 
 /// Lowercase hex SHA-256 of a token: how minted tokens are kept and looked up.

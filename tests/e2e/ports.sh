@@ -3,14 +3,23 @@
 #   - an app bound to 127.0.0.1 inside an egress-deny sandbox (no network at all), served
 #     through its public URL; keep-alive, chunked, a 1 MiB POST, server-sent events, WebSocket;
 #   - a private port: url null, reached only through a minted URL, refused once it expired;
+#   - a browser's navigation to the URL redirected to it without the token (cookie set on the
+#     way): the app never sees the token, in a target, a Cookie or a Referer; other clients
+#     (curl, fetch, websocket) served the URL directly, as before;
 #   - bad, missing and other ports' tokens refused, and the app's log shows it never saw them;
 #     the token stripped from the query and from the Cookie header before the app sees them;
+#   - only the host-bound __Host-b3os_token_<port> cookie counts: plain b3os_token_<port>
+#     cookies (which a sibling host can toss onto the parent domain) are ignored and stripped,
+#     an extra bogus cookie does not lock the owner out, and an app cannot set cookies named
+#     like ours (its Set-Cookie headers are dropped);
 #   - a fork gets its own host_id and tokens: its app answers only its own URL, the source's
 #     token is refused on the fork's host (and the other way round);
 #   - a snapshot restore: its own host_id and tokens, the app carried over in memory;
 #   - b3osd SIGKILLed with a WebSocket open: the client's connection ends, the URL serves again
 #     after the restart, and the agent lets go of the app's connection;
 #   - a paused sandbox woken by a request; 100 connections at once to one port;
+#   - with small caps, five sandboxes holding all the preview requests they can get, while a
+#     quiet sandbox's requests are still served (a floor per sandbox no other can take);
 #   - malformed hosts, ports out of range, bad mint requests; after delete: 404, 409, nothing left.
 # Network: only 127.0.0.1 (the preview listener); the sandboxes have egress deny.
 #
@@ -63,6 +72,8 @@ app_log() {
   run_exec "$1" "$(jq -nc --arg p "$2" '{cmd: ("cat /tmp/app-" + $p + ".log")}')"
   j .stdout
 }
+# jqe ARGS...: jq -e, quiet (for check: a redirect of check itself would hide its PASS/FAIL line).
+jqe() { jq -e "$@" >/dev/null; }
 host_of() { echo "$2-$(jq -r .host_id <<<"$1").localhost"; }  # host_of SANDBOX_JSON PORT
 token_of() { sed 's/.*b3os_token=//' <<<"$1"; }
 
@@ -86,28 +97,63 @@ check app.bound_loopback "$(snip)" jt '.stdout | contains("listening on 127.0.0.
 
 preview "$H8" "/?b3os_token=$PUB_TOKEN"
 check public.served "HTTP $ST $(head -c 200 "$RESP")" bash -c "[ $ST = 200 ] && grep -q 'hello from the sandbox' '$RESP'"
-check public.cookie_set "$(grep -i set-cookie "$RESPH")" bash -c "grep -qi '^set-cookie: b3os_token_8000=$PUB_TOKEN; HttpOnly; SameSite=Lax; Path=/' '$RESPH'"
+check public.cookie_set "$(grep -i set-cookie "$RESPH")" bash -c "grep -q '^Set-Cookie: __Host-b3os_token_8000=$PUB_TOKEN; Secure; HttpOnly; SameSite=Lax; Path=/' '$RESPH'"
+check public.no_referrer "Referrer-Policy: $(header Referrer-Policy)" test "$(header Referrer-Policy)" = no-referrer
 # Through the name itself: *.localhost resolves to loopback in curl.
 ST=$(curl -s -o "$RESP" -w '%{http_code}' "$PUB")
 check public.by_name "HTTP $ST" test "$ST" = 200
-preview "$H8" "/cookie-only?x=1" -H "Cookie: a=1; b3os_token_8000=$PUB_TOKEN; b=2"
+preview "$H8" "/cookie-only?x=1" -H "Cookie: a=1; __Host-b3os_token_8000=$PUB_TOKEN; b=2"
 check public.cookie_lets_in "HTTP $ST" test "$ST" = 404  # the app's own 404: the request got in
-preview "$H8" "/chunked" -H "Cookie: b3os_token_8000=$PUB_TOKEN"
+preview "$H8" "/chunked" -H "Cookie: __Host-b3os_token_8000=$PUB_TOKEN"
 check public.chunked "HTTP $ST $(head -c 100 "$RESP")" bash -c "[ $ST = 200 ] && [ \"\$(cat '$RESP')\" = 'one,two,three' ]"
 head -c 1048576 /dev/urandom >"$T/blob"
 preview "$H8" "/echo?b3os_token=$PUB_TOKEN" --data-binary "@$T/blob" -H 'Content-Type: application/octet-stream'
 check public.post_1mib "HTTP $ST" bash -c "[ $ST = 200 ] && cmp -s '$RESP' '$T/blob'"
-ka=$(curl -s -o /dev/null -o /dev/null -w '%{http_code}:%{num_connects} ' -H "Host: $H8" -H "Cookie: b3os_token_8000=$PUB_TOKEN" \
+ka=$(curl -s -o /dev/null -o /dev/null -w '%{http_code}:%{num_connects} ' -H "Host: $H8" -H "Cookie: __Host-b3os_token_8000=$PUB_TOKEN" \
   "$PREVIEW/" "$PREVIEW/big?n=1000")
 check public.keep_alive "$ka (status:new connections per request)" test "$ka" = "200:1 200:0 "
 "$CLIENT" sse "$PADDR" "$H8" "/sse?b3os_token=$PUB_TOKEN" >"$T/sse.json"
-check public.sse_streamed "$(cat "$T/sse.json")" jq -e '.status == 200 and .content_type == ["text/event-stream"] and (.events | length == 3)
-  and (.events[2].at_s - .events[0].at_s) > 0.4' "$T/sse.json" >/dev/null
+check public.sse_streamed "$(cat "$T/sse.json")" jqe '.status == 200 and .content_type == ["text/event-stream"] and (.events | length == 3)
+  and (.events[2].at_s - .events[0].at_s) > 0.4' "$T/sse.json"
 "$CLIENT" ws "$PADDR" "$H8" "/ws?b3os_token=$PUB_TOKEN" hello "second message" >"$T/ws.json"
-check public.websocket_echo "$(cat "$T/ws.json")" jq -e '.status == 101 and .echoes == ["hello", "second message"] and .close_opcode == 8' "$T/ws.json" >/dev/null
+check public.websocket_echo "$(cat "$T/ws.json")" jqe '.status == 101 and .echoes == ["hello", "second message"] and .close_opcode == 8' "$T/ws.json"
 "$CLIENT" many "$PADDR" "$H8" "/big?n=65536&b3os_token=$PUB_TOKEN" 100 >"$T/many.json"
 check public.hundred_at_once "$(jq -c 'group_by(.status) | map({status: .[0].status, n: length})' "$T/many.json")" \
-  jq -e 'length == 100 and all(.[]; .status == 200 and .bytes == 65536)' "$T/many.json" >/dev/null
+  jqe 'length == 100 and all(.[]; .status == 200 and .bytes == 65536)' "$T/many.json"
+
+# ---- 1b. a browser opening the URL is sent to it without the token ------------------------------
+
+# A top-level navigation (what a browser sends when the URL is opened) gets a 303 to the same URL
+# without b3os_token (the rest of the query kept), with the cookie, Referrer-Policy: no-referrer
+# and Cache-Control: no-store; the app never sees that request.
+NAV=(-H 'Sec-Fetch-Mode: navigate' -H 'Sec-Fetch-Dest: document' -H 'Accept: text/html,application/xhtml+xml,*/*;q=0.8')
+preview "$H8" "/nav-first?a=1&b3os_token=$PUB_TOKEN&b=2" "${NAV[@]}"
+check nav.redirect_303 "HTTP $ST $(tr '\r\n' '  ' <"$RESPH")" bash -c "[ $ST = 303 ] && [ '$(header Location)' = '/nav-first?a=1&b=2' ] &&
+  [ '$(header Referrer-Policy)' = no-referrer ] && [ '$(header Cache-Control)' = no-store ] &&
+  grep -q '^Set-Cookie: __Host-b3os_token_8000=$PUB_TOKEN; Secure; HttpOnly; SameSite=Lax; Path=/' '$RESPH'"
+# A browser's whole visit: the navigation, the redirect followed with the cookie, then a
+# subresource of the page with the Referer a browser sends (the page's URL: no token in it now).
+"$CLIENT" browse "$PADDR" "$H8" "/?from=nav&b3os_token=$PUB_TOKEN" "/nav-sub.css" >"$T/browse.json"
+check nav.browser_lands_without_token "$(cat "$T/browse.json")" jqe --arg t "$PUB_TOKEN" '.page_status == 200
+  and (.page | contains($t) | not) and [.hops[].status] == [303, 200] and .cookies == ["__Host-b3os_token_8000"]
+  and .sub_status == 404' "$T/browse.json"
+# Everything else with a token is served as before (with the cookie and no-referrer): curl and
+# other clients without a cookie jar, fetch and XHR, a POST, a plain-http page in a browser (no
+# Sec-Fetch-Mode: it sends none to an http origin other than localhost, and keeps no Secure
+# cookie from one), and a target that a Location would turn into another host.
+preview "$H8" "/nav-curl?b3os_token=$PUB_TOKEN" -H 'Accept: text/html'
+check nav.plain_http_page_served "HTTP $ST $(header Location)" bash -c "[ $ST = 404 ] && grep -q '^Set-Cookie: __Host-b3os_token_8000=' '$RESPH' && [ '$(header Referrer-Policy)' = no-referrer ]"
+preview "$H8" "/nav-fetch?b3os_token=$PUB_TOKEN" -H 'Sec-Fetch-Mode: cors' -H 'Accept: text/html'
+check nav.fetch_served "HTTP $ST" test "$ST" = 404
+preview "$H8" "/nav-post?b3os_token=$PUB_TOKEN" "${NAV[@]}" --data-binary posted
+check nav.post_served "HTTP $ST $(head -c 40 "$RESP")" bash -c "[ $ST = 200 ] && [ \"\$(cat '$RESP')\" = posted ]"
+preview "$H8" "//nav-other.example/?b3os_token=$PUB_TOKEN" "${NAV[@]}"
+check nav.never_to_another_host "HTTP $ST Location: $(header Location)" bash -c "[ $ST = 404 ] && [ -z '$(header Location)' ]"
+# An older browser (no Sec-Fetch-Mode) behind TLS (the proxy in front says X-Forwarded-Proto: https).
+preview "$H8" "/nav-tls?b3os_token=$PUB_TOKEN" -H 'Accept: text/html' -H 'X-Forwarded-Proto: https'
+check nav.page_over_tls_redirected "HTTP $ST Location: $(header Location)" bash -c "[ $ST = 303 ] && [ '$(header Location)' = /nav-tls ]"
+preview "$H8" "/nav-bad?b3os_token=0000000000000000000000000000000" "${NAV[@]}"
+check nav.bad_token_401_no_cookie "$(snip)" bash -c "[ $ST = 401 ] && ! grep -qi '^set-cookie' '$RESPH'"
 
 # ---- 2. tokens refused, never seen by the app -------------------------------------------------
 
@@ -115,20 +161,44 @@ preview "$H8" "/probe-no-token"
 expect_error tokens.missing_401 401 unauthorized
 preview "$H8" "/probe-bad-token?b3os_token=0000000000000000000000000000000"
 expect_error tokens.bad_401 401 unauthorized
-preview "$H8" "/probe-bad-cookie" -H "Cookie: b3os_token_8000=nope"
+preview "$H8" "/probe-bad-cookie" -H "Cookie: __Host-b3os_token_8000=nope"
 expect_error tokens.bad_cookie_401 401 unauthorized
 apij POST "/v1/sandboxes/$SBX/ports/9000/url" '{"ttl_s": 600}'
 check mint.201 "$(snip)" okj 201 '(.url | test("^http://9000-sbx-[0-9a-z]{26}\\.localhost:[0-9]+/\\?b3os_token=[0-9a-z]{32}$")) and (.expires_at | type == "string") and .port == 9000'
 M9=$(j .url)
 preview "$H8" "/probe-other-port?b3os_token=$(token_of "$M9")"
 expect_error tokens.other_port_403 403 forbidden
-preview "$H8" "/x?a=1&b3os_token=$PUB_TOKEN&b=2" -H "Cookie: keep=me; b3os_token=$PUB_TOKEN; b3os_token_9000=zzz"
+preview "$H8" "/x?a=1&b3os_token=$PUB_TOKEN&b=2" -H "Cookie: keep=me; b3os_token=$PUB_TOKEN; b3os_token_9000=zzz; __Host-b3os_token_9000=zzz"
 check tokens.stripped_request "HTTP $ST" test "$ST" = 404
+# Only __Host-b3os_token_8000 counts (a browser takes it only from this very host); a plain
+# b3os_token_8000, which a sibling sandbox's page can set on the parent domain, does not, even
+# with a good token; beside the real one it locks nobody out, nor does a second bogus one.
+preview "$H8" "/probe-plain-cookie" -H "Cookie: b3os_token_8000=$PUB_TOKEN; b3os_token=$PUB_TOKEN"
+expect_error cookie.plain_name_401 401 unauthorized
+preview "$H8" "/cookie-tossed" -H "Cookie: b3os_token_8000=bogus; b3os_token=bogus; __Host-b3os_token_8000=$PUB_TOKEN"
+check cookie.tossed_plain_ignored "$(snip)" test "$ST" = 404  # the app's own 404: let in
+preview "$H8" "/cookie-two" -H "Cookie: __Host-b3os_token_8000=bogus; __Host-b3os_token_8000=$PUB_TOKEN"
+check cookie.valid_one_wins "$(snip)" test "$ST" = 404
+# The app's Set-Cookie headers named like ours (on its host, the parent domain, nameless, any
+# case) never reach the client; its other cookies and ours do.
+preview "$H8" "/set-cookies?b3os_token=$PUB_TOKEN"
+check setcookie.app_cannot_set_ours "$(grep -i '^set-cookie' "$RESPH" | tr '\r\n' '  ')" bash -c "[ $ST = 200 ] &&
+  [ \"\$(grep -ci '^set-cookie:.*b3os_token' '$RESPH')\" = 1 ] && grep -q '^Set-Cookie: __Host-b3os_token_8000=$PUB_TOKEN; Secure' '$RESPH' &&
+  grep -q '^Set-Cookie: app=1; Path=/' '$RESPH'"
+"$CLIENT" ws "$PADDR" "$H8" "/ws?evilcookie&b3os_token=$PUB_TOKEN" hi >"$T/ws-evil.json"
+check setcookie.not_on_upgrade "$(cat "$T/ws-evil.json")" jqe --arg c "__Host-b3os_token_8000=$PUB_TOKEN; Secure; HttpOnly; SameSite=Lax; Path=/" \
+  '.status == 101 and .echoes == ["hi"] and ([.set_cookies[] | select(test("b3os_token"; "i"))] == [$c])' "$T/ws-evil.json"
 LOG8=$(app_log "$SBX" 8000)
 info "the app saw: $(grep -c . <<<"$LOG8") lines"
 check tokens.app_never_saw_refused "$(grep probe <<<"$LOG8" | head -3)" bash -c "! grep -q probe <<<\"\$0\"" "$LOG8"
 check tokens.app_never_saw_a_token "$(grep -i b3os <<<"$LOG8" | head -3)" bash -c "! grep -qi b3os_token <<<\"\$0\"" "$LOG8"
 check tokens.rest_of_query_and_cookies_kept "$(grep '^GET /x' <<<"$LOG8")" bash -c "grep -q \"^GET /x?a=1&b=2 cookie='keep=me'\" <<<\"\$0\"" "$LOG8"
+# The token's own characters, anywhere: in a target, a Cookie, a Referer (nav.* sent the
+# browser's Referer of the page it landed on).
+check nav.app_never_saw_the_token "$(grep -F "$PUB_TOKEN" <<<"$LOG8" | head -3)" bash -c "! grep -qF \"\$1\" <<<\"\$0\"" "$LOG8" "$PUB_TOKEN"
+check nav.app_never_saw_the_redirected "$(grep -E 'nav-(first|tls)' <<<"$LOG8" | head -3)" bash -c "! grep -qE '^GET /nav-(first|tls)' <<<\"\$0\"" "$LOG8"
+check nav.app_saw_page_and_subresource "$(grep -E 'from=nav|nav-sub' <<<"$LOG8")" bash -c "grep -q \"^GET /?from=nav cookie='' \" <<<\"\$0\" &&
+  grep -q \"^GET /nav-sub.css cookie='' host=$H8 referer='http://$H8/?from=nav'\" <<<\"\$0\"" "$LOG8"
 
 # ---- 3. a private port through a minted URL, until it expires ----------------------------------
 
@@ -270,10 +340,49 @@ HELD_RC=0
 timeout 10 tail --pid="$HELD" -f /dev/null || HELD_RC=$?
 check restart.client_connection_ended "the held websocket's client still waits 10 s after the kill" test "$HELD_RC" = 0
 kill "$HELD" 2>/dev/null || true
+# From here on b3osd runs with small preview caps, so that 6d fills them in seconds.
+FAIR_MAX=64 FAIR_PER=16 FAIR_FLOOR=2
+B3OS_E2E_DAEMON_ARGS="--preview-max-requests $FAIR_MAX --preview-max-per-sandbox $FAIR_PER --preview-sandbox-floor $FAIR_FLOOR"
 start_daemon || die "b3osd did not start again after SIGKILL"
 preview "$H8" "/after-restart?b3os_token=$PUB_TOKEN"
 check restart.url_serves_again "HTTP $ST" test "$ST" = 404  # the app's own 404
 check restart.app_connection_released "$(app_conns "$SBX") established" eventually 15 app_conns_none "$SBX"
+
+# ---- 6d. a sandbox's share of the preview under contention ---------------------------------------
+
+# With --preview-max-requests 64, --preview-max-per-sandbox 16 and --preview-sandbox-floor 2,
+# 56 requests (7/8 of 64) may be in flight in sandboxes; sandboxes above their floor of 2 share
+# 56 - min(64 x 2, 56 - 16) = 16 of them, the rest only floors take (docs/ports.md). Five
+# sandboxes (forks of SBX, its app running) each send 16 slow requests at once: with a cap per
+# sandbox alone, four of them would hold every thread and SBX would get 503. Here they hold
+# 5 x 2 + 16 = 26, and SBX's requests meanwhile are served.
+apij POST "/v1/sandboxes/$SBX/fork" '{"count": 5}'
+check fair.forks_201 "$(snip)" okj 201 '.data | length == 5'
+HOSTILE=()
+for row in $(j -c '.data[] | {id, h: .host_id, u: .ports[0].url}'); do
+  echo "$(jq -r .id <<<"$row")" >>"$T/ids"
+  HOSTILE+=("8000-$(jq -r .h <<<"$row").localhost" "/sleep?s=5&b3os_token=$(token_of "$(jq -r .u <<<"$row")")")
+done
+"$CLIENT" fair "$PADDR" "$H8" "/?b3os_token=$PUB_TOKEN" "$FAIR_FLOOR" 1.5 "$FAIR_PER" "${HOSTILE[@]}" >"$T/fair.json"
+info "fair: $(jq -c '{hostile: [.hostile[] | group_by(.status) | map({(.[0].status | tostring): length}) | add], quiet: [.quiet[].status]}' "$T/fair.json")"
+check fair.each_took_its_floor_and_more_were_refused "$(jq -c '[.hostile[] | map(.status)]' "$T/fair.json")" jqe '
+  (.hostile | length == 5) and all(.hostile[]; (map(select(.status == 200 and .body == "slept 5\n")) | length >= 2)
+  and any(.[]; .status == 429) and all(.[]; .status == 200 or .status == 429 or .status == 503))' "$T/fair.json"
+check fair.hostiles_hold_floors_and_the_shared_part "$(jq -c '[.hostile[][] | select(.status == 200)] | length' "$T/fair.json") in flight" \
+  jqe '[.hostile[][] | select(.status == 200)] | length == 26' "$T/fair.json"
+check fair.refusal_says_why "$(jq -c '[.hostile[][] | select(.status == 429) | .message] | unique' "$T/fair.json")" jqe '
+  [.hostile[][] | select(.status == 429)] | length > 0 and all(.[]; .code == "concurrency_limited" and (.message | test("floor")))' "$T/fair.json"
+check fair.quiet_sandbox_served "$(jq -c .quiet "$T/fair.json")" jqe '
+  ([.hostile[][] | select(.status == 200) | .end_s] | min) as $held
+  | all(.quiet[]; .status == 200 and .body == "hello from the sandbox\n" and .end_s < $held)' "$T/fair.json"
+# A sandbox alone is held to its cap (16), no more.
+"$CLIENT" many "$PADDR" "$H8" "/sleep?s=3&b3os_token=$PUB_TOKEN" 20 >"$T/cap.json"
+check fair.cap_per_sandbox "$(jq -c 'group_by(.status) | map({status: .[0].status, n: length})' "$T/cap.json")" \
+  jqe '([.[] | select(.status == 200)] | length == 16) and ([.[] | select(.status == 429)] | length == 4)' "$T/cap.json"
+for ((i = 0; i < ${#HOSTILE[@]}; i += 2)); do
+  h=${HOSTILE[$i]%%.localhost}
+  delete_sandbox "sbx_${h#8000-sbx-}" || true
+done
 
 # ---- 7. after delete: 404, 409, nothing left ---------------------------------------------------
 

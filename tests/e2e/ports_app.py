@@ -5,9 +5,11 @@ Usage: ports_app.py PORT LOGFILE [--bind ADDR]
 
 Routes: GET / (a short text), GET /big?n=BYTES (that many bytes, Content-Length), GET /chunked
 (a chunked body), GET /sse (three server-sent events, then the end), GET /ws (a WebSocket that
-echoes text and binary messages), POST /echo (the body back), GET /sleep?s=SECONDS (a short
-text after that long: a slow endpoint). Every request line, its Cookie header and its Host go
-to LOGFILE, so a test can prove what the app saw (and never saw).
+echoes text and binary messages; /ws?evilcookie also answers its 101 with a Set-Cookie named
+like the preview's), POST /echo (the body back), GET /sleep?s=SECONDS (a short text after that
+long: a slow endpoint), GET /set-cookies (an answer that tries to set cookies named like the
+preview's token cookie, and one of its own, app=1). Every request line, its Cookie, Referer and
+Host headers go to LOGFILE, so a test can prove what the app saw (and never saw).
 """
 import base64
 import hashlib
@@ -23,6 +25,14 @@ LOG = sys.argv[2]
 BIND = sys.argv[sys.argv.index("--bind") + 1] if "--bind" in sys.argv else "127.0.0.1"
 lock = threading.Lock()
 GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+EVIL_COOKIES = [
+    f"__Host-b3os_token_{PORT}=evil; Secure; HttpOnly; Path=/",
+    f"b3os_token_{PORT}=evil; Domain=localhost; Path=/",
+    "B3OS_TOKEN=evil; Path=/",
+    "__secure-b3os_token=evil; Secure; Path=/",
+    f"=__Host-b3os_token_{PORT}=evil; Secure; Path=/",
+    f" b3os_token_{PORT} =evil",
+]
 
 
 def log(line):
@@ -37,7 +47,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         pass
 
     def note(self):
-        log(f"{self.command} {self.path} cookie={self.headers.get('Cookie', '')!r} host={self.headers.get('Host', '')}")
+        log(f"{self.command} {self.path} cookie={self.headers.get('Cookie', '')!r} host={self.headers.get('Host', '')} "
+            f"referer={self.headers.get('Referer', '')!r}")
 
     def send_text(self, body, ctype="text/plain"):
         data = body.encode() if isinstance(body, str) else body
@@ -87,6 +98,17 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return
         if path == "/ws":
             return self.websocket()
+        if path == "/set-cookies":
+            # What a hostile app would send to plant or overwrite the preview's token cookie
+            # (on its own host, on the parent domain a sibling sandbox shares, nameless).
+            self.send_response(200)
+            for c in EVIL_COOKIES + ["app=1; Path=/"]:
+                self.send_header("Set-Cookie", c)
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Content-Length", "3")
+            self.end_headers()
+            self.wfile.write(b"ok\n")
+            return
         if path == "/sleep":
             s = float(self.path.split("s=")[1].split("&")[0]) if "s=" in self.path else 1.0
             time.sleep(min(s, 600))
@@ -106,6 +128,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.send_header("Upgrade", "websocket")
         self.send_header("Connection", "Upgrade")
         self.send_header("Sec-WebSocket-Accept", accept)
+        if "evilcookie" in self.path:
+            self.send_header("Set-Cookie", EVIL_COOKIES[0])
         self.end_headers()
         self.wfile.flush()
         r, w = self.rfile, self.wfile

@@ -72,20 +72,63 @@ TEST(TokenParam, RemovedAndTheRestKept) {
   EXPECT_FALSE(s.token);
 }
 
-TEST(TokenCookies, EveryB3osTokenCookieRemoved) {
-  auto c = strip_token_cookies("a=1; b3os_token_8080=T8080; b3os_token_9000=T9000; b3os_token=T; z=2", 8080);
+TEST(TokenCookies, OnlyTheHostCookieOfThisPortCounts) {
+  auto c = strip_token_cookies("a=1; b3os_token_8080=T8080; __Host-b3os_token_8080=H; __Host-b3os_token_9000=H9; b3os_token=T; z=2", 8080);
   EXPECT_EQ(c.cookie, "a=1; z=2");
-  EXPECT_EQ(c.token, "T8080");  // this port's cookie first
-  c = strip_token_cookies("b3os_token=T;a=1", 8080);
+  EXPECT_EQ(c.tokens, std::vector<std::string>{"H"});
+  // The names a sibling host can toss onto the parent domain (or an older b3osd set) open nothing.
+  c = strip_token_cookies("b3os_token=T;a=1; b3os_token_8080=T8080", 8080);
   EXPECT_EQ(c.cookie, "a=1");
-  EXPECT_EQ(c.token, "T");
-  c = strip_token_cookies("b3os_token_9000=T9000", 8080);
+  EXPECT_TRUE(c.tokens.empty());
+  c = strip_token_cookies("__Host-b3os_token_9000=T9000", 8080);
   EXPECT_EQ(c.cookie, "");
-  EXPECT_FALSE(c.token);  // another port's cookie opens nothing here
+  EXPECT_TRUE(c.tokens.empty());  // another port's cookie opens nothing here
+  // The prefix in another case is no __Host- cookie to every browser: not a token, but ours.
+  c = strip_token_cookies("__HOST-b3os_token_8080=X; __host-b3os_token_8080=Y", 8080);
+  EXPECT_EQ(c.cookie, "");
+  EXPECT_TRUE(c.tokens.empty());
   c = strip_token_cookies("", 8080);
   EXPECT_EQ(c.cookie, "");
-  EXPECT_FALSE(c.token);
-  EXPECT_EQ(token_cookie(8080, "abc"), "b3os_token_8080=abc; HttpOnly; SameSite=Lax; Path=/");
+  EXPECT_TRUE(c.tokens.empty());
+  EXPECT_EQ(token_cookie(8080, "abc"), "__Host-b3os_token_8080=abc; Secure; HttpOnly; SameSite=Lax; Path=/");
+}
+
+TEST(TokenCookies, EveryCookieNamedLikeOursRemoved) {
+  auto c = strip_token_cookies(
+      "keep=1; B3OS_TOKEN=a; __Secure-b3os_token=b; b3os_tokenx=c; b3os_token_8080; =__Host-b3os_token_8080=d; "
+      " b3os_token_1 = e ; x=b3os_token_8080; xb3os_token=f",
+      8080);
+  EXPECT_EQ(c.cookie, "keep=1; x=b3os_token_8080; xb3os_token=f");
+  EXPECT_TRUE(c.tokens.empty());
+  for (std::string_view n : {"b3os_token", "b3os_token_1", "B3OS_Token_80", "__Host-b3os_token_80", "__host-B3OS_TOKEN",
+                             "__Secure-b3os_token_80", " b3os_token "})
+    EXPECT_TRUE(is_token_cookie_name(n)) << n;
+  for (std::string_view n : {"", "b3os", "xb3os_token", "__Host-x", "__Host-__Secure-b3os_token", "session"})
+    EXPECT_FALSE(is_token_cookie_name(n)) << n;
+}
+
+TEST(TokenCookies, EachCandidateKeptInOrderBounded) {
+  // A bogus cookie beside the owner's must not hide it: every candidate is returned (in order,
+  // empty ones left out), up to kMaxTokenCookies.
+  auto c = strip_token_cookies("__Host-b3os_token_80=bogus; __Host-b3os_token_80=; __Host-b3os_token_80=good", 80);
+  EXPECT_EQ(c.tokens, (std::vector<std::string>{"bogus", "good"}));
+  std::string many;
+  for (int i = 0; i < 10; ++i) many += "__Host-b3os_token_80=t" + std::to_string(i) + "; ";
+  c = strip_token_cookies(many + "a=1", 80);
+  EXPECT_EQ(c.tokens.size(), kMaxTokenCookies);
+  EXPECT_EQ(c.tokens.front(), "t0");
+  EXPECT_EQ(c.cookie, "a=1");
+}
+
+TEST(TokenCookies, SetCookieNamedLikeOurs) {
+  for (std::string_view sc :
+       {"__Host-b3os_token_8000=evil; Secure; HttpOnly; Path=/", "b3os_token_8000=evil; Domain=localhost; Path=/",
+        "B3OS_TOKEN=evil", "__secure-b3os_token=evil; Secure", "=__Host-b3os_token_8000=evil; Secure; Path=/",
+        " b3os_token_8000 =evil", "b3os_token_8000", "__HOST-B3os_Token_1=x", "b3os_tokenx=1"})
+    EXPECT_TRUE(sets_token_cookie(sc)) << sc;
+  for (std::string_view sc : {"app=1; Path=/", "session=b3os_token_8000; Path=/", "xb3os_token=1", "=plain", "",
+                              "a=1; Comment=b3os_token=2"})
+    EXPECT_FALSE(sets_token_cookie(sc)) << sc;
 }
 
 TEST(Tokens, RandomLongAndHashed) {
