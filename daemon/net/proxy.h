@@ -11,8 +11,11 @@
 //   - Anything else (another protocol, a client that waits for the server to speak first, a
 //     ClientHello without server_name): only a destination address the resolver gave this
 //     sandbox for an allowed name, on an allowed port, is dialled.
+//   - TLS with Encrypted Client Hello (or ESNI) is refused (peek.h): its name is hidden.
 // Refused: plain HTTP gets a 403 with an `egress_denied` JSON body, everything else a TCP
-// reset, at once. The bytes peeked are sent on first, then both directions are spliced.
+// reset, at once. The bytes peeked are sent on first, then both directions are spliced; for
+// plain HTTP through an HttpGuard (http_guard.h), which checks every later request of the
+// connection the same way (a later request refused resets the connection).
 // Everything runs on the network's asio thread; a connection costs two sockets and two
 // buffers, a sandbox may hold kMaxPerSource of them and the node kMaxTotal.
 
