@@ -255,6 +255,11 @@ s_allowlist() {
     "$B3T_NAME_B/wsb-$r"
   check allow.upgrade_then_other_host "a websocket Upgrade answered 200 (not 101) returns to the check of requests: b.b3t.test next must be cut, got $P" \
     cut_after_first "wsb-$r"
+  # A websocket answered 101 is a tunnel to the allowed host: bytes the client sent before the
+  # answer are held until it, then go on with the rest (the fake server echoes them).
+  probe "$id" websocket "$B3T_HOST_A" 80 "$B3T_NAME_A" "/ws-echo-$r" --send "w$r"
+  check allow.websocket_tunnel "want 101 from a.b3t.test, then both the early and the late bytes echoed, got $P" \
+    pj --arg e "w$r-earlyw$r-late" '.ok and .status == 101 and .echo == $e'
   probe "$id" requests "$B3T_HOST_A" 80 --lead-crlf "$B3T_NAME_B/crlf-$r"
   check allow.leading_crlf_refused "a request behind an empty line must be read as HTTP and refused (403), got $P" denied_unseen "crlf-$r"
 

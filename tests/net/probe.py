@@ -15,6 +15,10 @@ Each call prints one JSON object and exits 0, whatever happened, so the suite ju
       is sent, or with --pipeline all in one write. REQ is HOST/PATH, then any extra header
       lines after '|': "a.b3t.test/x|Upgrade: h2c". --lead-crlf sends an empty line first. -> {"ok" (no error), "responses": [{"status",
       "body"}...] in order, "error" (what ended the connection early), "ms"}
+  probe.py websocket IP PORT HOST PATH --send TEXT
+      a websocket Upgrade request with TEXT + "-early" in the same write (before the answer),
+      then TEXT + "-late" once the answer came -> {"ok", "status", "echo" (what came back after
+      the answer's head, when both were echoed), "error", "ms"}
   probe.py tls-hello IP PORT --sni NAME [--ech]
       a hand-made TLS 1.3 ClientHello with that server_name (and with --ech an
       encrypted_client_hello extension, 0xfe0d, as a client offering ECH sends in its outer
@@ -176,6 +180,35 @@ def requests(a):
     out(ok=error is None, responses=responses, error=error, ms=since(t0))
 
 
+def websocket(a):
+    t0 = time.monotonic()
+    early, late = (a.send + "-early").encode(), (a.send + "-late").encode()
+    req = ("GET %s HTTP/1.1\r\nHost: %s\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
+           "Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n" % (a.path, a.host))
+    status, data = 0, b""
+    try:
+        s = socket.create_connection((a.ip, a.port), timeout=3)
+        s.sendall(req.encode() + early)
+        while b"\r\n\r\n" not in data:
+            chunk = s.recv(65536)
+            if not chunk:
+                raise ConnectionError("closed before the answer's head")
+            data += chunk
+        head, _, data = data.partition(b"\r\n\r\n")
+        status = int(head.split()[1])
+        s.sendall(late)
+        while len(data) < len(early) + len(late):
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+        s.close()
+    except (OSError, ValueError, IndexError) as e:
+        out(ok=False, status=status, echo=data.decode(errors="replace"), error=f"{type(e).__name__}: {e}",
+            ms=since(t0))
+    out(ok=True, status=status, echo=data.decode(errors="replace"), ms=since(t0))
+
+
 def client_hello(sni, ech):
     """A TLS 1.3 ClientHello record: what any client sends, with an X25519 key share."""
     import struct
@@ -241,6 +274,12 @@ def main():
     q.add_argument("--pipeline", action="store_true")
     q.add_argument("--lead-crlf", action="store_true")
     q.add_argument("--timeout", type=float, default=3)
+    w = sub.add_parser("websocket")
+    w.add_argument("ip")
+    w.add_argument("port", type=int)
+    w.add_argument("host")
+    w.add_argument("path")
+    w.add_argument("--send", required=True)
     c = sub.add_parser("tls-hello")
     c.add_argument("ip")
     c.add_argument("port", type=int)
@@ -248,7 +287,7 @@ def main():
     c.add_argument("--ech", action="store_true")
     a = p.parse_args()
     {"http": http, "tcp": tcp, "udp": udp, "resolve": resolve, "requests": requests,
-     "tls-hello": tls_hello}[a.cmd](a)
+     "websocket": websocket, "tls-hello": tls_hello}[a.cmd](a)
 
 
 if __name__ == "__main__":
