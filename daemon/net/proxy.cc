@@ -96,7 +96,9 @@ class EgressProxy::Connection : public std::enable_shared_from_this<Connection> 
     if (got[0] == 0x16) {
       pk = peek_tls(got);
       http_ = false;
-    } else if (looks_like_http(got)) {
+    } else if (dst_port_ == 80 || looks_like_http(got)) {
+      // Port 80 is HTTP's: whatever is not TLS there is read as HTTP, so a request a lenient
+      // server takes (a method in small letters) is not spliced unread by its address.
       pk = peek_http(got);
       http_ = true;
     } else {

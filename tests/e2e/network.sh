@@ -262,6 +262,9 @@ s_allowlist() {
     pj --arg e "w$r-earlyw$r-late" '.ok and .status == 101 and .echo == $e'
   probe "$id" requests "$B3T_HOST_A" 80 --lead-crlf "$B3T_NAME_B/crlf-$r"
   check allow.leading_crlf_refused "a request behind an empty line must be read as HTTP and refused (403), got $P" denied_unseen "crlf-$r"
+  probe "$id" requests "$B3T_HOST_A" 80 --method get "$B3T_NAME_B/lower-$r"
+  check allow.lowercase_method_port80 "a request with a method in small letters on port 80 must be read as HTTP and refused (403), got $P" \
+    denied_unseen "lower-$r"
 
   # TLS: a ClientHello with Encrypted Client Hello (outer server_name a.b3t.test, the inner
   # name hidden) is reset at once and never reaches a server; the same hello without it does.

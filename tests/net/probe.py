@@ -10,10 +10,11 @@ Each call prints one JSON object and exits 0, whatever happened, so the suite ju
   probe.py tcp IP PORT [--send TEXT]     -> {"ok", "ms", "reply", "error"}
   probe.py udp IP PORT                   -> {"ok", "reply", "error"} (a connected socket)
   probe.py resolve NAME                  -> {"ok", "addrs", "error"}
-  probe.py requests IP PORT [--pipeline] [--lead-crlf] REQ...
+  probe.py requests IP PORT [--pipeline] [--lead-crlf] [--method M] REQ...
       several HTTP/1.1 requests on ONE connection (keep-alive), each answered before the next
       is sent, or with --pipeline all in one write. REQ is HOST/PATH, then any extra header
-      lines after '|': "a.b3t.test/x|Upgrade: h2c". --lead-crlf sends an empty line first. -> {"ok" (no error), "responses": [{"status",
+      lines after '|': "a.b3t.test/x|Upgrade: h2c". --lead-crlf sends an empty line first;
+      --method another method than GET (as it is: "get"). -> {"ok" (no error), "responses": [{"status",
       "body"}...] in order, "error" (what ended the connection early), "ms"}
   probe.py websocket IP PORT HOST PATH --send TEXT
       a websocket Upgrade request with TEXT + "-early" in the same write (before the answer),
@@ -159,8 +160,8 @@ def requests(a):
     for spec in a.reqs:
         first, *extra = spec.split("|")
         host, _, path = first.partition("/")
-        wire.append(("GET /%s HTTP/1.1\r\nHost: %s\r\n%s\r\n" % (
-            path, host, "".join(h + "\r\n" for h in extra))).encode())
+        wire.append(("%s /%s HTTP/1.1\r\nHost: %s\r\n%s\r\n" % (
+            a.method, path, host, "".join(h + "\r\n" for h in extra))).encode())
     if a.lead_crlf:
         wire[0] = b"\r\n" + wire[0]
     responses, error = [], None
@@ -273,6 +274,7 @@ def main():
     q.add_argument("reqs", nargs="+")
     q.add_argument("--pipeline", action="store_true")
     q.add_argument("--lead-crlf", action="store_true")
+    q.add_argument("--method", default="GET")
     q.add_argument("--timeout", type=float, default=3)
     w = sub.add_parser("websocket")
     w.add_argument("ip")
