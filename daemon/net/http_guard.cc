@@ -198,9 +198,11 @@ size_t HttpGuard::on_client(std::span<const uint8_t> data) {
     error_code ec;
     const size_t n = p.put(boost::asio::const_buffer(rest.data(), rest.size()), ec);
     const std::string label = "request " + std::to_string(requests_ + (in_head ? 1 : 0)) + ": ";
+    // Refused: what is counted as cleared ends where the refused part begins (a body's bytes
+    // before a bad chunk are counted; the proxy sends none of the read anyway).
     if (!p.fault.empty()) {
       refuse(label + p.fault);
-      return cleared;
+      return in_head ? cleared : cleared + n;
     }
     if (ec == http::error::need_more) {
       if (in_head) {
@@ -212,9 +214,9 @@ size_t HttpGuard::on_client(std::span<const uint8_t> data) {
     }
     if (ec) {
       const std::string_view start = as_text(data.subspan(cleared));
-      refuse(label + (start.substr(0, 4) == "PRI " ? "the HTTP/2 connection preface (prior knowledge)"
-                                                     : "not HTTP/1.x: " + ec.message()));
-      return cleared;
+      refuse(label + (in_head && start.substr(0, 4) == "PRI " ? "the HTTP/2 connection preface (prior knowledge)"
+                                                                : "not HTTP/1.x: " + ec.message()));
+      return in_head ? cleared : cleared + n;
     }
     if (in_head) {
       const size_t head = pending_ + n;

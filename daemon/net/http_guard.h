@@ -26,7 +26,9 @@
 // not cleared yet (those held back by the last call first, then the new ones) and answers how
 // many at the start may go on; the caller sends those, keeps the rest and presents them again
 // with more. At most kMaxPeek bytes are ever held (a head, a chunk-size line, a status head):
-// a call that would hold more refuses. A refusal is final (state() kRefused, why()).
+// a call that would hold more refuses. A refusal is final (state() kRefused, why()). A head is
+// judged once it is complete (its blank line has come); a bad one may be refused sooner when
+// its bytes came at once, never later than that, and nothing of it goes on before.
 
 #include <cstddef>
 #include <cstdint>
@@ -53,8 +55,9 @@ class HttpGuard {
 
   /// Client-to-server bytes not cleared yet. Returns how many at the start may be sent to the
   /// server. In kAwaitStatus it clears nothing: the caller must stop reading the client until
-  /// state() changes, then present what it holds again. In kTunnel it clears everything; after
-  /// a refusal, nothing.
+  /// state() changes, then present what it holds again. In kTunnel it clears everything. The
+  /// call that refuses returns how many bytes came before the refused part (a caller may drop
+  /// them too: the proxy does); calls after a refusal clear nothing.
   size_t on_client(std::span<const uint8_t> data);
 
   /// Server-to-client bytes not cleared yet. Only in kAwaitStatus are any held (until the
