@@ -333,6 +333,23 @@ TEST(HttpGuardTest, AnUnreadableAnswerToTheUpgradeIsRefused) {
   expect_refused(q.g, "the answer to the websocket Upgrade");
 }
 
+TEST(HttpGuardTest, ABadHeadInPiecesIsHeldUntilCompleteThenRefused) {
+  // Beast reads a head that came in pieces once its blank line is there: until then nothing
+  // of it goes on, and then it is refused as it would have been at once.
+  Pipe p;
+  p.client(get("a.b3t.test"));
+  for (std::string_view piece : {"PRI * HT", "TP/2.0\r\n", "junk"}) {
+    EXPECT_EQ(p.client(piece), "");
+    EXPECT_EQ(p.g.state(), State::kRequests);
+  }
+  p.client("\r\n\r\n");
+  expect_refused(p.g, "request 2: the HTTP/2 connection preface");
+  HttpGuard whole("a.b3t.test");
+  const std::string all = get("a.b3t.test") + "PRI * HTTP/2.0\r\njunk";
+  EXPECT_EQ(whole.on_client(bytes(all)), get("a.b3t.test").size());
+  expect_refused(whole, "request 2: the HTTP/2 connection preface");
+}
+
 // ---- bounds -------------------------------------------------------------------------------
 
 TEST(HttpGuardTest, HoldsAtMost16KiB) {
