@@ -19,6 +19,13 @@ constexpr size_t kRecordHeader = 5;
 constexpr size_t kHandshakeHeader = 4;
 constexpr size_t kMaxRecordBody = 16384;  // 2^14 (RFC 8446 5.1)
 constexpr uint16_t kServerNameExtension = 0;
+// Encrypted Client Hello (encrypted_client_hello, 0xfe0d since draft 13 of its
+// specification; 0xfe08 to 0xfe0c are the numbers of its earlier drafts) and the ESNI drafts'
+// encrypted_server_name before it: with either, the server_name the proxy reads is an outer
+// name, and the name the server acts on is hidden from it.
+constexpr uint16_t kEncryptedClientHello = 0xfe0d;
+constexpr uint16_t kEchDraftFirst = 0xfe08;
+constexpr uint16_t kEncryptedServerName = 0xffce;
 constexpr uint8_t kHostNameType = 0;
 
 Peek invalid(std::string why) { return Peek{PeekStatus::kInvalid, {}, std::move(why)}; }
@@ -156,6 +163,13 @@ Peek parse_client_hello(std::span<const uint8_t> body) {
                                                   : "two extensions of type " + std::to_string(type));
     }
     seen.set(type);
+    if (type == kEncryptedServerName) {
+      return invalid("ClientHello carries encrypted_server_name (ESNI, 0xffce): the name the server acts on is hidden");
+    }
+    if (type >= kEchDraftFirst && type <= kEncryptedClientHello) {
+      return invalid("ClientHello carries encrypted_client_hello (ECH, " + hex_byte(static_cast<uint8_t>(type >> 8)) +
+                     hex_byte(static_cast<uint8_t>(type)).substr(2) + "): the name the server acts on is hidden");
+    }
     if (type == kServerNameExtension) {
       Peek sni = parse_server_name(ext);
       if (sni.status != PeekStatus::kDone) return sni;

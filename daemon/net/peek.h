@@ -37,7 +37,9 @@ struct Peek {
 /// checked exactly, and the ClientHello must end where its last record ends. At most one of
 /// each extension type; server_name must hold exactly one host_name entry whose name passes
 /// canonical_host (no NUL or other bad bytes, not an IP literal). No server_name: kDone with
-/// an empty host.
+/// an empty host. A ClientHello carrying Encrypted Client Hello (encrypted_client_hello,
+/// 0xfe0d, or an earlier draft's 0xfe08..0xfe0c) or ESNI (encrypted_server_name, 0xffce) is
+/// kInvalid: its server_name is only the outer name, the one the server acts on is hidden.
 Peek peek_tls(std::span<const uint8_t> data);
 
 /// A plain HTTP/1.x request head at the start of `data`, through the blank line. Lines end

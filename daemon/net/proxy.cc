@@ -10,6 +10,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "daemon/net/http_guard.h"
 #include "daemon/net/peek.h"
 #include "daemon/net/policy.h"
 
@@ -21,11 +22,17 @@ using boost::system::error_code;
 
 namespace {
 constexpr size_t kSpliceBuffer = 32 * 1024;
+// What the guard holds of a direction (less than kMaxPeek, or the rest of the first peek)
+// fits in its buffer with room left to read.
+static_assert(kSpliceBuffer > kMaxPeek);
 
 bool is_web_port(uint16_t p) { return p == 80 || p == 443; }
 
-// A request line starts with a method token and a space: worth reading as HTTP.
+// A request line starts with a method token and a space: worth reading as HTTP. So does an
+// empty line: servers may skip empty lines before a request (RFC 9112 2.2), and taken for
+// another protocol the request after them would go on unread. peek_http refuses them.
 bool looks_like_http(std::span<const uint8_t> b) {
+  if (!b.empty() && (b[0] == '\r' || b[0] == '\n')) return true;
   size_t i = 0;
   while (i < b.size() && i < 16 && b[i] >= 'A' && b[i] <= 'Z') ++i;
   return i > 0 && (i == b.size() || (i < b.size() && b[i] == ' '));
@@ -89,7 +96,9 @@ class EgressProxy::Connection : public std::enable_shared_from_this<Connection> 
     if (got[0] == 0x16) {
       pk = peek_tls(got);
       http_ = false;
-    } else if (looks_like_http(got)) {
+    } else if (dst_port_ == 80 || looks_like_http(got)) {
+      // Port 80 is HTTP's: whatever is not TLS there is read as HTTP, so a request a lenient
+      // server takes (a method in small letters) is not spliced unread by its address.
       pk = peek_http(got);
       http_ = true;
     } else {
@@ -112,6 +121,13 @@ class EgressProxy::Connection : public std::enable_shared_from_this<Connection> 
     if (!pol || pol->mode != "allowlist" || !pol->list.allows_name(host, dst_port_))
       return refuse(http_, host + ":" + std::to_string(dst_port_) + " is not on this sandbox's egress allowlist");
     name_ = host;
+    if (http_) {
+      // Every request of the connection must name `host`, the first included; what the first
+      // read brought is judged before anything is dialled, so a refusal there is still a 403.
+      guard_ = std::make_unique<HttpGuard>(host);
+      first_cleared_ = guard_->on_client(std::span<const uint8_t>(peek_.data(), peeked_));
+      if (guard_->state() == HttpGuard::State::kRefused) return refuse(true, guard_->why());
+    }
     p_.resolver_.resolve(host, [self = shared_from_this(), host](std::vector<uint32_t> addrs, uint32_t, std::string err) {
       if (self->closed_) return;
       if (!err.empty()) return self->refuse(self->http_, "resolving " + host + ": " + err);
@@ -183,26 +199,116 @@ class EgressProxy::Connection : public std::enable_shared_from_this<Connection> 
   }
 
   void send_peeked() {
-    asio::async_write(upstream_, asio::buffer(peek_.data(), peeked_), [self = shared_from_this()](error_code ec, size_t) {
+    const size_t n = guard_ ? first_cleared_ : peeked_;
+    asio::async_write(upstream_, asio::buffer(peek_.data(), n), [self = shared_from_this(), n](error_code ec, size_t) {
       if (self->closed_) return;
       if (ec) return self->close(true);
+      if (self->guard_) {
+        // What the guard held (a request not complete yet, or what followed a websocket
+        // Upgrade) waits at the start of the client's buffer; it is under kMaxPeek.
+        self->held_[0] = self->peeked_ - n;
+        std::memcpy(self->up_.data(), self->peek_.data() + n, self->held_[0]);
+      }
       self->peek_.clear();
       self->peek_.shrink_to_fit();
+      if (self->guard_) {
+        self->up_next();
+        self->down_read();
+        return;
+      }
       self->pump(self->client_, self->upstream_, self->up_, 0);
       self->pump(self->upstream_, self->client_, self->down_, 1);
     });
   }
 
+  // ---- plain HTTP: both directions through the guard (http_guard.h) ----
+  // The client's side: read, let the guard clear a prefix, send it, keep the rest.
+
+  void up_read() {
+    client_.async_read_some(asio::buffer(up_.data() + held_[0], up_.size() - held_[0]),
+                            [self = shared_from_this()](error_code ec, size_t n) {
+                              if (self->closed_) return;
+                              if (ec) return self->ended(ec, self->upstream_);
+                              self->held_[0] += n;
+                              self->up_filter();
+                            });
+  }
+
+  void up_filter() {
+    const size_t ok = guard_->on_client(std::span<const uint8_t>(up_.data(), held_[0]));
+    // A later request refused: what came before it may still be in flight, so no 403 can
+    // be put in order behind it; the client is reset (nothing of this read goes on).
+    if (guard_->state() == HttpGuard::State::kRefused) return refuse(false, guard_->why());
+    if (ok == 0) return up_next();
+    asio::async_write(upstream_, asio::buffer(up_.data(), ok), [self = shared_from_this(), ok](error_code ec, size_t) {
+      if (self->closed_) return;
+      if (ec) return self->close(true);
+      std::memmove(self->up_.data(), self->up_.data() + ok, self->held_[0] - ok);
+      self->held_[0] -= ok;
+      self->up_next();
+    });
+  }
+
+  void up_next() {
+    // After a websocket Upgrade no client byte is read until the server's status is known.
+    if (guard_->state() == HttpGuard::State::kAwaitStatus) {
+      up_paused_ = true;
+      return;
+    }
+    if (up_recheck_) {  // the status came while a write was in flight: judge what is held
+      up_recheck_ = false;
+      return up_filter();
+    }
+    up_read();
+  }
+
+  // The server's side: everything goes on, except while the answer to a websocket Upgrade is
+  // awaited: then its status head is held until complete.
+  void down_read() {
+    upstream_.async_read_some(
+        asio::buffer(down_.data() + held_[1], down_.size() - held_[1]), [self = shared_from_this()](error_code ec, size_t n) {
+          if (self->closed_) return;
+          if (ec) {
+            // The server ended before it answered the Upgrade: the client's side, paused, would
+            // never see the client end.
+            if (self->up_paused_) return self->close(ec != asio::error::eof);
+            return self->ended(ec, self->client_);
+          }
+          self->held_[1] += n;
+          const bool awaiting = self->guard_->state() == HttpGuard::State::kAwaitStatus;
+          const size_t ok = self->guard_->on_server(std::span<const uint8_t>(self->down_.data(), self->held_[1]));
+          if (self->guard_->state() == HttpGuard::State::kRefused) return self->refuse(false, self->guard_->why());
+          if (awaiting && self->guard_->state() != HttpGuard::State::kAwaitStatus) {
+            if (self->up_paused_) {
+              self->up_paused_ = false;
+              self->up_filter();
+            } else {
+              self->up_recheck_ = true;
+            }
+          }
+          if (ok == 0) return self->down_read();
+          asio::async_write(self->client_, asio::buffer(self->down_.data(), ok), [self, ok](error_code ec, size_t) {
+            if (self->closed_) return;
+            if (ec) return self->close(true);
+            std::memmove(self->down_.data(), self->down_.data() + ok, self->held_[1] - ok);
+            self->held_[1] -= ok;
+            self->down_read();
+          });
+        });
+  }
+
+  // A read of one direction ended: at its end the other side is told; with an error, reset.
+  void ended(error_code ec, tcp::socket& to) {
+    if (ec != asio::error::eof) return close(true);
+    error_code e2;
+    to.shutdown(tcp::socket::shutdown_send, e2);
+    if (++ended_ == 2) close(false);
+  }
+
   void pump(tcp::socket& from, tcp::socket& to, std::array<uint8_t, kSpliceBuffer>& buf, int dir) {
     from.async_read_some(asio::buffer(buf), [self = shared_from_this(), &from, &to, &buf, dir](error_code ec, size_t n) {
       if (self->closed_) return;
-      if (ec) {
-        if (ec != asio::error::eof) return self->close(true);
-        error_code e2;
-        to.shutdown(tcp::socket::shutdown_send, e2);
-        if (++self->ended_ == 2) self->close(false);
-        return;
-      }
+      if (ec) return self->ended(ec, to);
       asio::async_write(to, asio::buffer(buf.data(), n), [self, &from, &to, &buf, dir](error_code ec, size_t) {
         if (self->closed_) return;
         if (ec) return self->close(true);
@@ -214,8 +320,8 @@ class EgressProxy::Connection : public std::enable_shared_from_this<Connection> 
   void refuse(bool http, const std::string& why) {
     decided_ = true;
     ++p_.refused_;
-    spdlog::info("egress proxy: refused a connection of {} to {}:{}: {}", ipv4_str(source_), ipv4_str(dst_ip_), dst_port_,
-                 why);
+    spdlog::info("egress proxy: refused a connection of {} to {}:{}{}: {}", ipv4_str(source_), ipv4_str(dst_ip_), dst_port_,
+                 connected_ ? " (after its connect)" : "", why);
     if (!http) return close(true);
     auto body = std::make_shared<std::string>(forbidden_response(why));
     asio::async_write(client_, asio::buffer(*body), [self = shared_from_this(), body](error_code, size_t) {
@@ -236,6 +342,12 @@ class EgressProxy::Connection : public std::enable_shared_from_this<Connection> 
   std::string name_;      // the allowed name the connection was matched to
   uint32_t dialled_ = 0;  // the address it was sent to
   std::array<uint8_t, kSpliceBuffer> up_{}, down_{};
+  // Plain HTTP only: the guard of every request, and what it has not cleared yet in each
+  // direction (at the start of up_ and down_).
+  std::unique_ptr<HttpGuard> guard_;
+  size_t first_cleared_ = 0;
+  size_t held_[2] = {0, 0};
+  bool up_paused_ = false, up_recheck_ = false;
 };
 
 EgressProxy::EgressProxy(asio::io_context& io, const PolicyTable& policies, Resolver& resolver, HostAddresses& host)

@@ -11,8 +11,11 @@
 //   - Anything else (another protocol, a client that waits for the server to speak first, a
 //     ClientHello without server_name): only a destination address the resolver gave this
 //     sandbox for an allowed name, on an allowed port, is dialled.
+//   - TLS with Encrypted Client Hello (or ESNI) is refused (peek.h): its name is hidden.
 // Refused: plain HTTP gets a 403 with an `egress_denied` JSON body, everything else a TCP
-// reset, at once. The bytes peeked are sent on first, then both directions are spliced.
+// reset, at once. The bytes peeked are sent on first, then both directions are spliced; for
+// plain HTTP through an HttpGuard (http_guard.h), which checks every later request of the
+// connection the same way (a later request refused resets the connection).
 // No connection is dialled to an address of the host itself (host_addrs.h), whatever name
 // led there; the proxy's sockets carry kProxyMark, and the firewall refuses a connection of
 // theirs to any local address as well.

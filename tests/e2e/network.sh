@@ -109,6 +109,27 @@ upload_tools() {
     --data-binary @"$B3T_CA"
 }
 conn_lines() { grep -c " $1:" "$B3T_CONN_LOG" 2>/dev/null || true; }
+# requested PATH: a fake server logged a request for /PATH (B3T_HTTP_LOG lines end "METHOD /path").
+requested() { grep -q -- " /$1\$" "$B3T_HTTP_LOG"; }
+# same_connection P1 P2: the probe's two answers are a.b3t.test's, and its server logged both
+# requests from one peer port: one connection all the way.
+same_connection() {
+  pj --arg s "$B3T_HOST_A" '.ok and (.responses | length == 2 and all(.status == 200 and .body.server == $s))' || return 1
+  local p1 p2
+  p1=$(grep -- " /$1\$" "$B3T_HTTP_LOG" | awk '{print $5}')
+  p2=$(grep -- " /$2\$" "$B3T_HTTP_LOG" | awk '{print $5}')
+  [ -n "$p1" ] && [ "$p1" = "$p2" ]
+}
+# cut_after_first PATH: the first answer is a.b3t.test's, the connection ended before another,
+# and no server ever saw a request for PATH.
+cut_after_first() {
+  pj --arg s "$B3T_HOST_A" '.ok == false and (.responses | length == 1) and .responses[0].status == 200 and .responses[0].body.server == $s' &&
+    ! requested "$1"
+}
+# denied_unseen PATH: the answer is the proxy's 403 egress_denied, and no server saw PATH.
+denied_unseen() { pj '.responses[0].status == 403 and .responses[0].body.error.code == "egress_denied"' && ! requested "$1"; }
+# tls_conns: connections a.b3t.test's HTTPS server accepted.
+tls_conns() { grep -c "tcp $B3T_HOST_A:443 from" "$B3T_CONN_LOG" 2>/dev/null || true; }
 served_by() { pj --arg s "$1" '.ok and .status == 200 and .body.server == $s'; }
 refused() { pj '.ok == false or .status == 403'; }
 
@@ -280,6 +301,51 @@ s_allowlist() {
   probe "$id" http "https://$B3T_NAME_A/" --ca /workspace/ca.pem --host "$B3T_NAME_B"
   check allow.fronting "SNI a.b3t.test with Host b.b3t.test must reach a.b3t.test's server only, got $P" served_by "$B3T_HOST_A"
   check allow.b_never_reached "the servers of b.b3t.test saw: $(grep " $B3T_HOST_B:" "$B3T_CONN_LOG" | head -2)" test "$(conn_lines "$B3T_HOST_B")" = 0
+
+  # Plain HTTP is decided for every request, not once per connection: a request naming
+  # b.b3t.test on a connection allowed for a.b3t.test would be served by a's server (the fake
+  # servers answer any Host, as a shared front end does), so its path must never be in their
+  # log. Paths are unique to the run.
+  local r=$RANDOM$RANDOM
+  probe "$id" requests "$B3T_HOST_A" 80 "$B3T_NAME_A/ka1-$r" "A.B3T.test:80/ka2-$r"
+  check allow.keepalive_same_host "want two requests for a.b3t.test served on one connection, got $P; log: $(grep "ka[12]-$r" "$B3T_HTTP_LOG")" \
+    same_connection "ka1-$r" "ka2-$r"
+  probe "$id" requests "$B3T_HOST_A" 80 "$B3T_NAME_A/kb1-$r" "$B3T_NAME_B/kb2-$r"
+  check allow.keepalive_other_host "a keep-alive request for b.b3t.test after one for a.b3t.test must be cut, unserved, got $P; log: $(grep "kb2-$r" "$B3T_HTTP_LOG")" \
+    cut_after_first "kb2-$r"
+  probe "$id" requests "$B3T_HOST_A" 80 --pipeline "$B3T_NAME_A/pa-$r" "$B3T_NAME_B/pb-$r"
+  # In one write the pair is judged before anything is dialled (403); were it split over two
+  # reads, a's answer and then a reset. Either way b's request reaches no server.
+  check allow.pipelined_other_host "a pipelined request for b.b3t.test must reach no server, got $P; log: $(grep "p[ab]-$r" "$B3T_HTTP_LOG")" \
+    eval 'denied_unseen "pb-$r" || cut_after_first "pb-$r"'
+  probe "$id" requests "$B3T_HOST_A" 80 "$B3T_NAME_A/h2c-$r|Connection: Upgrade, HTTP2-Settings|Upgrade: h2c|HTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA"
+  check allow.h2c_refused "want an h2c upgrade refused with 403 egress_denied before reaching the server, got $P" denied_unseen "h2c-$r"
+  probe "$id" requests "$B3T_HOST_A" 80 \
+    "$B3T_NAME_A/ws-$r|Connection: Upgrade|Upgrade: websocket|Sec-WebSocket-Version: 13|Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==" \
+    "$B3T_NAME_B/wsb-$r"
+  check allow.upgrade_then_other_host "a websocket Upgrade answered 200 (not 101) returns to the check of requests: b.b3t.test next must be cut, got $P" \
+    cut_after_first "wsb-$r"
+  # A websocket answered 101 is a tunnel to the allowed host: bytes the client sent before the
+  # answer are held until it, then go on with the rest (the fake server echoes them).
+  probe "$id" websocket "$B3T_HOST_A" 80 "$B3T_NAME_A" "/ws-echo-$r" --send "w$r"
+  check allow.websocket_tunnel "want 101 from a.b3t.test, then both the early and the late bytes echoed, got $P" \
+    pj --arg e "w$r-earlyw$r-late" '.ok and .status == 101 and .echo == $e'
+  probe "$id" requests "$B3T_HOST_A" 80 --lead-crlf "$B3T_NAME_B/crlf-$r"
+  check allow.leading_crlf_refused "a request behind an empty line must be read as HTTP and refused (403), got $P" denied_unseen "crlf-$r"
+  probe "$id" requests "$B3T_HOST_A" 80 --method get "$B3T_NAME_B/lower-$r"
+  check allow.lowercase_method_port80 "a request with a method in small letters on port 80 must be read as HTTP and refused (403), got $P" \
+    denied_unseen "lower-$r"
+
+  # TLS: a ClientHello with Encrypted Client Hello (outer server_name a.b3t.test, the inner
+  # name hidden) is reset at once and never reaches a server; the same hello without it does.
+  probe "$id" tls-hello "$B3T_HOST_A" 443 --sni "$B3T_NAME_A"
+  check allow.hello_without_ech "want the hand-made ClientHello for a.b3t.test answered by its server (a handshake record), got $P" \
+    pj '.ok and .record == 22'
+  local tls_before
+  tls_before=$(tls_conns)
+  probe "$id" tls-hello "$B3T_HOST_A" 443 --sni "$B3T_NAME_A" --ech
+  check allow.ech_refused "want a ClientHello carrying encrypted_client_hello reset within 100 ms and no new connection at a.b3t.test:443 ($tls_before before, $(tls_conns) after), got $P" \
+    eval 'pj ".ok == false and .ms < 100 and (.error | test(\"Reset\"))" && [ "$(tls_conns)" = "$tls_before" ]'
   probe "$id" resolve "$B3T_NAME_PRIVATE"
   check allow.name_to_private_not_resolved "an allowed name resolving to $B3T_HOST_PRIVATE must not resolve, got $P" pj '.ok == false'
   probe "$id" http "http://$B3T_NAME_PRIVATE/" --connect "$B3T_HOST_PRIVATE"

@@ -80,13 +80,15 @@ class Handler(http.server.BaseHTTPRequestHandler):
         c.http_log.line("%.6f %s %s from %s host=%s sni=%s %s %s" % (
             time.time(), c.scheme, hostport(c.local), hostport(c.peer), host or "-", c.sni or "-",
             method, self.path))
+        path = self.path.split("?", 1)[0]
+        if path.startswith("/ws-echo") and (self.headers.get("Upgrade") or "").lower() == "websocket":
+            return self._echo_after_101()
         length = int(self.headers.get("Content-Length") or 0)
         while length > 0:                       # drain a request body, if any
             got = self.rfile.read(min(length, CHUNK))
             if not got:
                 break
             length -= len(got)
-        path = self.path.split("?", 1)[0]
         m = re.fullmatch(r"/bytes/(\d+)", path)
         if m:
             n = int(m.group(1))
@@ -109,6 +111,20 @@ class Handler(http.server.BaseHTTPRequestHandler):
             "port": c.local[1], "peer": c.peer[0], "method": method,
         }).encode() + b"\n"
         self._send(200, "application/json", body, method)
+
+    def _echo_after_101(self):
+        """A websocket Upgrade to /ws-echo...: 101, then every byte is echoed back as it is
+        (no websocket framing: what a test of a proxy's tunnel needs) until the client ends."""
+        self.send_response(101, "Switching Protocols")
+        self.send_header("Upgrade", "websocket")
+        self.send_header("Connection", "Upgrade")
+        self.end_headers()
+        self.close_connection = True
+        while True:
+            data = self.rfile.read1(65536)      # bytes the client sent early are buffered here
+            if not data:
+                return
+            self.wfile.write(data)
 
     def _send(self, code, ctype, body, method):
         self.send_response(code)

@@ -284,6 +284,43 @@ TEST(PeekTlsTest, RefusesBadServerNames) {
   expect_invalid(tls(records(client_hello({{0, body}}))), "server_name entry overruns");
 }
 
+// An ECH extension as a client sends it in its outer hello: type outer (0), HPKE suite
+// (HKDF-SHA256, AES-128-GCM), config id, enc (an X25519 key) and the encrypted inner hello.
+Extension ech(uint16_t type = 0xfe0d) {
+  Bytes b = {0x00, 0x00, 0x01, 0x00, 0x01, 0x2a};
+  put16(b, 32);
+  append(b, Bytes(32, 0x5a));
+  put16(b, 144);
+  append(b, Bytes(144, 0xc3));
+  return {type, b};
+}
+
+TEST(PeekTlsTest, RefusesEncryptedClientHello) {
+  // The outer server_name is an allowed name; the one the server would act on is hidden.
+  expect_invalid(tls(records(client_hello({kGroups, sni("a.b3t.test"), ech(), kSigAlgs}))),
+                 "encrypted_client_hello (ECH, 0xfe0d)");
+  // Wherever it is, with or without a server_name, split over records.
+  expect_invalid(tls(records(client_hello({ech(), sni("a.b3t.test")}))), "encrypted_client_hello");
+  expect_invalid(tls(records(client_hello({kGroups, ech()}))), "encrypted_client_hello");
+  expect_invalid(tls(records(client_hello({kGroups, sni("a.b3t.test"), ech()}), 7)), "encrypted_client_hello");
+  // Chromium's GREASE ECH looks the same as a real one (that is its point): refused too.
+  expect_invalid(tls(records(client_hello({sni("a.b3t.test"), ech(0xfe0d)}))), "0xfe0d");
+  // The earlier drafts' numbers, and ESNI's encrypted_server_name.
+  for (uint16_t t : {0xfe08, 0xfe09, 0xfe0a, 0xfe0b, 0xfe0c}) {
+    SCOPED_TRACE(t);
+    expect_invalid(tls(records(client_hello({sni("a.b3t.test"), ech(t)}))), "encrypted_client_hello");
+  }
+  expect_invalid(tls(records(client_hello({sni("a.b3t.test"), {0xffce, Bytes(40, 1)}}))),
+                 "encrypted_server_name (ESNI, 0xffce)");
+  // Neighbours are ordinary unknown extensions.
+  for (uint16_t t : {0xfe07, 0xfe0e, 0xffcd, 0xffcf, 0xfd00}) {
+    expect_done(tls(records(client_hello({sni("a.b3t.test"), {t, Bytes(4, 0)}}))), "a.b3t.test");
+  }
+  // Until the hello is complete, the answer is still kNeedMore.
+  const Bytes b = records(client_hello({kGroups, sni("a.b3t.test"), ech()}));
+  for (size_t n = 0; n < b.size(); ++n) ASSERT_EQ(peek_tls(std::span(b).first(n)).status, PeekStatus::kNeedMore) << n;
+}
+
 TEST(PeekTlsTest, GivesUpPastMaxPeek) {
   // A padded hello in tiny records: the record headers push it past kMaxPeek.
   Extension padding{21, Bytes(12000, 0)};
