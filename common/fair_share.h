@@ -33,6 +33,14 @@ class FairShare {
     size_t reserve = 0;     // units extra units may never take (at least floor)
   };
 
+  /// Limits for a node pool of `node` units: half of it reserved for floors, the floor
+  /// lowered so that at least 64 tenants' floors fit in the reserve, the tenant cap at most
+  /// the node's.
+  static Limits for_node(size_t node, size_t per_tenant, size_t floor) {
+    const size_t reserve = node / 2;
+    return {node, std::min(per_tenant, node), std::min(floor, std::max<size_t>(1, reserve / 64)), reserve};
+  }
+
   explicit FairShare(Limits l) : l_(l) {
     l_.floor = std::min(l_.floor, l_.per_tenant);
     l_.reserve = std::clamp(l_.reserve, l_.floor, l_.node);

@@ -354,6 +354,16 @@ int main(int argc, char** argv) {
                  "beyond are refused. b3osd raises the host's nf_conntrack_max to hold every sandbox's")
       ->check(CLI::Range(16, 1 << 20))
       ->capture_default_str();
+  size_t net_proxy_max = net::EgressProxy::kMaxTotal, net_dns_max = net::Resolver::kMaxPending;
+  app.add_option("--net-proxy-max-connections", net_proxy_max,
+                 "egress proxy connections on the node, shared fairly: half kept for sandboxes' floors "
+                 "(docs/network.md); each costs two sockets and 64 KiB")
+      ->check(CLI::Range(64, 1 << 20))
+      ->capture_default_str();
+  app.add_option("--net-dns-max-pending", net_dns_max,
+                 "sandboxes' DNS questions in flight on the node, shared fairly: half kept for sandboxes' floors")
+      ->check(CLI::Range(64, 1 << 20))
+      ->capture_default_str();
   std::vector<std::string> deny_cidrs;
   app.add_option("--deny-cidr", deny_cidrs,
                  "IPv4 address or CIDR no sandbox may reach, in any egress mode, on top of the built-in private, "
@@ -467,6 +477,8 @@ int main(int argc, char** argv) {
     ncfg.layout.uplinks = *range;
     ncfg.layout.max_flows = static_cast<uint32_t>(net_max_flows);
     ncfg.max_sandboxes = cfg.max_sandboxes_per_node;
+    ncfg.proxy_max_connections = net_proxy_max;
+    ncfg.dns_max_pending = net_dns_max;
     for (auto& d : deny_cidrs) {
       auto c = net::parse_cidr(d);
       if (!c) return bad("--deny-cidr: \"" + d + "\" is not an IPv4 address or a CIDR with its host bits zero");

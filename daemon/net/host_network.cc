@@ -74,7 +74,8 @@ void raise_sysctl(const std::string& path, uint64_t want, std::string_view why) 
 
 HostNetwork::HostNetwork(HostNetworkConfig cfg)
     : cfg_(with_default_upstreams(std::move(cfg))), firewall_(cfg_.layout),
-      resolver_(io_, policies_, cfg_.dns_upstreams, host_addrs_), proxy_(io_, policies_, resolver_, host_addrs_) {}
+      resolver_(io_, policies_, cfg_.dns_upstreams, host_addrs_, cfg_.dns_max_pending),
+      proxy_(io_, policies_, resolver_, host_addrs_, cfg_.proxy_max_connections) {}
 
 HostNetwork::~HostNetwork() { stop(); }
 

@@ -33,6 +33,9 @@ struct HostNetworkConfig {
   /// How many sandboxes the node runs at most: the host's conntrack table is made to hold
   /// that many sandboxes' layout.max_flows, with room to spare for the host's own.
   int max_sandboxes = 256;
+  /// The node's egress proxy connections and resolver questions in flight, shared fairly.
+  size_t proxy_max_connections = EgressProxy::kMaxTotal;
+  size_t dns_max_pending = Resolver::kMaxPending;
 };
 
 /// "IP" or "IP:PORT" (IPv4 only).

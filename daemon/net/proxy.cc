@@ -350,8 +350,10 @@ class EgressProxy::Connection : public std::enable_shared_from_this<Connection> 
   bool up_paused_ = false, up_recheck_ = false;
 };
 
-EgressProxy::EgressProxy(asio::io_context& io, const PolicyTable& policies, Resolver& resolver, HostAddresses& host)
-    : io_(io), policies_(policies), resolver_(resolver), host_(host), acceptor_(io) {}
+EgressProxy::EgressProxy(asio::io_context& io, const PolicyTable& policies, Resolver& resolver, HostAddresses& host,
+                         size_t max_total)
+    : io_(io), policies_(policies), resolver_(resolver), host_(host), acceptor_(io),
+      share_(FairShare<uint32_t>::for_node(max_total, kMaxPerSource, kFloor)) {}
 
 EgressProxy::~EgressProxy() {
   stop();

@@ -45,7 +45,7 @@ class EgressProxy {
   static constexpr size_t kMaxPerSource = 256;
   static constexpr size_t kMaxTotal = 8192;
   static constexpr size_t kFloor = 16;
-  static constexpr size_t kReserve = 4096;  // 256 sandboxes' floors
+  static constexpr size_t kReserve = kMaxTotal / 2;  // 256 sandboxes' floors
   static constexpr int kListenBacklog = 16384;
   static constexpr std::chrono::milliseconds kPeekTimeout{5000};
   /// How long a client on a port other than 80/443 may stay silent before the proxy decides
@@ -53,7 +53,10 @@ class EgressProxy {
   static constexpr std::chrono::milliseconds kSilentClient{300};
   static constexpr std::chrono::milliseconds kConnectTimeout{10000};
 
-  EgressProxy(boost::asio::io_context& io, const PolicyTable& policies, Resolver& resolver, HostAddresses& host);
+  /// `max_total`: the node's connections (--net-proxy-max-connections); half of them are kept
+  /// for sandboxes' floors (FairShare::for_node).
+  EgressProxy(boost::asio::io_context& io, const PolicyTable& policies, Resolver& resolver, HostAddresses& host,
+              size_t max_total = kMaxTotal);
   ~EgressProxy();
   Result<void> start(uint32_t addr, uint16_t port);
   void stop();
@@ -76,7 +79,7 @@ class EgressProxy {
   HostAddresses& host_;
   boost::asio::ip::tcp::acceptor acceptor_;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
-  FairShare<uint32_t> share_{{kMaxTotal, kMaxPerSource, kFloor, kReserve}};
+  FairShare<uint32_t> share_;
   uint64_t refused_ = 0;
   std::map<uint32_t, std::set<Connection*>> by_source_;
 };

@@ -59,8 +59,9 @@ std::shared_ptr<const SourcePolicy> PolicyTable::get(uint32_t source) const {
 }
 
 Resolver::Resolver(asio::io_context& io, const PolicyTable& policies, std::vector<DnsUpstream> upstreams,
-                   HostAddresses& host)
-    : io_(io), policies_(policies), upstreams_(std::move(upstreams)), host_(host), udp_(io), tcp_(io) {}
+                   HostAddresses& host, size_t max_pending)
+    : io_(io), policies_(policies), upstreams_(std::move(upstreams)), host_(host), udp_(io), tcp_(io),
+      pending_(FairShare<uint32_t>::for_node(max_pending, kMaxPendingPerSource, kPendingFloor)) {}
 
 Result<void> Resolver::start(uint32_t addr, uint16_t port) {
   boost::system::error_code ec;

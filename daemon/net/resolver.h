@@ -69,7 +69,7 @@ class Resolver {
   static constexpr size_t kMaxPending = 4096;
   static constexpr size_t kMaxPendingPerSource = 64;
   static constexpr size_t kPendingFloor = 8;
-  static constexpr size_t kPendingReserve = 2048;  // 256 sandboxes' floors
+  static constexpr size_t kPendingReserve = kMaxPending / 2;  // 256 sandboxes' floors
   static constexpr size_t kMaxTcp = 2048;
   static constexpr size_t kMaxTcpPerSource = 16;
   static constexpr size_t kTcpFloor = 2;
@@ -81,8 +81,10 @@ class Resolver {
 
   using Addresses = std::function<void(std::vector<uint32_t> addrs, uint32_t ttl, std::string error)>;
 
+  /// `max_pending`: the node's questions in flight (--net-dns-max-pending); half of them are
+  /// kept for sandboxes' floors (FairShare::for_node).
   Resolver(boost::asio::io_context& io, const PolicyTable& policies, std::vector<DnsUpstream> upstreams,
-           HostAddresses& host);
+           HostAddresses& host, size_t max_pending = kMaxPending);
   /// Binds UDP and TCP on addr:port.
   Result<void> start(uint32_t addr, uint16_t port);
   void stop();
@@ -132,7 +134,7 @@ class Resolver {
   std::array<uint8_t, 4096> udp_buf_{};
   boost::asio::ip::udp::endpoint udp_peer_;
 
-  FairShare<uint32_t> pending_{{kMaxPending, kMaxPendingPerSource, kPendingFloor, kPendingReserve}};
+  FairShare<uint32_t> pending_;
   FairShare<uint32_t> tcp_share_{{kMaxTcp, kMaxTcpPerSource, kTcpFloor, kTcpReserve}};
   AnswerCache cache_{kMaxCache};
   std::map<std::string, std::vector<Addresses>> resolving_;  // names asked upstream, and who waits

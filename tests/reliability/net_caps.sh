@@ -88,7 +88,11 @@ UPSTREAM=127.0.0.1:$(cat "$T/upstream.port")
 
 E2E_NETWORK=on
 FLOWS_CAP=512
+# Node caps scaled down for the crowd part (net_caps.py says why); the per-sandbox caps are the
+# defaults, which the dns and proxy parts check.
 B3OS_E2E_DAEMON_ARGS="--net-uplinks $UPLINKS --dns-upstream $UPSTREAM --net-warm-pool 0 --net-fork-pool 0 --net-max-flows $FLOWS_CAP"
+B3OS_E2E_DAEMON_ARGS+=" --net-dns-max-pending 512 --net-proxy-max-connections 2048"
+B3OS_E2E_DAEMON_ARGS+=" --preview-max-requests 256 --preview-max-per-sandbox 64 --preview-sandbox-floor 2"
 E2E_MAX_SANDBOXES_PER_PROJECT=64
 start_private_daemon
 info "b3osd pid $(daemon_pid) on $URL, uplinks $UPLINKS, DNS upstream $UPSTREAM (the test's), temp dir $T"

@@ -67,3 +67,23 @@ TEST(FairShare, LimitsAreMadeConsistent) {
 
 }  // namespace
 }  // namespace b3os
+
+namespace b3os {
+namespace {
+
+TEST(FairShare, ForNodeKeepsHalfForFloorsAndSixtyFourOfThem) {
+  auto l = FairShare<int>::for_node(8192, 256, 16);  // the proxy's defaults
+  EXPECT_EQ(l.node, 8192u);
+  EXPECT_EQ(l.reserve, 4096u);
+  EXPECT_EQ(l.floor, 16u);
+  EXPECT_EQ(l.per_tenant, 256u);
+  l = FairShare<int>::for_node(512, 64, 8);  // a small node: the floor shrinks so 64 fit
+  EXPECT_EQ(l.reserve, 256u);
+  EXPECT_EQ(l.floor, 4u);
+  l = FairShare<int>::for_node(64, 256, 16);
+  EXPECT_EQ(l.per_tenant, 64u);
+  EXPECT_EQ(l.floor, 1u);
+}
+
+}  // namespace
+}  // namespace b3os
