@@ -29,7 +29,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import PrivateDaemon  # noqa: E402
-from network import FAKENET, HOST_A, MIB256, NAME_A, READER, UPLINKS, create, execj, sh, sweep_networks  # noqa: E402
+from network import CONNECT, FAKENET, HOST_A, MIB256, NAME_A, READER, UPLINKS, create, execj, sh, sweep_networks  # noqa: E402
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 med = statistics.median
@@ -64,20 +64,6 @@ for _ in range(n):
 print(n / (time.perf_counter() - t))
 """
 
-HTTPS = r"""
-import socket, ssl, sys, time, statistics
-n = int(sys.argv[1]); ctx = ssl.create_default_context(cafile="/workspace/ca.pem")
-out = []
-for i in range(n + 3):
-    t = time.perf_counter()
-    ip = socket.getaddrinfo("a.b3t.test", 443, socket.AF_INET)[0][4][0]
-    s = ctx.wrap_socket(socket.create_connection((ip, 443), timeout=5), server_hostname="a.b3t.test")
-    s.sendall(b"GET / HTTP/1.1\r\nHost: a.b3t.test\r\nConnection: close\r\n\r\n")
-    while s.recv(65536): pass
-    s.close()
-    if i >= 3: out.append((time.perf_counter() - t) * 1000)
-print(statistics.median(out))
-"""
 
 DNS = r"""
 import socket, struct, sys, time, statistics
@@ -107,7 +93,7 @@ def measure(bindir, templates, fn, runs):
         ca = open(f"{fn}/ca.pem", "rb").read()
         for sid in (allow["id"], pub["id"]):
             for path, data in (("/workspace/reader.py", READER_BY_NAME.encode()), ("/workspace/keepalive.py", KEEPALIVE.encode()),
-                               ("/workspace/https.py", HTTPS.encode()), ("/workspace/dns.py", DNS.encode()),
+                               ("/workspace/https.py", CONNECT.encode()), ("/workspace/dns.py", DNS.encode()),
                                ("/workspace/ca.pem", ca)):
                 put(c, sid, path, data)
         reader = ["python3", "/workspace/reader.py", NAME_A, str(MIB256)]
