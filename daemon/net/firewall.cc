@@ -65,8 +65,9 @@ std::string Firewall::skeleton(bool guard_forwarding) const {
   deny += ", " + mine;
   const std::string up = "\"" + std::string(kUplinkPrefix) + "*\"";
   const std::string flows = std::to_string(layout_.max_flows);
-  char mark[16];
+  char mark[16], rejudge[16];
   std::snprintf(mark, sizeof mark, "0x%08x", kProxyMark);
+  std::snprintf(rejudge, sizeof rejudge, "0x%08x", kRejudgeMark);
   // Only this node's sandboxes (sources in its uplink range) are judged here: another b3osd
   // on the host has a table and a range of its own. `add table` then `delete table` makes
   // the replacement one transaction whether or not a previous b3osd left the table.
@@ -107,12 +108,15 @@ std::string Firewall::skeleton(bool guard_forwarding) const {
          "    ip daddr " + mine + " drop\n" +
          (guard_forwarding ? "    iifname != " + up + " oifname != " + up + " drop\n" : "") +
          "  }\n"
+         // Open connections pass unjudged, except those marked after a change of their
+         // sandbox's policy (rejudge_connections): their packets are judged like a new one's,
+         // and the mark is cleared once one is allowed.
          "  chain egress {\n"
-         "    ct state established,related accept\n"
+         "    ct state established,related ct mark != " + std::string(rejudge) + " accept\n"
          "    ip daddr @deny4 jump refuse\n"
          "    ct state new add @flows { ip saddr ct count over " + flows + " } jump refuse\n"
-         "    ip saddr @public_src accept\n"
-         "    ip saddr . ip daddr . tcp dport @allow_cidr accept\n"
+         "    ip saddr @public_src ct mark set 0 accept\n"
+         "    ip saddr . ip daddr . tcp dport @allow_cidr ct mark set 0 accept\n"
          "    jump refuse\n"
          "  }\n"
          "  chain refuse {\n"
@@ -156,6 +160,14 @@ void Firewall::forget_connections(uint32_t source) {
   // Exit 1 means there was nothing to forget.
   auto r = sys::run({"conntrack", "-D", "-s", ipv4_str(source)}, kNftTimeout);
   if (!r) spdlog::warn("forgetting the connections of {}: {}", ipv4_str(source), r.error().message);
+}
+
+void Firewall::rejudge_connections(uint32_t source) {
+  char mark[16];
+  std::snprintf(mark, sizeof mark, "0x%08x", kRejudgeMark);
+  // Exit 1 means there was nothing to mark.
+  auto r = sys::run({"conntrack", "-U", "-s", ipv4_str(source), "-m", mark}, kNftTimeout);
+  if (!r) spdlog::warn("marking the connections of {} to be judged again: {}", ipv4_str(source), r.error().message);
 }
 
 void Firewall::uninstall() {

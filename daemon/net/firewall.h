@@ -47,9 +47,16 @@ class Firewall {
   Result<void> install(bool guard_forwarding);
   /// Replaces the entries of `source` (`before` -> `after`) in one transaction.
   Result<void> replace(uint32_t source, const FirewallEntries& before, const FirewallEntries& after);
-  /// Forgets the connections conntrack holds from `source`, so a tightened policy applies to
-  /// connections already open (their next packet is judged again).
+  /// Forgets the connections conntrack holds from `source` (its sandbox is gone).
   void forget_connections(uint32_t source);
+  /// Marks the connections conntrack holds from `source` (kRejudgeMark), so a changed policy
+  /// applies to connections already open: each packet the sandbox sends on them is judged by
+  /// the policy again until one is allowed (the mark is then cleared), and one that is not gets
+  /// a reset (TCP) or an ICMP error. The entries stay: the far end's packets still reach the
+  /// sandbox, whose next ACK is then refused, so neither side waits on a half-dead connection.
+  void rejudge_connections(uint32_t source);
+  /// The conntrack mark of connections whose sandbox's policy changed since they were opened.
+  static constexpr uint32_t kRejudgeMark = 0x62330002;
   /// Removes the table (b3osd's sandboxes are all gone).
   void uninstall();
 

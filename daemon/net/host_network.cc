@@ -248,12 +248,13 @@ Result<void> HostNetwork::apply(const std::string& sandbox_id, const EgressPolic
   }
   if (had_policy) {
     resolver_.forget(source);
-    // The proxy resets what the new policy refuses before conntrack forgets the sandbox's
-    // connections: its reset must still be translated back to the address the sandbox
-    // dialled. Once the entry is gone it would leave as SERVICE:proxy-port, which the sandbox
-    // ignores, and a download that sends nothing (a full receive window) would hang on.
+    // The proxy resets the connections it holds that the new policy refuses; the ones the
+    // firewall forwards are marked to be judged again at the sandbox's next packet. Their
+    // conntrack entries are kept: deleting them (as b3osd did) raced the far end, whose next
+    // packet, no longer translated, was reset by the host, leaving the sandbox waiting on a
+    // connection that was dead and never told it.
     on_net_thread([this, source] { proxy_.recheck(source); });
-    firewall_.forget_connections(source);
+    firewall_.rejudge_connections(source);
   }
   return {};
 }
