@@ -590,9 +590,16 @@ def run_flows(a, create, inside, result):
            + (f"; bad: {bad[:2]}" if bad else ""))
     # Unanswered UDP flows time out of conntrack after 30 s (nf_conntrack_udp_timeout); answered
     # ones too. Afterwards P has room again.
+    # The fake echo drops a datagram now and then; three tries, each of 20 new flows.
     time.sleep(31)
-    again = inside(p, "udpflows", a.host_a, 7, 20, 0)
-    result(again.get("replied") == 20, "flows.after", f"P's 20 new flows once the old ones expired: {again}")
+    tries = []
+    for _ in range(3):
+        tries.append(inside(p, "udpflows", a.host_a, 7, 20, 0))
+        if tries[-1].get("replied") == 20:
+            break
+        time.sleep(2)
+    result(tries[-1].get("replied") == 20, "flows.after",
+           f"P's 20 new flows once the old ones expired, answered in try {len(tries)}: {[t.get('replied') for t in tries]}")
 
 
 def uplink_of(sid):
