@@ -107,7 +107,10 @@ Result<void> HostNetwork::start() {
   if (*was_off) std::ofstream(marker) << "1\n";
   const bool guard = ::access(marker.c_str(), F_OK) == 0;
   if (auto r = firewall_.install(guard); !r) return fail(r.error());
-  ensure_conntrack_room();
+  // Every sandbox at its flow cap, plus room for the host's own connections.
+  raise_sysctl("/proc/sys/net/netfilter/nf_conntrack_max",
+               uint64_t(std::max(cfg_.max_sandboxes, 1)) * cfg_.layout.max_flows + kHostConntrackRoom,
+               "every sandbox's --net-max-flows, and room for the host's own connections");
   raise_sysctl("/proc/sys/net/core/somaxconn", EgressProxy::kListenBacklog,
                "the egress proxy's queue of connections, which every sandbox shares");
   const uint32_t svc = cfg_.layout.service_addr();
@@ -124,25 +127,6 @@ Result<void> HostNetwork::start() {
 }
 
 
-void HostNetwork::ensure_conntrack_room() {
-  // Every sandbox at its flow cap, plus room for the host's own connections.
-  const std::string path = "/proc/sys/net/netfilter/nf_conntrack_max";
-  const uint64_t want = uint64_t(std::max(cfg_.max_sandboxes, 1)) * cfg_.layout.max_flows + kHostConntrackRoom;
-  const auto text = read_small_file(path, 64);
-  const uint64_t have = text ? std::strtoull(text->c_str(), nullptr, 10) : 0;
-  if (have >= want) {
-    spdlog::info("network: {} sandboxes x {} flows fit the host's conntrack table ({} entries)", cfg_.max_sandboxes,
-                 cfg_.layout.max_flows, have);
-    return;
-  }
-  std::ofstream f(path);
-  f << want << "\n";
-  f.close();
-  if (f) spdlog::info("network: the host's conntrack table raised from {} to {} entries ({} sandboxes x {} flows, and {} for the host)",
-                      have, want, cfg_.max_sandboxes, cfg_.layout.max_flows, kHostConntrackRoom);
-  else spdlog::warn("network: cannot raise {} from {} to {}: {} sandboxes at their flow caps ({}) can fill it; lower "
-                    "--net-max-flows or --max-sandboxes-per-node", path, have, want, cfg_.max_sandboxes, cfg_.layout.max_flows);
-}
 
 void HostNetwork::stop() {
   if (!started_) return;

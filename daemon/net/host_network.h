@@ -71,8 +71,6 @@ class HostNetwork : public Network {
     FirewallEntries entries;  // what the firewall holds for it now
     bool has_policy = false;
   };
-  /// Raises the host's nf_conntrack_max to hold every sandbox's flow cap (never lowers it).
-  void ensure_conntrack_room();
   static constexpr uint64_t kHostConntrackRoom = 65536;
   Result<int> take_slot();
   void free_slot(int index);

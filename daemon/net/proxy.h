@@ -21,8 +21,8 @@
 // theirs to any local address as well.
 // Everything runs on the network's asio thread; a connection costs two sockets and two
 // buffers. They are shared fairly (common/fair_share.h): a sandbox may hold kMaxPerSource, the
-// node kMaxTotal, and kFloor of each sandbox's are kept for it whatever the others hold (for
-// up to kReserve / kFloor sandboxes at their floors at once).
+// node kMaxTotal, and kFloor of each sandbox's are kept for it whatever the others hold (half
+// the node is kept for floors: FairShare::for_node).
 
 #include <chrono>
 #include <cstdint>
@@ -45,7 +45,6 @@ class EgressProxy {
   static constexpr size_t kMaxPerSource = 256;
   static constexpr size_t kMaxTotal = 8192;
   static constexpr size_t kFloor = 16;
-  static constexpr size_t kReserve = kMaxTotal / 2;  // 256 sandboxes' floors
   static constexpr int kListenBacklog = 16384;
   static constexpr std::chrono::milliseconds kPeekTimeout{5000};
   /// How long a client on a port other than 80/443 may stay silent before the proxy decides

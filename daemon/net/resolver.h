@@ -14,7 +14,7 @@
 // while it waits for upstream, never a thread. Questions in flight are shared fairly
 // (common/fair_share.h): a sandbox may have kMaxPendingPerSource, the node kMaxPending, and
 // kPendingFloor of each sandbox's are kept for it whatever the others do, so a flood of slow
-// names from any number of sandboxes (up to kPendingReserve / kPendingFloor) cannot stall
+// names from any number of sandboxes (half the node is kept for floors) cannot stall
 // another's DNS. TCP connections are shared the same way.
 
 #include <chrono>
@@ -69,11 +69,9 @@ class Resolver {
   static constexpr size_t kMaxPending = 4096;
   static constexpr size_t kMaxPendingPerSource = 64;
   static constexpr size_t kPendingFloor = 8;
-  static constexpr size_t kPendingReserve = kMaxPending / 2;  // 256 sandboxes' floors
   static constexpr size_t kMaxTcp = 2048;
   static constexpr size_t kMaxTcpPerSource = 16;
   static constexpr size_t kTcpFloor = 2;
-  static constexpr size_t kTcpReserve = 1024;
   static constexpr size_t kMaxCache = 4096;
   static constexpr int kUdpReceiveBuffer = 8 << 20;
   static constexpr size_t kMaxLearnedPerSource = 4096;
@@ -135,7 +133,7 @@ class Resolver {
   boost::asio::ip::udp::endpoint udp_peer_;
 
   FairShare<uint32_t> pending_;
-  FairShare<uint32_t> tcp_share_{{kMaxTcp, kMaxTcpPerSource, kTcpFloor, kTcpReserve}};
+  FairShare<uint32_t> tcp_share_{FairShare<uint32_t>::for_node(kMaxTcp, kMaxTcpPerSource, kTcpFloor)};
   AnswerCache cache_{kMaxCache};
   std::map<std::string, std::vector<Addresses>> resolving_;  // names asked upstream, and who waits
 

@@ -624,7 +624,7 @@ def preview_request(url):
         f"GET /{path} HTTP/1.1\r\nHost: {hostport}\r\nConnection: close\r\n\r\n").encode()
 
 
-def preview_get(url, timeout=5):
+def preview_get(url, timeout=15):
     hostport, port, req = preview_request(url)
     t0, w0 = time.monotonic(), time.time()
     try:
