@@ -1,5 +1,6 @@
 #include "agent/exec_stream.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -10,6 +11,7 @@
 #include <cstring>
 
 #include "agent/log.h"
+#include "agent/users.h"
 
 namespace b3os::agent {
 
@@ -64,6 +66,48 @@ Result<SpawnSpec> parse_spec(const Json& req) {
   return spec;
 }
 
+// Larger account files are refused rather than read by the agent's one thread.
+constexpr size_t kMaxAccountFile = 8u << 20;
+
+// The sandbox's /etc/passwd or /etc/group. Code inside may have put anything there: a FIFO
+// (O_NONBLOCK, and only regular files are read) must not block the agent, nor a huge file fill
+// its memory. A missing file reads as empty: a numeric uid needs none.
+Result<std::string> read_account_file(const char* path) {
+  UniqueFd fd(::open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK));
+  if (!fd) {
+    if (errno == ENOENT) return std::string();
+    return fail(errno_error(ErrorCode::kInvalidRequest, std::string("user: open ") + path, errno));
+  }
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0) {
+    return fail(errno_error(ErrorCode::kInternal, std::string("user: stat ") + path, errno));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    return fail(ErrorCode::kInvalidRequest, std::string("user: ") + path + " is not a regular file");
+  }
+  std::string text;
+  char buf[64 * 1024];
+  for (;;) {
+    const ssize_t n = ::read(fd.get(), buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return fail(errno_error(ErrorCode::kInternal, std::string("user: read ") + path, errno));
+    if (n == 0) return text;
+    if (text.size() + static_cast<size_t>(n) > kMaxAccountFile) {
+      return fail(ErrorCode::kInvalidRequest,
+                  std::string("user: ") + path + " is larger than 8 MiB; the agent does not read it");
+    }
+    text.append(buf, static_cast<size_t>(n));
+  }
+}
+
+Result<ExecUser> load_user(const std::string& user) {
+  auto passwd = read_account_file("/etc/passwd");
+  if (!passwd) return fail(passwd.error());
+  auto group = read_account_file("/etc/group");
+  if (!group) return fail(group.error());
+  return resolve_user(user, *passwd, *group);
+}
+
 Result<void> check_cwd(const std::string& cwd) {
   struct stat st;
   if (::stat(cwd.c_str(), &st) != 0) {
@@ -84,6 +128,14 @@ Result<std::unique_ptr<Stream>> ExecStream::start(Channel& channel, uint32_t id,
   if (!timeout_ms) return fail(timeout_ms.error());
   auto max_output = get_u64(req, "max_output", kDefaultMaxOutput);
   if (!max_output) return fail(max_output.error());
+  auto user = get_string(req, "user", std::string());
+  if (!user) return fail(user.error());
+  if (!user->empty()) {
+    auto u = load_user(*user);
+    if (!u) return fail(u.error());
+    add_user_env(spec->env, *u);
+    spec->ids = SpawnIds{u->uid, u->gid, std::move(u->groups)};
+  }
   if (auto r = check_cwd(spec->cwd); !r) return fail(r.error());
 
   const auto started = Clock::now();

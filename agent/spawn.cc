@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -24,13 +25,38 @@ struct ChildPlan {
   std::vector<std::string> candidates;
   std::vector<char*> sh_argv;  // for ENOEXEC: /bin/sh <candidate> args...
   std::string exec_prefix;     // "b3os: exec <argv0>: "
-  std::string chdir_prefix;    // "b3os: chdir <cwd>: "
   const char* cwd = nullptr;
+  const SpawnIds* ids = nullptr;
   int stdin_src = -1;
   int stdout_w = -1;
   int stderr_w = -1;
   int close_up_to = -1;  // without close_range: the highest fd to close; else -1
+  // The step before execve that failed in the child, and its errno. vfork: the child writes
+  // them into this very memory before it exits, and the parent reads them once it resumes;
+  // volatile, since the compiler cannot see that the child's stores reach the parent.
+  volatile int failed_step = 0;  // a SetupStep
+  volatile int failed_errno = 0;
 };
+
+enum SetupStep : int { kNoFailure = 0, kSetgroups, kSetgid, kSetuid, kChdir };
+
+[[noreturn]] void setup_failed(ChildPlan& p, SetupStep step, int err) {
+  p.failed_errno = err;
+  p.failed_step = step;
+  ::_exit(127);
+}
+
+// Raw syscalls, not the libc wrappers: glibc's set*id broadcast the change to every thread of
+// the process, and a vfork child shares the agent's memory; the kernel changes only the
+// calling task's credentials, which is exactly the child.
+void take_ids(ChildPlan& p) {
+  const SpawnIds& ids = *p.ids;
+  if (::syscall(SYS_setgroups, ids.groups.size(), ids.groups.data()) != 0) {
+    setup_failed(p, kSetgroups, errno);
+  }
+  if (::syscall(SYS_setgid, ids.gid) != 0) setup_failed(p, kSetgid, errno);
+  if (::syscall(SYS_setuid, ids.uid) != 0) setup_failed(p, kSetuid, errno);
+}
 
 // The top of close_range's range. Linux takes ~0u, but gVisor rejects anything above INT_MAX;
 // and syscall() is variadic, so it is passed as a long with the upper half clear.
@@ -95,7 +121,9 @@ bool try_next(int err) {
   if (::dup2(p.stdin_src, 0) < 0 || ::dup2(p.stdout_w, 1) < 0 || ::dup2(p.stderr_w, 2) < 0) {
     ::_exit(127);
   }
-  if (::chdir(p.cwd) != 0) child_fail(p.chdir_prefix, errno);
+  // The ids first, so that the cwd is entered with the command's own permissions.
+  if (p.ids != nullptr) take_ids(p);
+  if (::chdir(p.cwd) != 0) setup_failed(p, kChdir, errno);
   if (p.close_up_to < 0) {
     ::syscall(SYS_close_range, 3ul, kAllFds, 0ul);
   } else {
@@ -119,6 +147,16 @@ bool try_next(int err) {
   }
   if (saw_eacces && try_next(err)) err = EACCES;
   child_fail(p.exec_prefix, err);
+}
+
+Error setup_error(const SpawnSpec& spec, SetupStep step, int err) {
+  if (step == kChdir) return errno_error(ErrorCode::kInvalidRequest, "cwd " + spec.cwd, err);
+  const char* call = step == kSetgroups ? "setgroups" : step == kSetgid ? "setgid" : "setuid";
+  const auto id = step == kSetgid ? spec.ids->gid : spec.ids->uid;
+  const std::string context = step == kSetgroups ? std::string("user: ") + call
+                                                 : std::string("user: ") + call + " " + std::to_string(id);
+  // EINVAL: an id the sandbox's user namespace cannot map, which is the request's doing.
+  return errno_error(err == EINVAL ? ErrorCode::kInvalidRequest : ErrorCode::kInternal, context, err);
 }
 
 Result<void> make_pipe(UniqueFd& read_end, UniqueFd& write_end) {
@@ -181,8 +219,8 @@ Result<SpawnedChild> spawn_child(const SpawnSpec& spec) {
   for (size_t i = 1; i < spec.argv.size(); ++i) plan.sh_argv.push_back(plan.argv[i]);
   plan.sh_argv.push_back(nullptr);
   plan.exec_prefix = "b3os: exec " + spec.argv[0] + ": ";
-  plan.chdir_prefix = "b3os: chdir " + spec.cwd + ": ";
   plan.cwd = spec.cwd.c_str();
+  if (spec.ids) plan.ids = &*spec.ids;
   plan.stdin_src = stdin_r.get();
   plan.stdout_w = stdout_w.get();
   plan.stderr_w = stderr_w.get();
@@ -195,6 +233,12 @@ Result<SpawnedChild> spawn_child(const SpawnSpec& spec) {
   const pid_t pid = ::vfork();
   if (pid < 0) return fail(errno_error(ErrorCode::kInternal, "fork", errno));
   if (pid == 0) run_child(plan);
+  if (plan.failed_step != kNoFailure) {
+    // The child has exited (vfork returns only then): reap it here, it belongs to no stream.
+    while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+    }
+    return fail(setup_error(spec, static_cast<SetupStep>(plan.failed_step), plan.failed_errno));
+  }
 
   child.pid = pid;
   if (child.stdin_fd) set_nonblocking(child.stdin_fd.get());

@@ -4,6 +4,7 @@
 
 #include <sys/types.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -12,12 +13,20 @@
 
 namespace b3os::agent {
 
-/// What to run: argv, the complete environment ("K=V"), and the working directory.
+/// The ids a command takes on before it starts: setgroups(groups), setgid(gid), setuid(uid).
+struct SpawnIds {
+  uid_t uid = 0;
+  gid_t gid = 0;
+  std::vector<gid_t> groups;
+};
+
+/// What to run: argv, the complete environment ("K=V"), the working directory, and whom as.
 struct SpawnSpec {
   std::vector<std::string> argv;
   std::vector<std::string> env;
   std::string cwd;
   bool pipe_stdin = false;
+  std::optional<SpawnIds> ids;  // absent: the agent's own (root)
 };
 
 /// A started process and the agent's ends of its pipes (nonblocking).
@@ -31,8 +40,10 @@ struct SpawnedChild {
 /// The paths execve tries for `argv0` under `path_var`, in order (argv0 itself if it has '/').
 std::vector<std::string> exec_candidates(const std::string& argv0, const std::string& path_var);
 
-/// Forks the process in its own session and process group. A program that cannot be executed
-/// makes the child print "b3os: exec <argv0>: <reason>" on stderr and exit 127.
+/// Forks the process in its own session and process group, with `ids` if given, in `cwd`. A
+/// cwd the process cannot enter is invalid_request "cwd <cwd>: <reason>" and ids it cannot take
+/// an error naming the call (the child is reaped either way). A program that cannot be
+/// executed makes the child print "b3os: exec <argv0>: <reason>" on stderr and exit 127.
 Result<SpawnedChild> spawn_child(const SpawnSpec& spec);
 
 /// SIGKILLs the process group of `pid` (the process itself if it has no group yet).

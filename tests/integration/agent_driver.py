@@ -435,6 +435,45 @@ def test_exec(ch):
           and el < 1.5, (el, [r[1] for r in results]))
 
 
+def test_exec_user(ch):
+    """exec's `user`: resolved from the sandbox's own /etc/passwd and /etc/group."""
+    end, out, err, _ = ch.run(["sh", "-c", "groupadd -g 2345 team && useradd -m -u 2001 alice"
+                               " && usermod -aG team alice"])
+    check("exec_user setup (useradd)", end.get("exit_code") == 0, (end, err))
+    env = {"PATH": ENV["PATH"]}
+    probe = ["sh", "-c", 'id -u; id -g; id -G; echo "$HOME $USER $LOGNAME"; pwd']
+    end, out, err, _ = ch.run(probe, user="alice", env=env, cwd="/home/alice")
+    check("exec_user alice by name",
+          out == b"2001\n2001\n2001 2345\n/home/alice alice alice\n/home/alice\n", (end, out, err))
+    end, out, err, _ = ch.run(probe, user="2001", env=env)
+    check("exec_user alice by uid", out.startswith(b"2001\n2001\n2001 2345\n/home/alice alice alice\n"),
+          (end, out, err))
+    end, out, err, _ = ch.run(probe, user="1234:4321", env=env)
+    check("exec_user uid:gid without an entry", out == b"1234\n4321\n4321\n/  \n/\n", (end, out, err))
+    end, out, err, _ = ch.run(probe, user="1234", env=env)
+    check("exec_user uid alone: gid of the same number", out.startswith(b"1234\n1234\n1234\n"),
+          (end, out, err))
+    end, out, err, _ = ch.run(["sh", "-c", "echo $HOME $USER"], user="alice",
+                              env=dict(env, HOME="/tmp", USER="someone"))
+    check("exec_user request env wins", out == b"/tmp someone\n", (end, out, err))
+    end, out, err, _ = ch.run(["sh", "-c", "id -u; echo $HOME"], user="root", env=env)
+    check("exec_user root by name", out == b"0\n/root\n", (end, out, err))
+    end, out, err, _ = ch.run(["sh", "-c", "echo x > /home/alice/f && stat -c '%U:%G' /home/alice/f"
+                               " && touch /root/nope"], user="alice", env=env)
+    check("exec_user files owned by alice, /root denied", out == b"alice:alice\n"
+          and end.get("exit_code") != 0 and b"Permission denied" in err, (end, out, err))
+    end = ch.simple({"op": "exec", "argv": ["true"], "env": env, "cwd": "/", "user": "nobody-here"})
+    check("exec_user unknown name -> invalid_request", end.get("ok") is False
+          and end["error"]["code"] == "invalid_request"
+          and end["error"]["message"] == 'user: no user "nobody-here" in the sandbox\'s /etc/passwd', end)
+    end = ch.simple({"op": "exec", "argv": ["true"], "env": env, "cwd": "/root", "user": "alice"})
+    check("exec_user cwd the user cannot enter -> invalid_request", end.get("ok") is False
+          and end["error"]["code"] == "invalid_request"
+          and end["error"]["message"] == "cwd /root: Permission denied", end)
+    end, out, err, _ = ch.run(["sh", "-c", "pwd"], cwd="/root", env=env)
+    check("exec_user root still enters /root", out == b"/root\n", (end, out, err))
+
+
 def test_files(ch):
     data = os.urandom(3 << 20)
     end, granted = ch.file_write("/workspace/sub/big.bin", data)
@@ -828,7 +867,7 @@ def test_shim(ch):
 def main():
     signal.alarm(300)
     ch = Channel(start_container())
-    for test in (test_basics, test_exec, test_files, test_relay, test_resync, test_shim):
+    for test in (test_basics, test_exec, test_exec_user, test_files, test_relay, test_resync, test_shim):
         try:
             test(ch)
         except Exception as e:  # report and go on: later groups may still tell something
