@@ -58,9 +58,11 @@ Result<ExecResult> Exec::exec(const Principal& p, const std::string& id, const E
   ActiveOp busy(s);
   Awake awake = lifecycle_.awake(s);
   json env = {{"PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
-              {"HOME", "/root"},
               {"LANG", "C.UTF-8"},
               {"B3OS_SANDBOX_ID", s.id}};
+  // As another user, HOME comes from the sandbox's /etc/passwd, which only the agent reads;
+  // it adds HOME, USER and LOGNAME where this environment does not set them.
+  if (spec.user.empty()) env["HOME"] = "/root";
   {
     std::lock_guard lk(s.mu);
     const store::SandboxRecord& rec = s.rec;
@@ -85,6 +87,7 @@ Result<ExecResult> Exec::exec(const Principal& p, const std::string& id, const E
               {"timeout_ms", spec.timeout_ms},
               {"stdin", spec.stdin_data.has_value()},
               {"max_output", cfg_.max_exec_output}};
+  if (!spec.user.empty()) req["user"] = spec.user;
   auto stream = open_stream(s, req);
   if (!stream) return fail(stream.error());
   auto& st = **stream;

@@ -68,6 +68,40 @@ Result<std::map<std::string, std::string>> parse_env(const json& j, const std::s
   return out;
 }
 
+// (uid_t)-1 means "no change" to setuid, never a user.
+constexpr uint64_t kMaxUserId = 4294967294ull;
+
+bool all_digits(std::string_view s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+bool fits_user_id(std::string_view digits) {
+  if (digits.size() > 10) return false;
+  uint64_t v = 0;
+  for (char c : digits) v = v * 10 + static_cast<uint64_t>(c - '0');
+  return v <= kMaxUserId;
+}
+
+// The `user` of an exec: a user name, "UID" or "UID:GID".
+Result<std::string> parse_user(const json& j) {
+  if (!j.is_string()) return bad("user", "must be a string, got " + type_name(j));
+  const auto& s = j.get_ref<const std::string&>();
+  const size_t colon = s.find(':');
+  const std::string_view uid = std::string_view(s).substr(0, colon);
+  const std::string_view gid = colon == std::string::npos ? std::string_view() : std::string_view(s).substr(colon + 1);
+  if (all_digits(uid) && (colon == std::string::npos || all_digits(gid))) {
+    if (fits_user_id(uid) && (colon == std::string::npos || fits_user_id(gid))) return s;
+    return bad("user", "\"" + s + "\": UID and GID must be at most " + std::to_string(kMaxUserId));
+  }
+  const bool name_ok = !s.empty() && s.size() <= 32 && s[0] != '-' &&
+                       std::all_of(s.begin(), s.end(), [](char c) {
+                         return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-';
+                       });
+  if (!name_ok)
+    return bad("user", "must be a user name (1-32 of A-Z a-z 0-9 _ . -, not starting with -), UID or UID:GID");
+  return s;
+}
+
 Result<void> reject_unknown(const json& body, const std::set<std::string>& known, const std::string& where) {
   for (auto& [k, v] : body.items()) {
     if (!known.count(k)) return bad(where.empty() ? k : where + "." + k, "unknown field");
@@ -254,7 +288,8 @@ Result<void> check_supported(const SandboxSpec&) { return {}; }
 
 Result<ExecSpec> parse_exec(const json& body) {
   if (!body.is_object()) return bad("body", "must be a JSON object");
-  if (auto r = reject_unknown(body, {"cmd", "env", "cwd", "timeout_ms", "stdin"}, ""); !r) return fail(r.error());
+  if (auto r = reject_unknown(body, {"cmd", "env", "cwd", "timeout_ms", "stdin", "user"}, ""); !r)
+    return fail(r.error());
   ExecSpec e;
   if (!body.contains("cmd")) return bad("cmd", "is required (a string for /bin/sh -c, or an argv array)");
   const auto& cmd = body["cmd"];
@@ -297,6 +332,11 @@ Result<ExecSpec> parse_exec(const json& body) {
   if (body.contains("stdin") && !body["stdin"].is_null()) {
     if (!body["stdin"].is_string()) return bad("stdin", "must be a string");
     e.stdin_data = body["stdin"].get<std::string>();
+  }
+  if (body.contains("user") && !body["user"].is_null()) {
+    auto u = parse_user(body["user"]);
+    if (!u) return fail(u.error());
+    e.user = std::move(*u);
   }
   return e;
 }

@@ -63,6 +63,7 @@ struct ExecSpec {
   std::string cwd = "/workspace";
   int64_t timeout_ms = 60000;
   std::optional<std::string> stdin_data;
+  std::string user;  // a name in the sandbox's /etc/passwd, "UID" or "UID:GID"; empty: root
 };
 
 /// Validates a create body; errors are 400 invalid_request naming the field.
@@ -72,7 +73,8 @@ Result<void> check_supported(const SandboxSpec& spec);
 /// The `egress` object (create, and PATCH of a running sandbox): mode, and the allow list
 /// checked entry by entry (net/policy.h).
 Result<EgressSpec> parse_egress(const nlohmann::json& j);
-/// Validates an exec body.
+/// Validates an exec body. `user` is checked for form only (1-32 of `A-Z a-z 0-9 _ . -`, not
+/// starting with `-`, or UID[:GID]); whether the sandbox knows the name is the agent's to say.
 Result<ExecSpec> parse_exec(const nlohmann::json& body);
 /// Validates metadata rules (used by create and fork): up to 16 pairs, keys 1-40 of
 /// `A-Z a-z 0-9 _ . : -`, values strings of at most 500 characters.

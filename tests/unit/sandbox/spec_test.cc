@@ -127,6 +127,33 @@ TEST(ParseExec, Errors) {
   EXPECT_FALSE(parse_exec({{"cmd", "x"}, {"shell", true}}));
 }
 
+TEST(ParseExec, User) {
+  auto none = parse_exec({{"cmd", "id"}});
+  ASSERT_TRUE(none);
+  EXPECT_EQ(none->user, "");  // root, as before the field
+  EXPECT_EQ(parse_exec({{"cmd", "id"}, {"user", nullptr}})->user, "");
+  for (const char* ok : {"alice", "a", "Alice_B.c-d", "_apt", "systemd-network", "u1", "1x",
+                         "0", "1000", "1234:1234", "4294967294", "4294967294:4294967294",
+                         "0001:0002", "abcdefghijklmnopqrstuvwxyz012345"}) {
+    auto s = parse_exec({{"cmd", "id"}, {"user", ok}});
+    ASSERT_TRUE(s) << ok << ": " << s.error().message;
+    EXPECT_EQ(s->user, ok);
+  }
+  for (const char* no : {"", "-alice", "al ice", "al:ice", "alice:", ":1000", "1000:", "1:2:3", "alice$",
+                         "al/ice", "al\nice", "élodie", "abcdefghijklmnopqrstuvwxyz0123456",
+                         "4294967295", "1000:4294967295", "12345678901", "1000:abc"}) {
+    auto s = parse_exec({{"cmd", "id"}, {"user", no}});
+    ASSERT_FALSE(s) << no;
+    EXPECT_EQ(s.error().code, ErrorCode::kInvalidRequest) << no;
+    EXPECT_EQ(s.error().message.rfind("user: ", 0), 0u) << no << ": " << s.error().message;
+  }
+  for (const json& no : {json(1000), json(true), json::array({"alice"}), json::object()}) {
+    auto s = parse_exec({{"cmd", "id"}, {"user", no}});
+    ASSERT_FALSE(s) << no.dump();
+    EXPECT_EQ(s.error().message.rfind("user: must be a string", 0), 0u) << s.error().message;
+  }
+}
+
 TEST(ResolvePath, RelativeAndNormalised) {
   EXPECT_EQ(*resolve_path("a.txt"), "/workspace/a.txt");
   EXPECT_EQ(*resolve_path("/workspace//x/./y"), "/workspace/x/y");
