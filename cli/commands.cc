@@ -209,6 +209,7 @@ Result<Json> build_exec_body(const ExecOptions& o, const std::optional<std::stri
   if (!env) return fail(env.error());
   if (!env->empty()) body["env"] = std::move(*env);
   if (o.cwd) body["cwd"] = *o.cwd;
+  if (o.user) body["user"] = *o.user;
   if (o.timeout_ms) body["timeout_ms"] = *o.timeout_ms;
   if (stdin_text) body["stdin"] = *stdin_text;
   return body;
@@ -350,6 +351,7 @@ void add_sandbox_commands(CLI::App& app, const GlobalOptions& g, Action& action)
   e->add_option("cmd", exec->cmd, "Command and arguments")->required();
   e->add_option("--timeout-ms", exec->timeout_ms, "Kill the command after this many ms");
   e->add_option("--cwd", exec->cwd, "Working directory (default /workspace)");
+  e->add_option("--user", exec->user, "Run as this user (a name, UID or UID:GID; default root)");
   e->add_option("--env", exec->env, "Environment variable K=V (repeatable)")
       ->allow_extra_args(false);
   e->add_flag("--stdin", exec->read_stdin, "Send all of standard input to the command");

@@ -59,6 +59,7 @@ struct ExecOptions {
   std::vector<std::string> cmd;
   std::optional<int64_t> timeout_ms;
   std::optional<std::string> cwd;
+  std::optional<std::string> user;
   std::vector<std::string> env;
   bool read_stdin = false;
   bool json = false;

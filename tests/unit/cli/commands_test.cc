@@ -77,10 +77,11 @@ TEST(BuildExecBody, SeveralArgumentsAreArgvWithOptions) {
   o.env = {"X=1"};
   o.cwd = "/tmp";
   o.timeout_ms = 5000;
+  o.user = "alice";
   auto body = build_exec_body(o, std::string("input\n"));
   ASSERT_TRUE(body);
   EXPECT_EQ(*body, Json::parse(R"j({"cmd": ["python3", "-c", "print(1)"], "env": {"X": "1"},
-    "cwd": "/tmp", "timeout_ms": 5000, "stdin": "input\n"})j"));
+    "cwd": "/tmp", "user": "alice", "timeout_ms": 5000, "stdin": "input\n"})j"));
 }
 
 TEST(BuildExecBody, NeedsACommand) { EXPECT_FALSE(build_exec_body(ExecOptions{}, std::nullopt)); }
