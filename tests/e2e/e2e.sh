@@ -91,6 +91,7 @@ run_section s_exec
 run_section s_exec_timeout
 run_section s_exec_truncation
 run_section s_exec_concurrent
+run_section s_exec_user
 run_section s_files
 run_section s_errors
 run_section s_idempotency

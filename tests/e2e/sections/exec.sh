@@ -1,7 +1,7 @@
 # shellcheck shell=bash
 # shellcheck disable=SC2016,SC2015,SC2012 # single-quoted $VAR and $((...)) are for the sandbox's shell or jq
 # e2e section: running commands (argv and shell strings, env, cwd, stdin, exit codes and
-# signals, timeouts, output truncation, concurrent execs) in the main sandbox $SBX.
+# signals, timeouts, output truncation, concurrent execs, other users) in the main sandbox $SBX.
 
 # ---- 2-5. exec ------------------------------------------------------------------------------
 
@@ -86,4 +86,30 @@ s_exec_concurrent() {
   check exec_concurrent.own_outputs "$bad" [ -z "$bad" ]
   # Sequentially they would take at least 8 s.
   check exec_concurrent.parallel "8 x sleep 1 took ${elapsed} ms" [ "$elapsed" -lt 6000 ]
+}
+
+# exec's `user`: a user the sandbox made itself, a numeric uid it does not know, a name it does
+# not have.
+s_exec_user() {
+  run_exec "$SBX" '{"cmd":"id -u alice >/dev/null 2>&1 || useradd -m alice"}'
+  check exec_user.useradd "$(snip)" okj 200 '.exit_code == 0'
+  run_exec "$SBX" '{"cmd":"id -un; echo $HOME; id -G; echo $USER $LOGNAME","user":"alice","cwd":"/home/alice"}'
+  check exec_user.by_name "$(snip)" okj 200 '.exit_code == 0 and
+    (.stdout | split("\n")) as $l | $l[0] == "alice" and $l[1] == "/home/alice" and ($l[2] | length) > 0
+    and $l[3] == "alice alice"'
+  run_exec "$SBX" '{"cmd":"echo hi > f; stat -c %U:%u f","user":"alice","cwd":"/home/alice"}'
+  check exec_user.owns_her_file "$(snip)" okj 200 '.exit_code == 0 and (.stdout | startswith("alice:"))'
+  run_exec "$SBX" '{"cmd":"stat -c %U /home/alice/f"}'
+  check exec_user.owner_seen_by_root "$(snip)" okj 200 '.stdout == "alice\n"'
+  run_exec "$SBX" '{"cmd":"id -u; id -g; echo $HOME; touch /root/x","user":"1234:1234"}'
+  check exec_user.numeric "$(snip)" okj 200 '(.stdout == "1234\n1234\n/\n") and .exit_code != 0
+    and (.stderr | test("Permission denied"))'
+  run_exec "$SBX" '{"cmd":"id -u","user":"nobody-here"}'
+  expect_error exec_user.unknown_400 400 invalid_request 'no user "nobody-here"'
+  run_exec "$SBX" '{"cmd":"id -u","user":"-rf"}'
+  expect_error exec_user.malformed_400 400 invalid_request user
+  run_exec "$SBX" '{"cmd":"pwd","user":"alice","cwd":"/root"}'
+  expect_error exec_user.cwd_denied_400 400 invalid_request cwd
+  run_exec "$SBX" '{"cmd":"id -u; echo $HOME"}'
+  check exec_user.default_still_root "$(snip)" okj 200 '.stdout == "0\n/root\n"'
 }
