@@ -3,6 +3,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
@@ -19,6 +20,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     if (auto e = parse_exec(j)) {
       if (e->argv.empty() || e->timeout_ms < 1 || e->cwd.empty() || e->cwd[0] != '/') std::abort();
+      // A user is a name of at most 32 characters or UID[:GID]: nothing the agent could misread.
+      if (e->user.find_first_of(std::string_view("\n\0/ ", 4)) != std::string::npos ||
+          (!e->user.empty() && e->user[0] == '-'))
+        std::abort();
     }
     if (j.is_object() && j.contains("metadata")) (void)parse_metadata(j["metadata"], "metadata");
   }
