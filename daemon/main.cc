@@ -15,8 +15,10 @@
 #include <spdlog/spdlog.h>
 #include <systemd/sd-daemon.h>
 
+#include "common/file.h"
 #include "common/metrics.h"
 #include "daemon/api/api.h"
+#include "daemon/template/service.h"
 #include "daemon/api/config.h"
 #include "daemon/gateway/gateway.h"
 #include "daemon/gateway/relay.h"
@@ -78,6 +80,27 @@ Result<std::string> admin_key(store::Store& store, const std::string& data_dir) 
   ::umask(077);
   std::ofstream(path, std::ios::trunc) << k->key << "\n";
   return k->key;
+}
+
+/// What an image of a template's checkpoint was taken with: the runtime's and the agent's
+/// binaries (size and time of each). An image from others would not restore.
+std::string image_stamp(const std::string& runsc, const std::string& agent) {
+  std::string out;
+  for (const std::string& p : {runsc, agent}) {
+    std::string path = p;
+    if (path.find('/') == std::string::npos) {
+      for (const char* dir : {"/usr/bin/", "/usr/local/bin/", "/usr/sbin/"})
+        if (::access((std::string(dir) + p).c_str(), X_OK) == 0) {
+          path = std::string(dir) + p;
+          break;
+        }
+    }
+    struct stat st {};
+    if (::stat(path.c_str(), &st) == 0)
+      out += path + ":" + std::to_string(st.st_size) + ":" + std::to_string(st.st_mtim.tv_sec) + "." +
+             std::to_string(st.st_mtim.tv_nsec) + "\n";
+  }
+  return out;
 }
 
 /// Raises the soft limit on open files to the hard one (every idle client connection holds a
@@ -292,6 +315,36 @@ int main(int argc, char** argv) {
   app.add_option("--idle-freeze-ms", cfg.idle_freeze_ms,
                  "freeze a running sandbox (cgroup freezer) this long after its agent reported nothing but itself alive and no call is in flight; thawed before anything reaches it (0: never)")
       ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  // Templates users build (docs/templates.md).
+  tpl::Config tcfg;
+  std::string templates_mode = "on", apt_sources_file, setuid_mode = "allow", publishers = "default";
+  std::vector<std::string> image_paths;
+  app.add_option("--templates", templates_mode, "on: users build templates (POST /v1/templates); off: only those on disk")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
+  app.add_option("--template-builds", tcfg.max_concurrent_builds, "template builds run at once on this node")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  app.add_option("--template-build-timeout", tcfg.build_timeout_s, "a build's time limit in seconds, unless its spec asks less")
+      ->check(CLI::Range(10, 86400))
+      ->capture_default_str();
+  app.add_option("--template-build-disk-gib", tcfg.build_disk_gib, "a build's size limit (its disk), unless its spec asks another")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  app.add_option("--template-max-upload-bytes", tcfg.max_upload_bytes, "largest image or context tarball upload")
+      ->capture_default_str();
+  app.add_option("--template-image-paths", image_paths,
+                 "directories on this node whose image tarballs a spec may name (image.path); repeatable; none by default");
+  app.add_option("--template-apt-sources", apt_sources_file,
+                 "a sources.list written into builds that install packages (default: the parent's own)");
+  app.add_option("--template-debian-mirror", tcfg.debian_mirror, "mirror mmdebstrap uses for from: debian:bookworm")
+      ->capture_default_str();
+  app.add_option("--template-publishers", publishers,
+                 "projects whose keys may publish node-wide templates (\"public\": true), comma-separated")
+      ->capture_default_str();
+  app.add_option("--template-setuid", setuid_mode, "setuid and setgid files in imported images: allow, strip or refuse")
+      ->check(CLI::IsMember({"allow", "strip", "refuse"}))
       ->capture_default_str();
   mcp::Config mcp_cfg;
   mcp::ToolsConfig mcp_tools_cfg;
@@ -586,9 +639,40 @@ int main(int argc, char** argv) {
   relay_ptr = &relay;  // before recover(): no channel exists until then
   mcp_tools_cfg.limits = api_cfg.limits;
   mcp_cfg.max_body = std::max<size_t>(mcp_cfg.max_body, mcp_tools_cfg.max_file_bytes / 3 * 4 + (1u << 20));
-  mcp::Tools mcp_tools(sandboxes, mcp_tools_cfg);
+
+  std::unique_ptr<tpl::TemplateService> templates;
+  if (templates_mode == "on") {
+    tcfg.data_dir = cfg.data_dir;
+    tcfg.templates_dir = cfg.templates_dir();
+    tcfg.image_paths = image_paths;
+    if (!apt_sources_file.empty()) {
+      auto text = read_small_file(apt_sources_file, 1 << 20);
+      if (!text) {
+        std::cerr << "b3osd: --template-apt-sources " << apt_sources_file << ": cannot read it\n";
+        return 1;
+      }
+      tcfg.apt_sources = *text;
+    }
+    for (size_t i = 0; i <= publishers.size();) {
+      size_t j = publishers.find(',', i);
+      if (j == std::string::npos) j = publishers.size();
+      if (j > i) tcfg.publisher_projects.insert(publishers.substr(i, j - i));
+      i = j + 1;
+    }
+    tcfg.image_limits.setuid = setuid_mode == "refuse" ? image::Setuid::kRefuse
+                               : setuid_mode == "strip" ? image::Setuid::kStrip
+                                                        : image::Setuid::kAllow;
+    tcfg.image_stamp = image_stamp(cfg.runtime.runsc, cfg.agent_path);
+    templates = std::make_unique<tpl::TemplateService>(tcfg, sandboxes, **store);
+    if (auto r = templates->start(); !r) {
+      std::cerr << "b3osd: templates: " << r.error().message << "\n";
+      return 1;
+    }
+    sandboxes.set_templates(templates.get());
+  }
+  mcp::Tools mcp_tools(sandboxes, mcp_tools_cfg, templates.get());
   mcp::Server mcp_server(mcp_cfg, mcp_tools);
-  api::Api api(api_cfg, **store, sandboxes, gw, &mcp_server);
+  api::Api api(api_cfg, **store, sandboxes, gw, &mcp_server, templates.get());
   http::Server server(listen_host, listen_port, http_cfg, [&](http::Exchange& ex) { api.handle(ex); });
   if (auto r = server.listen(); !r) {
     std::cerr << "b3osd: " << r.error().message << "\n";
@@ -625,6 +709,7 @@ int main(int argc, char** argv) {
       spdlog::critical("b3osd: recovering sandboxes: {}", r.error().message);
       std::_Exit(1);
     }
+    if (templates) templates->start_workers();
     spdlog::info("b3osd: ready");
     ::sd_notify(0, "READY=1\nSTATUS=serving");  // Type=notify (b3osd.service); a no-op elsewhere
   }).detach();

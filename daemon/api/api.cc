@@ -87,12 +87,13 @@ std::string server_timing(const sandbox::Timing& t, double total_ms) {
 }
 
 Api::Api(const Config& cfg, store::Store& store, sandbox::SandboxService& sandboxes, gateway::Gateway& gw,
-         mcp::Server* mcp)
+         mcp::Server* mcp, tpl::TemplateService* templates)
     : cfg_(cfg),
       store_(store),
       sandboxes_(sandboxes),
       gw_(gw),
       mcp_(mcp),
+      templates_(templates),
       limiter_(cfg.rate_per_second, cfg.rate_burst),
       in_flight_(cfg.max_requests_per_key, cfg.max_requests_per_project) {}
 
@@ -298,6 +299,13 @@ std::vector<std::string_view> split(std::string_view pattern) {
 const std::vector<Api::Route>& Api::routes() {
   static const std::vector<Route> kRoutes = {
       {"GET", "/v1/templates", &Api::list_templates, nullptr},
+      {"POST", "/v1/templates", &Api::create_template, nullptr, "template_build"},
+      {"POST", "/v1/templates/uploads", nullptr, &Api::upload_template_file, "template_upload"},
+      {"GET", "/v1/templates/{tpl}", &Api::get_template, nullptr},
+      {"DELETE", "/v1/templates/{tpl}", &Api::delete_template, nullptr},
+      {"GET", "/v1/templates/{tpl}/builds", &Api::list_builds, nullptr},
+      {"GET", "/v1/templates/{tpl}/builds/{bld}", &Api::get_build, nullptr},
+      {"GET", "/v1/templates/{tpl}/builds/{bld}/logs", nullptr, &Api::build_logs},
       {"GET", "/v1/snapshots", &Api::list_snapshots, nullptr},
       {"GET", "/v1/snapshots/{snp}", &Api::get_snapshot, nullptr},
       {"DELETE", "/v1/snapshots/{snp}", &Api::delete_snapshot, nullptr},
@@ -363,6 +371,10 @@ Api::Match Api::route(Call& c) {
     for (size_t i = 0; i < s.size() && same; ++i) {
       if (pattern[i] == "{sbx}") {
         if (!valid_id(s[i], "sbx")) return refuse(not_found(s[i]).value());
+      } else if (pattern[i] == "{tpl}") {
+        // a name or an id: the service says whether there is one (404)
+      } else if (pattern[i] == "{bld}") {
+        if (!valid_id(s[i], "bld")) return refuse({ErrorCode::kNotFound, "no build " + s[i], 0});
       } else if (pattern[i] == "{port}") {
         // any segment: its handler says what is wrong with it (400)
       } else if (pattern[i] == "{snp}") {
@@ -394,7 +406,51 @@ Result<Reply> reply(Result<json> r, int status = 200) {
 }
 }  // namespace
 
-Result<Reply> Api::list_templates(Call&) { return Reply{200, sandboxes_.templates(), {}}; }
+Result<Reply> Api::list_templates(Call& c) {
+  if (!templates_) return Reply{200, sandboxes_.templates(), {}};
+  return reply(templates_->list(c.principal));
+}
+
+namespace {
+Error no_templates() {
+  return {ErrorCode::kProductUnavailable, "this b3osd builds no templates (--templates off)", 0};
+}
+}  // namespace
+
+Result<Reply> Api::create_template(Call& c) {
+  if (!templates_) return fail(no_templates());
+  return reply(templates_->create(c.principal, c.body), 202);
+}
+
+Result<Reply> Api::get_template(Call& c) {
+  if (!templates_) {
+    for (auto& t : sandboxes_.templates()["data"])
+      if (t.value("name", "") == c.target.segments[2] || t.value("id", "") == c.target.segments[2]) return Reply{200, t, {}};
+    return fail(ErrorCode::kTemplateNotFound, "no template \"" + c.target.segments[2] + "\"");
+  }
+  return reply(templates_->get(c.principal, c.target.segments[2]));
+}
+
+Result<Reply> Api::delete_template(Call& c) {
+  if (!templates_) return fail(no_templates());
+  bool force = false;
+  for (auto& [k, v] : params_of(c.target)) {
+    if (k != "force") return fail(ErrorCode::kInvalidRequest, k + ": unknown parameter (force=true deletes a template in use)");
+    if (v != "true" && v != "false") return fail(ErrorCode::kInvalidRequest, "force: must be true or false");
+    force = v == "true";
+  }
+  return reply(templates_->remove(c.principal, c.target.segments[2], force));
+}
+
+Result<Reply> Api::list_builds(Call& c) {
+  if (!templates_) return fail(no_templates());
+  return reply(templates_->builds(c.principal, c.target.segments[2]));
+}
+
+Result<Reply> Api::get_build(Call& c) {
+  if (!templates_) return fail(no_templates());
+  return reply(templates_->build(c.principal, c.target.segments[2], c.target.segments[4]));
+}
 
 Result<Reply> Api::list_snapshots(Call& c) {
   auto req = sandbox::parse_list_snapshots(params_of(c.target));
@@ -502,6 +558,46 @@ void Api::upload(Call& c) {
   auto r = sandboxes_.write_file(c.principal, id, *path, source, c.timing);
   if (!r) return send_error(c, r.error());
   send(c, {201, std::move(*r), {}});
+}
+
+void Api::upload_template_file(Call& c) {
+  if (!templates_) return send_error(c, no_templates());
+  std::string_view ct = c.ex.header("Content-Type");
+  if (!media_type_is(ct, "application/octet-stream") && !media_type_is(ct, "application/x-tar"))
+    return send_error(c, {ErrorCode::kUnsupportedMediaType,
+                          "template uploads take Content-Type: application/octet-stream or application/x-tar, got \"" +
+                              std::string(ct) + "\"",
+                          0});
+  sandbox::ChunkSource source = [&](char* buf, size_t cap) { return c.ex.read_chunk(buf, cap, ~uint64_t{0}); };
+  auto r = templates_->upload(c.principal, source);
+  if (!r) return send_error(c, r.error());
+  send(c, {201, std::move(*r), {}});
+}
+
+void Api::build_logs(Call& c) {
+  if (!templates_) return send_error(c, no_templates());
+  bool follow = false;
+  for (auto& [k, v] : params_of(c.target)) {
+    if (k != "follow") return send_error(c, {ErrorCode::kInvalidRequest, k + ": unknown parameter (follow=true waits for more)", 0});
+    if (v != "true" && v != "false") return send_error(c, {ErrorCode::kInvalidRequest, "follow: must be true or false", 0});
+    follow = v == "true";
+  }
+  bool begun = false;
+  auto write = [&](std::string_view bytes) -> Result<void> {
+    if (!begun) {
+      if (auto r = c.ex.begin_stream(200, "text/plain; charset=utf-8", http::Exchange::kUnknownLength, {}); !r) return r;
+      begun = true;
+    }
+    return c.ex.write(bytes);
+  };
+  auto r = templates_->logs(c.principal, c.target.segments[2], c.target.segments[4], follow, write,
+                            [&] { return c.ex.client_gone(); });
+  if (!r && !begun) return send_error(c, r.error());
+  if (!begun) {
+    if (auto b = c.ex.begin_stream(200, "text/plain; charset=utf-8", http::Exchange::kUnknownLength, {}); !b) return;
+  }
+  if (!r) return c.ex.abort_stream();
+  (void)c.ex.end_stream();
 }
 
 void Api::download(Call& c) {

@@ -15,6 +15,7 @@
 #include "daemon/mcp/server.h"
 #include "daemon/sandbox/service.h"
 #include "daemon/store/store.h"
+#include "daemon/template/service.h"
 
 namespace b3os::api {
 
@@ -36,7 +37,7 @@ class Api {
  public:
   /// `mcp`: the MCP endpoint (/mcp); null answers it 501.
   Api(const Config& cfg, store::Store& store, sandbox::SandboxService& sandboxes, gateway::Gateway& gw,
-      mcp::Server* mcp = nullptr);
+      mcp::Server* mcp = nullptr, tpl::TemplateService* templates = nullptr);
   /// Handles one request (the http::Server handler).
   void handle(http::Exchange& ex);
 
@@ -66,6 +67,13 @@ class Api {
   void send_error(Call& c, const Error& e);
 
   Result<Reply> list_templates(Call& c);
+  Result<Reply> create_template(Call& c);
+  Result<Reply> get_template(Call& c);
+  Result<Reply> delete_template(Call& c);
+  Result<Reply> list_builds(Call& c);
+  Result<Reply> get_build(Call& c);
+  void build_logs(Call& c);
+  void upload_template_file(Call& c);
   Result<Reply> list_snapshots(Call& c);
   Result<Reply> get_snapshot(Call& c);
   Result<Reply> delete_snapshot(Call& c);
@@ -90,6 +98,7 @@ class Api {
   sandbox::SandboxService& sandboxes_;
   gateway::Gateway& gw_;
   mcp::Server* mcp_;
+  tpl::TemplateService* templates_;
   RateLimiter limiter_;
   InFlightLimiter in_flight_;
 };

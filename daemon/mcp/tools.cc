@@ -134,7 +134,8 @@ const Tool* Tools::find(std::string_view name) const {
   return nullptr;
 }
 
-Tools::Tools(sandbox::SandboxService& sb, ToolsConfig cfg) : sandboxes_(sb), cfg_(cfg) {
+Tools::Tools(sandbox::SandboxService& sb, ToolsConfig cfg, tpl::TemplateService* templates)
+    : sandboxes_(sb), cfg_(cfg) {
   auto& S = sandboxes_;
   const auto limits = cfg_.limits;
   const size_t max_file = cfg_.max_file_bytes;
@@ -469,71 +470,62 @@ Tools::Tools(sandbox::SandboxService& sb, ToolsConfig cfg) : sandboxes_(sb), cfg
   tools_.push_back(Tool{
       "template_list", "List templates", "List the templates sandboxes can start from on this node.", "templates",
       obj(json::object()), list_schema(obj({{"name", {{"type", "string"}}}, {"status", {{"type", "string"}}}}, {"name"}, false)),
-      [&S](const json& args, CallContext&) -> Result<ToolResult> {
+      [&S, templates](const json& args, CallContext& ctx) -> Result<ToolResult> {
         if (!args.empty()) return fail(ErrorCode::kInvalidRequest, "template_list takes no arguments");
         json r = S.templates();
+        if (templates) {
+          auto l = templates->list(ctx.principal);
+          if (!l) return fail(l.error());
+          r = *l;
+        }
         std::string text;
         for (auto& t : r["data"]) text += t.value("name", "?") + " " + t.value("status", "?") + "\n";
         return object_result(r, text);
       }});
-}
-
-// ---- encodings ----
-
-bool valid_utf8(std::string_view s) {
-  size_t i = 0;
-  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
-  while (i < s.size()) {
-    const unsigned char c = p[i];
-    size_t n;
-    uint32_t cp;
-    if (c < 0x80) { ++i; continue; }
-    if ((c & 0xE0) == 0xC0) { n = 1; cp = c & 0x1F; }
-    else if ((c & 0xF0) == 0xE0) { n = 2; cp = c & 0x0F; }
-    else if ((c & 0xF8) == 0xF0) { n = 3; cp = c & 0x07; }
-    else return false;
-    if (i + n >= s.size()) return false;  // the sequence runs past the end
-    for (size_t k = 1; k <= n; ++k) {
-      if ((p[i + k] & 0xC0) != 0x80) return false;
-      cp = (cp << 6) | (p[i + k] & 0x3F);
-    }
-    // Overlong forms, surrogates and values past U+10FFFF are not UTF-8.
-    if ((n == 1 && cp < 0x80) || (n == 2 && cp < 0x800) || (n == 3 && cp < 0x10000) || cp > 0x10FFFF ||
-        (cp >= 0xD800 && cp <= 0xDFFF))
-      return false;
-    i += n + 1;
-  }
-  return true;
-}
-
-std::string base64_encode(std::string_view bytes) {
-  std::string out(4 * ((bytes.size() + 2) / 3), '\0');
-  const int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
-                                reinterpret_cast<const unsigned char*>(bytes.data()), static_cast<int>(bytes.size()));
-  out.resize(static_cast<size_t>(n));
-  return out;
-}
-
-std::optional<std::string> base64_decode(std::string_view text) {
-  if (text.size() % 4 != 0) return std::nullopt;
-  for (size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    const bool pad_ok = c == '=' && i >= text.size() - 2 && (i == text.size() - 1 || text[text.size() - 1] == '=');
-    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '+' || c == '/' || pad_ok)) return std::nullopt;
-  }
-  if (text.empty()) return std::string();
-  std::string out(3 * (text.size() / 4), '\0');
-  const int n = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()),
-                                reinterpret_cast<const unsigned char*>(text.data()), static_cast<int>(text.size()));
-  if (n < 0) return std::nullopt;
-  // EVP_DecodeBlock counts padding as zero bytes.
-  size_t len = static_cast<size_t>(n);
-  if (text.back() == '=') --len;
-  if (text.size() >= 2 && text[text.size() - 2] == '=') --len;
-  out.resize(len);
-  // Canonical only: the unused bits of the last group must be zero ("AB==" is not "AA==").
-  if (base64_encode(out) != text) return std::nullopt;
-  return out;
+  // Building stays a REST and CLI act (a build takes minutes and uploads bytes); an agent can
+  // see what there is and how a build went.
+  if (!templates) return;
+  tools_.push_back(Tool{
+      "template_get", "Get a template",
+      "Return one template by name or id: its status, newest ready version, defaults (env, workdir, start "
+      "command) and its newest build.",
+      "templates", obj({{"template", str("The template's name or id (tpl_...)")}}, {"template"}),
+      obj({{"id", {{"type", "string"}}}, {"name", {{"type", "string"}}}, {"status", {{"type", "string"}}}}, {"id", "name"}, false),
+      [templates](const json& args, CallContext& ctx) -> Result<ToolResult> {
+        if (auto o = only(args, {"template"}); !o) return fail(o.error());
+        auto name = required_string(args, "template");
+        if (!name) return fail(name.error());
+        auto r = templates->get(ctx.principal, *name);
+        if (!r) return fail(r.error());
+        return object_result(*r, r->value("name", "?") + " " + r->value("status", "?"));
+      }});
+  tools_.push_back(Tool{
+      "template_build_status", "Get a template build",
+      "Return a build of a template (its newest when build_id is not given): status (queued, building, ready, "
+      "failed), its steps with exit codes, and on failure the step, exit code and the end of its output.",
+      "templates",
+      obj({{"template", str("The template's name or id (tpl_...)")}, {"build_id", str("A build's id, bld_... (default: the newest)")}},
+          {"template"}),
+      obj({{"id", {{"type", "string"}}}, {"status", {{"type", "string"}}}}, {"id", "status"}, false),
+      [templates](const json& args, CallContext& ctx) -> Result<ToolResult> {
+        if (auto o = only(args, {"template", "build_id"}); !o) return fail(o.error());
+        auto name = required_string(args, "template");
+        if (!name) return fail(name.error());
+        Result<json> r = fail(ErrorCode::kInternal, "");
+        if (args.contains("build_id")) {
+          auto b = required_string(args, "build_id");
+          if (!b) return fail(b.error());
+          r = templates->build(ctx.principal, *name, *b);
+        } else {
+          auto all = templates->builds(ctx.principal, *name);
+          if (!all) return fail(all.error());
+          r = (*all)["data"].at(0);
+        }
+        if (!r) return fail(r.error());
+        std::string text = r->value("id", "?") + " " + r->value("status", "?");
+        if (r->contains("error") && (*r)["error"].is_object()) text += ": " + (*r)["error"].value("message", "");
+        return object_result(*r, text);
+      }});
 }
 
 }  // namespace b3os::mcp

@@ -13,7 +13,9 @@
 #include <nlohmann/json.hpp>
 
 #include "common/result.h"
+#include "daemon/sys/codec.h"
 #include "daemon/sandbox/service.h"
+#include "daemon/template/service.h"
 #include "daemon/sandbox/spec.h"
 
 namespace b3os::mcp {
@@ -53,7 +55,8 @@ struct ToolsConfig {
 
 class Tools {
  public:
-  Tools(sandbox::SandboxService& sandboxes, ToolsConfig cfg);
+  /// `templates`: the templates users build (their tools); null: template_list alone.
+  Tools(sandbox::SandboxService& sandboxes, ToolsConfig cfg, tpl::TemplateService* templates = nullptr);
   const std::vector<Tool>& all() const { return tools_; }
   const Tool* find(std::string_view name) const;
 
@@ -67,10 +70,8 @@ class Tools {
   std::vector<Tool> tools_;
 };
 
-/// Whether `bytes` is valid UTF-8 (text files are returned as text, others as base64).
-bool valid_utf8(std::string_view bytes);
-std::string base64_encode(std::string_view bytes);
-/// Strict base64 (RFC 4648, padding required, no whitespace); nullopt when malformed.
-std::optional<std::string> base64_decode(std::string_view text);
+using sys::base64_decode;
+using sys::base64_encode;
+using sys::valid_utf8;
 
 }  // namespace b3os::mcp

@@ -188,6 +188,9 @@ Result<void> Runsc::do_create(const ContainerSpec& spec, int stdio_fd) {
   // overlay's file in disk_dir and hands it to the sandbox (a restore later reuses it).
   const bool network = !spec.netns_path.empty();
   auto argv = base_argv(spec.disk_dir, network);
+  if (!spec.root_overlay)
+    for (size_t i = 0; i + 1 < argv.size(); ++i)
+      if (argv[i] == "--overlay2") argv[i + 1] = "none";
   if (cfg_.debug) {
     argv.push_back("--debug");
     argv.push_back("--debug-log=" + spec.bundle_dir + "/runsc-debug/");

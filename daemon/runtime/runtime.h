@@ -32,6 +32,10 @@ struct ContainerSpec {
   /// Where the root overlay's writable layer lives: the directory make_disk returned (a
   /// filesystem of the sandbox's own, sized disk_gib). Empty: in the sandbox's memory.
   std::string disk_dir;
+  /// False: no root overlay at all (runsc --overlay2=none): the sandbox writes `rootfs` itself,
+  /// through its gofer. Only for a template build's sandbox, whose root is a copy on its own
+  /// disk (docs/templates.md); such a sandbox is never checkpointed.
+  bool root_overlay = true;
   /// The network namespace the sandbox joins (runsc --network=sandbox takes its eth0); empty:
   /// no network at all (--network=none).
   std::string netns_path;

@@ -301,6 +301,7 @@ Result<json> Checkpoints::snapshot(const Principal& p, const std::string& id, Ti
   snap.project_id = p.project_id;
   snap.sandbox_id = id;
   snap.template_name = base.template_name;
+  snap.template_id = base.template_id;
   snap.vcpu = base.vcpu;
   snap.memory_mib = base.memory_mib;
   snap.disk_gib = base.disk_gib;

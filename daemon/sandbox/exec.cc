@@ -57,6 +57,23 @@ Result<ExecResult> Exec::exec(const Principal& p, const std::string& id, const E
   auto& s = **sr;
   ActiveOp busy(s);
   Awake awake = lifecycle_.awake(s);
+  // A template's defaults for its commands (docs/templates.md): its working directory.
+  ExecSpec e = spec;
+  if (auto* catalog = lifecycle_.templates(); catalog && !spec.cwd_given) {
+    std::string rootfs;
+    {
+      std::lock_guard lk(s.mu);
+      rootfs = s.rec.rootfs;
+    }
+    if (auto d = catalog->exec_defaults(rootfs); !d.workdir.empty()) e.cwd = d.workdir;
+  }
+  auto res = run_live(s, e, cancelled, {});
+  if (res) t.lap("exec", sw);
+  return res;
+}
+
+Result<ExecResult> Exec::run_live(LiveSandbox& s, const ExecSpec& spec, const CancelCheck& cancelled,
+                                  const OutputSink& on_output) {
   json env = {{"PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
               {"LANG", "C.UTF-8"},
               {"B3OS_SANDBOX_ID", s.id}};
@@ -116,6 +133,7 @@ Result<ExecResult> Exec::exec(const Principal& p, const std::string& id, const E
       continue;
     }
     if (f->type == protocol::FrameType::kStdout || f->type == protocol::FrameType::kStderr) {
+      if (on_output) on_output(f->type == protocol::FrameType::kStderr, std::string_view(f->payload.data(), f->payload.size()));
       auto& out = f->type == protocol::FrameType::kStdout ? res.stdout_data : res.stderr_data;
       size_t room = cfg_.max_exec_output > out.size() ? cfg_.max_exec_output - out.size() : 0;
       out.append(f->payload.data(), std::min(room, f->payload.size()));
@@ -132,7 +150,6 @@ Result<ExecResult> Exec::exec(const Principal& p, const std::string& id, const E
     }
   }
   lifecycle_.touch(s);
-  t.lap("exec", sw);
   return res;
 }
 

@@ -2,7 +2,9 @@
 // Exec: what runs in a sandbox and the files it holds, over its agent channel: commands,
 // uploads and downloads, listings and removals.
 
+#include <functional>
 #include <string>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
@@ -22,6 +24,12 @@ class Exec {
   Result<nlohmann::json> list_dir(const Principal& p, const std::string& id, const std::string& path, Timing& t);
   Result<nlohmann::json> remove_path(const Principal& p, const std::string& id, const std::string& path,
                                      bool recursive, Timing& t);
+  /// Output of a command as it comes (stderr or not, the bytes).
+  using OutputSink = std::function<void(bool is_stderr, std::string_view bytes)>;
+  /// Runs a command in a live sandbox the caller holds (a template build's, which no project
+  /// can reach), giving its output to `on_output` as it comes as well as in the result.
+  Result<ExecResult> run_live(LiveSandbox& s, const ExecSpec& spec, const CancelCheck& cancelled,
+                              const OutputSink& on_output);
   /// Round trip over a sandbox's agent channel (benchmarks).
   Result<double> ping(const Principal& p, const std::string& id);
 

@@ -213,6 +213,15 @@ Result<Precreated> Launcher::precreate(const LaunchRequest& l, Timing& t, Stopwa
     s->disk_gib = gib;
     t.lap("disk", sw);
   }
+  if (l.root_on_disk) {
+    if (cs.disk_dir.empty())
+      return undo(Error{ErrorCode::kProductUnavailable, "template builds need sandbox disks (--root-overlay disk)"});
+    auto root = l.root_on_disk(cs.disk_dir);
+    if (!root) return undo(root.error());
+    cs.rootfs = *root;
+    cs.root_overlay = false;
+    t.lap("root", sw);
+  }
   // A network of its own: the namespace exists before the container, which joins it.
   if (l.network) {
     if (!network_)

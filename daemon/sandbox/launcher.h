@@ -34,6 +34,10 @@ struct LaunchRequest {
   std::string image;      // checkpoint directory to restore; empty: boot
   bool from_pool = true;  // may take a pre-created container (the pool's own refills may not)
   bool network = false;   // a namespace of its own (egress public or allowlist): net::Network
+  /// A template build's sandbox: called with its disk's directory once the disk is made (before
+  /// the container), puts the root filesystem there and returns its path; the sandbox then
+  /// writes that root in place (no overlay). Never pooled, never checkpointed.
+  std::function<Result<std::string>(const std::string& disk_dir)> root_on_disk;
 };
 
 /// A container created (its shim holding the channel) but not started yet.

@@ -225,6 +225,21 @@ Result<json> Lifecycle::create(const Principal& p, const SandboxSpec& spec, Timi
   Stopwatch sw;
   if (auto r = check_supported(spec); !r) return fail(r.error());
   if (spec.snapshot) return create_from_snapshot(p, spec, t);
+  // A template users built (daemon/template): the newest ready version this project may use.
+  if (templates_ && !builtin_templates().count(spec.template_name)) {
+    auto found = templates_->resolve(p.project_id, spec.template_name);
+    if (!found) return fail(found.error());
+    if (*found) {
+      const TemplateChoice& c = **found;
+      SandboxSpec s = spec;
+      if (!s.vcpu_given && c.vcpu) s.vcpu = *c.vcpu;
+      if (!s.memory_given && c.memory_mib) s.memory_mib = *c.memory_mib;
+      if (!s.disk_given && c.disk_gib) s.disk_gib = *c.disk_gib;
+      for (auto& [k, v] : c.env) s.env.emplace(k, v);  // the sandbox's own env wins
+      if (s.env.size() > 64) return fail(ErrorCode::kInvalidRequest, "env: more than 64 variables with the template's");
+      return create_launched(p, s, c.name, c.rootfs, std::nullopt, t, sw, "", &c);
+    }
+  }
   const std::string tdir = template_rootfs(spec.template_name);
   if (tdir.empty() || (!fs::exists(tdir) && !builtin_templates().count(fs::path(tdir).filename().string())))
     return fail(ErrorCode::kTemplateNotFound, "no template \"" + spec.template_name + "\" (see GET /v1/templates)");
@@ -259,12 +274,15 @@ Result<json> Lifecycle::create_from_snapshot(const Principal& p, const SandboxSp
   const std::string image = cfg_.snapshots_dir() + "/" + snap.id;
   if (!fs::exists(image + "/checkpoint.img"))
     return fail(ErrorCode::kInternal, "snapshot " + snap.id + " has no image on disk at " + image);
-  return create_launched(p, spec, snap.template_name, snap.rootfs, snap.id, t, sw, snap.budget_id);
+  TemplateChoice from;  // only its id: a snapshot's image holds everything else
+  from.id = snap.template_id;
+  return create_launched(p, spec, snap.template_name, snap.rootfs, snap.id, t, sw, snap.budget_id, &from);
 }
 
 Result<json> Lifecycle::create_launched(const Principal& p, const SandboxSpec& spec, const std::string& tname,
                                         const std::string& rootfs, const std::optional<std::string>& snapshot_id,
-                                        Timing& t, Stopwatch& sw, const std::string& inherited_budget) {
+                                        Timing& t, Stopwatch& sw, const std::string& inherited_budget,
+                                        const TemplateChoice* tpl) {
   auto budget = grant_budget(p, spec, inherited_budget);
   if (!budget) return fail(budget.error());
   if (auto r = registry_.reserve(p.project_id, 1); !r) return fail(r.error());
@@ -297,9 +315,21 @@ Result<json> Lifecycle::create_launched(const Principal& p, const SandboxSpec& s
     l.memory_mib = spec.memory_mib;
     l.disk_gib = spec.disk_gib;
     l.network = network;
+    // A template with a `start` command: its checkpoint holds the command already running.
+    if (tpl && !snapshot_id) {
+      const std::string& image = network ? tpl->net_image : tpl->image;
+      if (!image.empty() && tpl->image_memory_mib == spec.memory_mib) l.image = image;
+    }
     auto launched = pools_.launch(l, t, sw);
     if (!launched) return fail(launched.error());
     s = *launched;
+    if (tpl && !snapshot_id && l.image.empty() && tpl->start) {
+      if (auto r = tpl->start(*s); !r) {
+        launcher_.discard(*s);
+        return fail(r.error());
+      }
+      t.lap("template_start", sw);
+    }
   }
   // Its egress before anyone can run a command in it (a public pool member has it already).
   if (network) {
@@ -317,6 +347,7 @@ Result<json> Lifecycle::create_launched(const Principal& p, const SandboxSpec& s
     r.id = s->id;
     r.project_id = p.project_id;
     r.template_name = tname;
+    r.template_id = tpl ? tpl->id : "";
     r.snapshot_id = snapshot_id;
     r.vcpu = spec.vcpu;
     r.memory_mib = spec.memory_mib;

@@ -24,6 +24,7 @@
 #include "daemon/sandbox/requests.h"
 #include "daemon/sandbox/spec.h"
 #include "daemon/sandbox/state.h"
+#include "daemon/sandbox/templates.h"
 #include "daemon/sandbox/types.h"
 #include "daemon/store/store.h"
 
@@ -89,6 +90,9 @@ class Lifecycle {
   void on_channel_closed(const std::string& id, const std::string& why);
   /// The budget a new sandbox's model calls charge (see grants.cc).
   Result<std::string> grant_budget(const Principal& p, const SandboxSpec& spec, const std::string& inherited);
+  /// The templates users build; null: only those on disk (base).
+  void set_templates(TemplateCatalog* c) { templates_ = c; }
+  TemplateCatalog* templates() const { return templates_; }
   /// The root filesystem directory of a template name ("" if the name is not valid).
   std::string template_rootfs(const std::string& name) const;
 
@@ -97,7 +101,8 @@ class Lifecycle {
   void reattach(const store::SandboxRecord& row);
   Result<nlohmann::json> create_launched(const Principal& p, const SandboxSpec& spec, const std::string& tname,
                                          const std::string& rootfs, const std::optional<std::string>& snapshot_id,
-                                         Timing& t, Stopwatch& sw, const std::string& inherited_budget);
+                                         Timing& t, Stopwatch& sw, const std::string& inherited_budget,
+                                         const TemplateChoice* tpl = nullptr);
   Result<nlohmann::json> create_from_snapshot(const Principal& p, const SandboxSpec& request, Timing& t);
   /// Why sandbox `id`'s runtime ended, as a sentence; `kind` gets its metrics label.
   std::string diagnose_exit(const std::string& id, std::string* kind = nullptr);
@@ -112,6 +117,7 @@ class Lifecycle {
   Freezer& freezer_;
   SpendLookup spent_;
   const PortUrls* port_urls_;  // public ports' URLs in the sandbox object (null: none)
+  TemplateCatalog* templates_ = nullptr;
 };
 
 /// b3os_sandbox_failures_total{kind}: a sandbox failed (kinds in docs/operations.md).

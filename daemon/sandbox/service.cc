@@ -11,6 +11,7 @@ namespace fs = std::filesystem;
 SandboxService::SandboxService(Config cfg, runtime::Runtime& rt, runtime::Shims& shims, store::SandboxStore& store,
                                ModelHooks hooks, net::Network* network)
     : cfg_(std::move(cfg)),
+      rt_(rt),
       port_urls_(PortUrls::load(cfg_.preview)),
       hooks_(std::move(hooks)),
       registry_(cfg_.max_sandboxes_per_project, cfg_.max_sandboxes_per_node),

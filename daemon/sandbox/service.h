@@ -160,11 +160,24 @@ class SandboxService {
     Pools::Sizes pools;
   };
   Stats stats() const;
+  // ---- the parts the template module (daemon/template) builds with: sandboxes of its own
+  // that no project reaches, their commands and checkpoints ----
+  Registry& registry() { return registry_; }
+  runtime::Runtime& runtime() { return rt_; }
+  Launcher& launcher() { return launcher_; }
+  Exec& exec() { return exec_; }
+  Checkpoints& checkpoints() { return checkpoints_; }
+  Lifecycle& lifecycle() { return life_; }
+  const Config& config() const { return cfg_; }
+  /// Creates then resolve `template` through `c` too (null: only the templates on disk).
+  void set_templates(TemplateCatalog* c) { life_.set_templates(c); }
+
   /// The model grant of live sandbox `id` (nullopt when it is not live).
   std::optional<ModelGrant> model_grant(const std::string& id);
 
  private:
   Config cfg_;
+  runtime::Runtime& rt_;
   PortUrls port_urls_;
   ModelHooks hooks_;
   Registry registry_;

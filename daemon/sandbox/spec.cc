@@ -111,6 +111,10 @@ Result<void> reject_unknown(const json& body, const std::set<std::string>& known
 
 }  // namespace
 
+Result<std::map<std::string, std::string>> parse_env_object(const json& j, const std::string& field) {
+  return parse_env(j, field);
+}
+
 Result<EgressSpec> parse_egress(const json& j) {
   if (!j.is_object()) return bad("egress", "must be an object like {\"mode\": \"deny\"}");
   if (auto r = reject_unknown(j, {"mode", "allow"}, "egress"); !r) return fail(r.error());
@@ -240,6 +244,9 @@ Result<SandboxSpec> parse_create(const json& body, const SpecLimits& limits) {
   if (auto r = int_field("vcpu", s.vcpu, 1, limits.max_vcpu); !r) return fail(r.error());
   if (auto r = int_field("memory_mib", s.memory_mib, 128, limits.max_memory_mib); !r) return fail(r.error());
   if (auto r = int_field("disk_gib", s.disk_gib, 1, limits.max_disk_gib); !r) return fail(r.error());
+  s.vcpu_given = body.contains("vcpu") && !body["vcpu"].is_null();
+  s.memory_given = body.contains("memory_mib") && !body["memory_mib"].is_null();
+  s.disk_given = body.contains("disk_gib") && !body["disk_gib"].is_null();
   if (body.contains("on_idle") && !body["on_idle"].is_null()) {
     if (!body["on_idle"].is_string()) return bad("on_idle", "must be \"stop\" or \"pause\"");
     s.on_idle = body["on_idle"].get<std::string>();
@@ -319,6 +326,7 @@ Result<ExecSpec> parse_exec(const json& body) {
     e.env = std::move(*env);
   }
   if (body.contains("cwd") && !body["cwd"].is_null()) {
+    e.cwd_given = true;
     if (!body["cwd"].is_string()) return bad("cwd", "must be a string");
     auto p = resolve_path(body["cwd"].get<std::string>());
     if (!p) return bad("cwd", p.error().message);

@@ -42,6 +42,8 @@ struct SandboxSpec {
   int vcpu = 1;
   int memory_mib = 512;
   int disk_gib = 1;
+  /// Which sizes the request gave: the others may come from the template's defaults.
+  bool vcpu_given = false, memory_given = false, disk_given = false;
   bool forkable = false;
   EgressSpec egress;
   ApiGrantSpec api;
@@ -61,6 +63,7 @@ struct ExecSpec {
   std::vector<std::string> argv;  // a string cmd becomes {"/bin/sh", "-c", cmd}
   std::map<std::string, std::string> env;
   std::string cwd = "/workspace";
+  bool cwd_given = false;  // else a template's workdir may stand in
   int64_t timeout_ms = 60000;
   std::optional<std::string> stdin_data;
   std::string user;  // a name in the sandbox's /etc/passwd, "UID" or "UID:GID"; empty: root
@@ -73,6 +76,8 @@ Result<void> check_supported(const SandboxSpec& spec);
 /// The `egress` object (create, and PATCH of a running sandbox): mode, and the allow list
 /// checked entry by entry (net/policy.h).
 Result<EgressSpec> parse_egress(const nlohmann::json& j);
+/// An `env` object: names [A-Za-z_][A-Za-z0-9_]*, string values, bounded (errors name `field`).
+Result<std::map<std::string, std::string>> parse_env_object(const nlohmann::json& j, const std::string& field);
 /// Validates an exec body. `user` is checked for form only (1-32 of `A-Z a-z 0-9 _ . -`, not
 /// starting with `-`, or UID[:GID]); whether the sandbox knows the name is the agent's to say.
 Result<ExecSpec> parse_exec(const nlohmann::json& body);

@@ -61,6 +61,24 @@ struct PortTokenRecord {
   int64_t expires_ms = 0;
 };
 
+/// One version of a template: a build (from a JSON spec or an image) and, once ready, its
+/// root filesystem under the templates directory (`artifact`). The template is every row with
+/// its `template_id`; the newest ready version is what creates get. `doc` holds what only the
+/// template module reads (the spec, the defaults for its sandboxes, the steps, the error).
+struct TemplateBuildRecord {
+  std::string id;           // bld_...
+  std::string template_id;  // tpl_...: the same for every version of a template
+  std::string project_id;   // "" for a node-wide template the operator published
+  std::string name;
+  int version = 1;
+  std::string status = "queued";  // queued, building, ready, failed
+  std::string content_hash;       // of the spec and its parent: identical builds share an artifact
+  std::string artifact;           // directory name under the templates directory ("" until ready)
+  int64_t created_ms = 0, started_ms = 0, finished_ms = 0;
+  std::optional<int64_t> deleted_ms;  // the template was deleted: hidden, its files kept while used
+  nlohmann::json doc = nlohmann::json::object();
+};
+
 /// One sandbox, as kept across restarts. Times are Unix milliseconds.
 struct SandboxRecord {
   std::string id;          // sbx_...
@@ -96,6 +114,7 @@ struct SandboxRecord {
   std::string rootfs;       // the template's root filesystem on the host
   std::string budget_id;    // the model grant's budget ("" without infer:run)
   std::string forked_from;  // the source of a fork ("" otherwise)
+  std::string template_id;  // tpl_... of a template users built ("" for base and the others on disk)
 
   /// True once the sandbox is over (stopped or failed).
   bool ended() const { return state == State::kStopped || state == State::kFailed; }
@@ -120,6 +139,7 @@ struct SnapshotRecord {
   uint64_t size_bytes = 0;
   int64_t created_ms = 0;
   std::string rootfs, budget_id;
+  std::string template_id;  // as SandboxRecord::template_id
 };
 
 /// The record a release before typed columns kept as a JSON document (the sandbox object plus

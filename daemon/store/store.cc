@@ -182,6 +182,30 @@ CREATE INDEX port_tokens_expiry ON port_tokens(expires_ms);
 /// operator can tell a key in use from one to revoke.
 Result<void> key_last_use_v5(sqlite3* db) { return exec_sql(db, "ALTER TABLE api_keys ADD COLUMN last_used_at_ms INTEGER;"); }
 
+/// Version 6: templates users build (docs/templates.md), one row per version.
+Result<void> template_builds_v6(sqlite3* db) {
+  return exec_sql(db, R"sql(
+CREATE TABLE template_builds (
+  id TEXT PRIMARY KEY,
+  template_id TEXT NOT NULL,
+  project_id TEXT NOT NULL,
+  name TEXT NOT NULL,
+  version INTEGER NOT NULL,
+  status TEXT NOT NULL,
+  content_hash TEXT NOT NULL,
+  artifact TEXT NOT NULL,
+  created_ms INTEGER NOT NULL,
+  started_ms INTEGER NOT NULL,
+  finished_ms INTEGER NOT NULL,
+  deleted_ms INTEGER,
+  doc TEXT NOT NULL
+);
+CREATE INDEX template_builds_template ON template_builds(template_id, version);
+ALTER TABLE sandboxes ADD COLUMN template_id TEXT NOT NULL DEFAULT '';
+ALTER TABLE snapshots ADD COLUMN template_id TEXT NOT NULL DEFAULT '';
+)sql");
+}
+
 struct Migration {
   int version;         // the user_version after this step
   const char* what;    // for errors and logs
@@ -194,6 +218,7 @@ constexpr Migration kMigrations[] = {
     {3, "sandboxes and snapshots in typed columns", typed_records_v3},
     {4, "minted preview tokens", port_tokens_v4},
     {5, "when each API key was last used", key_last_use_v5},
+    {6, "templates users build", template_builds_v6},
 };
 
 constexpr bool versions_are_consecutive() {
@@ -267,14 +292,23 @@ Error db_error(sqlite3* db, std::string_view what) {
 
 // ---- typed records (schema version 3) ----
 
-constexpr const char* kSandboxColumns =
+constexpr const char* kSandboxColumnsV3 =
     "id, project_id, state, template, snapshot_id, vcpu, memory_mib, disk_gib, timeout_s, on_idle, env, secrets, "
     "metadata, ports, api_scopes, spend_cap_micros, egress_mode, egress_allow, forkable, created_ms, started_ms, "
     "paused_since_ms, paused_total_ms, stopped_ms, stop_reason, stop_message, last_activity_ms, hostname, rootfs, "
     "budget_id, forked_from";
-constexpr const char* kSnapshotColumns =
+#define B3OS_V6_COLUMNS ", template_id"
+constexpr const char* kSnapshotColumnsV3 =
     "id, project_id, sandbox_id, template, vcpu, memory_mib, disk_gib, env, secrets, api_scopes, spend_cap_micros, "
     "egress_mode, egress_allow, forkable, size_bytes, created_ms, rootfs, budget_id";
+
+// Version 6 added template_id to both (the migration to version 3 wrote the columns before
+// it; binding the record's extra last column there is out of range and ignored).
+const std::string kSandboxColumnsNow = std::string(kSandboxColumnsV3) + B3OS_V6_COLUMNS;
+const std::string kSnapshotColumnsNow = std::string(kSnapshotColumnsV3) + B3OS_V6_COLUMNS;
+#undef B3OS_V6_COLUMNS
+const char* const kSandboxColumns = kSandboxColumnsNow.c_str();
+const char* const kSnapshotColumns = kSnapshotColumnsNow.c_str();
 
 std::string placeholders(const char* columns) {
   std::string out = "?";
@@ -310,7 +344,7 @@ void bind_sandbox(Stmt& st, const SandboxRecord& r) {
   bind_opt(st, ++i, r.stopped_ms);
   if (r.stop_reason) st.bind(++i, stop_reason_name(*r.stop_reason)); else st.bind_null(++i);
   st.bind(++i, r.stop_message).bind(++i, r.last_activity_ms).bind(++i, r.hostname).bind(++i, r.rootfs);
-  st.bind(++i, r.budget_id).bind(++i, r.forked_from);
+  st.bind(++i, r.budget_id).bind(++i, r.forked_from).bind(++i, r.template_id);
 }
 
 template <typename T>
@@ -373,6 +407,7 @@ Result<SandboxRecord> sandbox_from(Stmt& st) {
   r.rootfs = st.text(c++);
   r.budget_id = st.text(c++);
   r.forked_from = st.text(c++);
+  r.template_id = st.text(c++);
   return r;
 }
 
@@ -385,6 +420,7 @@ void bind_snapshot(Stmt& st, const SnapshotRecord& r) {
   bind_opt(st, ++i, r.spend_cap_micros);
   st.bind(++i, r.egress_mode).bind(++i, nlohmann::json(r.egress_allow).dump()).bind(++i, int64_t{r.forkable});
   st.bind(++i, static_cast<int64_t>(r.size_bytes)).bind(++i, r.created_ms).bind(++i, r.rootfs).bind(++i, r.budget_id);
+  st.bind(++i, r.template_id);
 }
 
 Result<SnapshotRecord> snapshot_from(Stmt& st) {
@@ -409,6 +445,7 @@ Result<SnapshotRecord> snapshot_from(Stmt& st) {
   r.created_ms = st.i64(c++);
   r.rootfs = st.text(c++);
   r.budget_id = st.text(c++);
+  r.template_id = st.text(c++);
   return r;
 }
 
@@ -489,8 +526,8 @@ CREATE TABLE snapshots_v3 (
     return r;
   {
     Stmt read(db, "SELECT id, project_id, doc, secrets FROM sandboxes");
-    Stmt write(db, (std::string("INSERT INTO sandboxes_v3(") + kSandboxColumns + ") VALUES (" +
-                    placeholders(kSandboxColumns) + ")").c_str());
+    Stmt write(db, (std::string("INSERT INTO sandboxes_v3(") + kSandboxColumnsV3 + ") VALUES (" +
+                    placeholders(kSandboxColumnsV3) + ")").c_str());
     if (!read.ok() || !write.ok()) return fail(db_error(db, "preparing the sandbox migration"));
     int rc;
     while ((rc = read.step()) == SQLITE_ROW) {
@@ -510,8 +547,8 @@ CREATE TABLE snapshots_v3 (
   }
   {
     Stmt read(db, "SELECT id, project_id, doc, secrets FROM snapshots");
-    Stmt write(db, (std::string("INSERT INTO snapshots_v3(") + kSnapshotColumns + ") VALUES (" +
-                    placeholders(kSnapshotColumns) + ")").c_str());
+    Stmt write(db, (std::string("INSERT INTO snapshots_v3(") + kSnapshotColumnsV3 + ") VALUES (" +
+                    placeholders(kSnapshotColumnsV3) + ")").c_str());
     if (!read.ok() || !write.ok()) return fail(db_error(db, "preparing the snapshot migration"));
     int rc;
     while ((rc = read.step()) == SQLITE_ROW) {
@@ -833,6 +870,94 @@ Result<std::vector<std::string>> Store::snapshot_ids() {
   int rc;
   while ((rc = st.step()) == SQLITE_ROW) out.push_back(st.text(0));
   if (rc != SQLITE_DONE) return fail(db_error(db_, "listing snapshots"));
+  return out;
+}
+
+// ---- template builds ----
+
+namespace {
+constexpr const char* kBuildColumns =
+    "id, template_id, project_id, name, version, status, content_hash, artifact, created_ms, started_ms, "
+    "finished_ms, deleted_ms, doc";
+
+Result<TemplateBuildRecord> build_from(Stmt& st) {
+  TemplateBuildRecord r;
+  r.id = st.text(0);
+  r.template_id = st.text(1);
+  r.project_id = st.text(2);
+  r.name = st.text(3);
+  r.version = static_cast<int>(st.i64(4));
+  r.status = st.text(5);
+  r.content_hash = st.text(6);
+  r.artifact = st.text(7);
+  r.created_ms = st.i64(8);
+  r.started_ms = st.i64(9);
+  r.finished_ms = st.i64(10);
+  if (!st.is_null(11)) r.deleted_ms = st.i64(11);
+  r.doc = nlohmann::json::parse(st.text(12), nullptr, false);
+  if (r.doc.is_discarded() || !r.doc.is_object()) return fail(ErrorCode::kInternal, "template build " + r.id + ": unreadable document");
+  return r;
+}
+}  // namespace
+
+Result<void> Store::put_template_build(const TemplateBuildRecord& r) {
+  static const std::string sql = std::string("INSERT OR REPLACE INTO template_builds(") + kBuildColumns +
+                                 ") VALUES (" + placeholders(kBuildColumns) + ")";
+  std::lock_guard lk(mu_);
+  Stmt st(db_, sql.c_str());
+  st.bind(1, r.id).bind(2, r.template_id).bind(3, r.project_id).bind(4, r.name).bind(5, int64_t{r.version});
+  st.bind(6, r.status).bind(7, r.content_hash).bind(8, r.artifact).bind(9, r.created_ms).bind(10, r.started_ms);
+  st.bind(11, r.finished_ms);
+  if (r.deleted_ms) st.bind(12, *r.deleted_ms); else st.bind_null(12);
+  st.bind(13, r.doc.dump());
+  if (st.step() != SQLITE_DONE) return fail(db_error(db_, "saving template build " + r.id));
+  return {};
+}
+
+Result<std::optional<TemplateBuildRecord>> Store::get_template_build(const std::string& id) {
+  static const std::string sql = std::string("SELECT ") + kBuildColumns + " FROM template_builds WHERE id = ?";
+  std::lock_guard lk(mu_);
+  Stmt st(db_, sql.c_str());
+  st.bind(1, id);
+  int rc = st.step();
+  if (rc == SQLITE_DONE) return std::optional<TemplateBuildRecord>();
+  if (rc != SQLITE_ROW) return fail(db_error(db_, "reading template build"));
+  auto r = build_from(st);
+  if (!r) return fail(r.error());
+  return std::optional<TemplateBuildRecord>(std::move(*r));
+}
+
+Result<std::vector<TemplateBuildRecord>> Store::template_builds() {
+  static const std::string sql =
+      std::string("SELECT ") + kBuildColumns + " FROM template_builds ORDER BY created_ms, id";
+  std::lock_guard lk(mu_);
+  Stmt st(db_, sql.c_str());
+  return all_of<TemplateBuildRecord>(db_, st, "listing template builds", build_from);
+}
+
+Result<void> Store::delete_template(const std::string& template_id, int64_t now_ms) {
+  std::lock_guard lk(mu_);
+  Stmt st(db_, "UPDATE template_builds SET deleted_ms = ? WHERE template_id = ? AND deleted_ms IS NULL");
+  st.bind(1, now_ms).bind(2, template_id);
+  if (st.step() != SQLITE_DONE) return fail(db_error(db_, "deleting template " + template_id));
+  return {};
+}
+
+Result<void> Store::forget_template_build(const std::string& id) {
+  std::lock_guard lk(mu_);
+  Stmt st(db_, "DELETE FROM template_builds WHERE id = ?");
+  st.bind(1, id);
+  if (st.step() != SQLITE_DONE) return fail(db_error(db_, "forgetting template build " + id));
+  return {};
+}
+
+Result<std::vector<std::string>> Store::snapshot_rootfs() {
+  std::lock_guard lk(mu_);
+  Stmt st(db_, "SELECT DISTINCT rootfs FROM snapshots");
+  std::vector<std::string> out;
+  int rc;
+  while ((rc = st.step()) == SQLITE_ROW) out.push_back(st.text(0));
+  if (rc != SQLITE_DONE) return fail(db_error(db_, "listing the roots of snapshots"));
   return out;
 }
 

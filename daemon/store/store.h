@@ -116,7 +116,25 @@ class SandboxStore {
   virtual Result<void> delete_port_tokens(const std::string& sandbox_id) = 0;
 };
 
-class Store : public SandboxStore {
+/// What the template module needs of the store: its builds (docs/templates.md). An interface,
+/// the seam a shared store (the cluster's) implements too.
+class TemplateStore {
+ public:
+  virtual ~TemplateStore() = default;
+  /// Inserts or replaces a build.
+  virtual Result<void> put_template_build(const TemplateBuildRecord& rec) = 0;
+  virtual Result<std::optional<TemplateBuildRecord>> get_template_build(const std::string& id) = 0;
+  /// Every build of every template, deleted ones included, oldest first.
+  virtual Result<std::vector<TemplateBuildRecord>> template_builds() = 0;
+  /// Marks every version of a template deleted (hidden from now on).
+  virtual Result<void> delete_template(const std::string& template_id, int64_t now_ms) = 0;
+  /// Forgets the builds of a deleted template once nothing uses their files.
+  virtual Result<void> forget_template_build(const std::string& id) = 0;
+  /// The root filesystems snapshots were taken on (their restores need them).
+  virtual Result<std::vector<std::string>> snapshot_rootfs() = 0;
+};
+
+class Store : public SandboxStore, public TemplateStore {
  public:
   /// Opens (creating if needed) the database at `path`, in WAL mode, and brings its schema
   /// to the latest version (each migration step in one transaction; a no-op when current).
@@ -154,6 +172,13 @@ class Store : public SandboxStore {
   Result<void> put_port_token(const PortTokenRecord& rec, int64_t now_ms) override;
   Result<std::optional<PortTokenRecord>> find_port_token(const std::string& token_sha256) override;
   Result<void> delete_port_tokens(const std::string& sandbox_id) override;
+
+  Result<void> put_template_build(const TemplateBuildRecord& rec) override;
+  Result<std::optional<TemplateBuildRecord>> get_template_build(const std::string& id) override;
+  Result<std::vector<TemplateBuildRecord>> template_builds() override;
+  Result<void> delete_template(const std::string& template_id, int64_t now_ms) override;
+  Result<void> forget_template_build(const std::string& id) override;
+  Result<std::vector<std::string>> snapshot_rootfs() override;
 
   /// Claims `key` for a request, or finds its earlier response. Records expire after 24 h.
   Result<IdempotencyHit> idempotency_begin(const std::string& project_id, const std::string& key,

@@ -1,0 +1,65 @@
+#include "daemon/sys/codec.h"
+
+#include <openssl/evp.h>
+
+#include <cctype>
+
+namespace b3os::sys {
+
+bool valid_utf8(std::string_view s) {
+  size_t i = 0;
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  while (i < s.size()) {
+    const unsigned char c = p[i];
+    size_t n;
+    uint32_t cp;
+    if (c < 0x80) { ++i; continue; }
+    if ((c & 0xE0) == 0xC0) { n = 1; cp = c & 0x1F; }
+    else if ((c & 0xF0) == 0xE0) { n = 2; cp = c & 0x0F; }
+    else if ((c & 0xF8) == 0xF0) { n = 3; cp = c & 0x07; }
+    else return false;
+    if (i + n >= s.size()) return false;  // the sequence runs past the end
+    for (size_t k = 1; k <= n; ++k) {
+      if ((p[i + k] & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (p[i + k] & 0x3F);
+    }
+    // Overlong forms, surrogates and values past U+10FFFF are not UTF-8.
+    if ((n == 1 && cp < 0x80) || (n == 2 && cp < 0x800) || (n == 3 && cp < 0x10000) || cp > 0x10FFFF ||
+        (cp >= 0xD800 && cp <= 0xDFFF))
+      return false;
+    i += n + 1;
+  }
+  return true;
+}
+
+std::string base64_encode(std::string_view bytes) {
+  std::string out(4 * ((bytes.size() + 2) / 3), '\0');
+  const int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                                reinterpret_cast<const unsigned char*>(bytes.data()), static_cast<int>(bytes.size()));
+  out.resize(static_cast<size_t>(n));
+  return out;
+}
+
+std::optional<std::string> base64_decode(std::string_view text) {
+  if (text.size() % 4 != 0) return std::nullopt;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    const bool pad_ok = c == '=' && i >= text.size() - 2 && (i == text.size() - 1 || text[text.size() - 1] == '=');
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '+' || c == '/' || pad_ok)) return std::nullopt;
+  }
+  if (text.empty()) return std::string();
+  std::string out(3 * (text.size() / 4), '\0');
+  const int n = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                                reinterpret_cast<const unsigned char*>(text.data()), static_cast<int>(text.size()));
+  if (n < 0) return std::nullopt;
+  // EVP_DecodeBlock counts padding as zero bytes.
+  size_t len = static_cast<size_t>(n);
+  if (text.back() == '=') --len;
+  if (text.size() >= 2 && text[text.size() - 2] == '=') --len;
+  out.resize(len);
+  // Canonical only: the unused bits of the last group must be zero ("AB==" is not "AA==").
+  if (base64_encode(out) != text) return std::nullopt;
+  return out;
+}
+
+}  // namespace b3os::sys

@@ -1,0 +1,16 @@
+#pragma once
+// Encodings the API speaks: base64 (RFC 4648, OpenSSL's codec) and a UTF-8 check.
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace b3os::sys {
+
+/// Whether `bytes` is valid UTF-8 (text is returned as text, other bytes as base64).
+bool valid_utf8(std::string_view bytes);
+std::string base64_encode(std::string_view bytes);
+/// Strict base64 (RFC 4648, padding required, no whitespace); nullopt when malformed.
+std::optional<std::string> base64_decode(std::string_view text);
+
+}  // namespace b3os::sys
