@@ -57,15 +57,17 @@ Result<ExecResult> Exec::exec(const Principal& p, const std::string& id, const E
   auto& s = **sr;
   ActiveOp busy(s);
   Awake awake = lifecycle_.awake(s);
-  // A template's defaults for its commands (docs/templates.md): its working directory.
+  // A template's defaults for its commands (docs/templates.md): working directory and user.
   ExecSpec e = spec;
-  if (auto* catalog = lifecycle_.templates(); catalog && !spec.cwd_given) {
+  if (auto* catalog = lifecycle_.templates(); catalog && (!spec.cwd_given || spec.user.empty())) {
     std::string rootfs;
     {
       std::lock_guard lk(s.mu);
       rootfs = s.rec.rootfs;
     }
-    if (auto d = catalog->exec_defaults(rootfs); !d.workdir.empty()) e.cwd = d.workdir;
+    const auto d = catalog->exec_defaults(rootfs);
+    if (!spec.cwd_given && !d.workdir.empty()) e.cwd = d.workdir;
+    if (spec.user.empty() && !d.user.empty()) e.user = d.user;
   }
   auto res = run_live(s, e, cancelled, {});
   if (res) t.lap("exec", sw);

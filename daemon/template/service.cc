@@ -35,10 +35,10 @@ constexpr size_t kTailBytes = 4096;
 /// Starts the template's command detached (its own session, output to a log on the root), so
 /// the exec that starts it returns at once and the process outlives it.
 constexpr const char* kStartScript =
-    "mkdir -p /var/log; "
+    
     "if command -v setsid >/dev/null 2>&1; then "
-    "setsid /bin/sh -c \"$B3OS_START\" </dev/null >>/var/log/b3os-start.log 2>&1 & "
-    "else /bin/sh -c \"$B3OS_START\" </dev/null >>/var/log/b3os-start.log 2>&1 & fi; echo $!";
+    "setsid /bin/sh -c \"$B3OS_START\" </dev/null >>/tmp/b3os-start.log 2>&1 & "
+    "else /bin/sh -c \"$B3OS_START\" </dev/null >>/tmp/b3os-start.log 2>&1 & fi; echo $!";
 
 std::string hex(const unsigned char* p, size_t n) {
   static const char* d = "0123456789abcdef";
@@ -497,7 +497,8 @@ Result<json> TemplateService::upload(const sandbox::Principal& p, const sandbox:
 }
 
 Result<json> TemplateService::list(const sandbox::Principal& p) {
-  json data = sandboxes_.templates()["data"];
+  json out = sandboxes_.templates();
+  json& data = out["data"];
   std::lock_guard lk(mu_);
   std::map<std::string, std::vector<TemplateBuildRecord>> by_template;
   for (auto& [id, b] : builds_)
@@ -507,7 +508,7 @@ Result<json> TemplateService::list(const sandbox::Principal& p) {
     std::sort(v.begin(), v.end(), [](auto& a, auto& b) { return a.version < b.version; });
     data.push_back(template_object(v));
   }
-  return json{{"object", "list"}, {"data", data}};
+  return out;
 }
 
 Result<json> TemplateService::get(const sandbox::Principal& p, const std::string& name_or_id) {
@@ -567,7 +568,7 @@ Result<json> TemplateService::builds(const sandbox::Principal& p, const std::str
   if (v.empty()) return fail(ErrorCode::kTemplateNotFound, "no template \"" + name_or_id + "\" with builds");
   json data = json::array();
   for (auto it = v.rbegin(); it != v.rend(); ++it) data.push_back(build_object(*it));
-  return json{{"object", "list"}, {"data", data}};
+  return json{{"object", "list"}, {"data", data}, {"next_cursor", nullptr}};
 }
 
 Result<json> TemplateService::build(const sandbox::Principal& p, const std::string& name_or_id, const std::string& build_id) {
@@ -1039,6 +1040,7 @@ Result<void> TemplateService::start_and_wait(sandbox::LiveSandbox& s, const json
   e.env = env;
   e.env["B3OS_START"] = start;
   e.env["B3OS_WORKDIR"] = d.value("workdir", "/workspace");
+  e.user = d.value("user", "");  // the template's user runs it (docs/templates.md)
   e.cwd = "/";
   e.timeout_ms = 15000;
   append_log(log, "-- start: " + start + "\n");
@@ -1080,7 +1082,7 @@ Result<void> TemplateService::start_and_wait(sandbox::LiveSandbox& s, const json
   }
   // Its output says why, most of the time.
   sandbox::ExecSpec out;
-  out.argv = {"/bin/sh", "-c", "tail -c 1500 /var/log/b3os-start.log 2>/dev/null"};
+  out.argv = {"/bin/sh", "-c", "tail -c 1500 /tmp/b3os-start.log 2>/dev/null"};
   out.cwd = "/";
   out.timeout_ms = 5000;
   auto o = sandboxes_.exec().run_live(s, out, {}, {});
