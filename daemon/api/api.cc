@@ -194,7 +194,7 @@ Result<sandbox::Principal> Api::authenticate(http::Exchange& ex) {
   // The key's last use, for `b3os keys list`: written at most once a minute, not per request.
   if (const int64_t now = now_unix_ms(); now - (*rec)->last_used_at_ms >= 60'000)
     if (auto t = store_.touch_api_key((*rec)->id, now); !t) spdlog::warn("{}", t.error().message);
-  return sandbox::Principal{(*rec)->project_id, (*rec)->id};
+  return sandbox::Principal{(*rec)->project_id, (*rec)->id, (*rec)->project_name};
 }
 
 void Api::handle(http::Exchange& ex) {
@@ -424,7 +424,8 @@ Result<Reply> Api::create_template(Call& c) {
 
 Result<Reply> Api::get_template(Call& c) {
   if (!templates_) {
-    for (auto& t : sandboxes_.templates()["data"])
+    const json builtin = sandboxes_.templates();
+    for (auto& t : builtin["data"])
       if (t.value("name", "") == c.target.segments[2] || t.value("id", "") == c.target.segments[2]) return Reply{200, t, {}};
     return fail(ErrorCode::kTemplateNotFound, "no template \"" + c.target.segments[2] + "\"");
   }
@@ -567,6 +568,11 @@ void Api::upload_template_file(Call& c) {
     return send_error(c, {ErrorCode::kUnsupportedMediaType,
                           "template uploads take Content-Type: application/octet-stream or application/x-tar, got \"" +
                               std::string(ct) + "\"",
+                          0});
+  if (auto len = c.ex.content_length(); len && *len > templates_->max_upload_bytes())
+    return send_error(c, {ErrorCode::kPayloadTooLarge,
+                          "the tarball is larger than the upload limit of " + std::to_string(templates_->max_upload_bytes()) +
+                              " bytes (--template-max-upload-bytes)",
                           0});
   sandbox::ChunkSource source = [&](char* buf, size_t cap) { return c.ex.read_chunk(buf, cap, ~uint64_t{0}); };
   auto r = templates_->upload(c.principal, source);

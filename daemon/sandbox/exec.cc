@@ -60,12 +60,13 @@ Result<ExecResult> Exec::exec(const Principal& p, const std::string& id, const E
   // A template's defaults for its commands (docs/templates.md): working directory and user.
   ExecSpec e = spec;
   if (auto* catalog = lifecycle_.templates(); catalog && (!spec.cwd_given || spec.user.empty())) {
-    std::string rootfs;
+    std::string template_id, rootfs;
     {
       std::lock_guard lk(s.mu);
+      template_id = s.rec.template_id;
       rootfs = s.rec.rootfs;
     }
-    const auto d = catalog->exec_defaults(rootfs);
+    const auto d = template_id.empty() ? TemplateCatalog::ExecDefaults{} : catalog->exec_defaults(template_id, rootfs);
     if (!spec.cwd_given && !d.workdir.empty()) e.cwd = d.workdir;
     if (spec.user.empty() && !d.user.empty()) e.user = d.user;
   }

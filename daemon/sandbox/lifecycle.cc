@@ -236,7 +236,6 @@ Result<json> Lifecycle::create(const Principal& p, const SandboxSpec& spec, Timi
       if (!s.memory_given && c.memory_mib) s.memory_mib = *c.memory_mib;
       if (!s.disk_given && c.disk_gib) s.disk_gib = *c.disk_gib;
       for (auto& [k, v] : c.env) s.env.emplace(k, v);  // the sandbox's own env wins
-      if (s.env.size() > 64) return fail(ErrorCode::kInvalidRequest, "env: more than 64 variables with the template's");
       return create_launched(p, s, c.name, c.rootfs, std::nullopt, t, sw, "", &c);
     }
   }
@@ -326,7 +325,8 @@ Result<json> Lifecycle::create_launched(const Principal& p, const SandboxSpec& s
     if (tpl && !snapshot_id && l.image.empty() && tpl->start) {
       if (auto r = tpl->start(*s); !r) {
         launcher_.discard(*s);
-        return fail(r.error());
+        // The request was fine; the template's start is what failed.
+        return fail(ErrorCode::kInternal, "template " + tname + ": its start command did not come up: " + r.error().message);
       }
       t.lap("template_start", sw);
     }

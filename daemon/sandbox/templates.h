@@ -41,12 +41,12 @@ class TemplateCatalog {
   /// when it exists but has no ready version.
   virtual Result<std::optional<TemplateChoice>> resolve(const std::string& project_id,
                                                         const std::string& name_or_id) = 0;
-  /// The working directory and user of commands in sandboxes on this root ("" for each when
-  /// the template set none, or the root is not a template's).
+  /// The working directory and user of commands in a sandbox of template `template_id`
+  /// (the version whose root is `rootfs`); "" for each when the template set none.
   struct ExecDefaults {
     std::string workdir, user;
   };
-  virtual ExecDefaults exec_defaults(const std::string& rootfs) = 0;
+  virtual ExecDefaults exec_defaults(const std::string& template_id, const std::string& rootfs) = 0;
 };
 
 }  // namespace b3os::sandbox

@@ -16,6 +16,7 @@ namespace b3os::sandbox {
 struct Principal {
   std::string project_id;
   std::string key_id;
+  std::string project_name;  // as the operator named it (b3os keys create PROJECT)
 };
 
 /// The outcome of an exec.

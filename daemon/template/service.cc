@@ -61,9 +61,9 @@ std::string tail(const std::string& s, size_t n) { return s.size() > n ? s.subst
 
 bool terminal(const std::string& status) { return status == "ready" || status == "failed"; }
 
-json iso_or_null(int64_t ms) {
+json time_or_null(int64_t ms) {
   if (ms <= 0) return nullptr;
-  return ms;  // unix ms, like the other objects' *_at fields
+  return format_rfc3339(ms);
 }
 
 /// The listening TCP ports in /proc/net/tcp{,6} text.
@@ -224,9 +224,9 @@ json TemplateService::build_object(const TemplateBuildRecord& b) {
             {"template_id", b.template_id},
             {"version", b.version},
             {"status", b.status},
-            {"created_at", b.created_ms},
-            {"started_at", iso_or_null(b.started_ms)},
-            {"finished_at", iso_or_null(b.finished_ms)},
+            {"created_at", format_rfc3339(b.created_ms)},
+            {"started_at", time_or_null(b.started_ms)},
+            {"finished_at", time_or_null(b.finished_ms)},
             {"steps", b.doc.value("steps", json::array())},
             {"error", b.doc.contains("error") ? b.doc["error"] : json(nullptr)},
             {"reused_from", b.doc.contains("reused_from") ? b.doc["reused_from"] : json(nullptr)},
@@ -242,9 +242,12 @@ json TemplateService::template_object(const std::vector<TemplateBuildRecord>& bu
   json ck = {{"status", "none"}};
   if (shown.doc.contains("images") && shown.doc["images"].is_object()) {
     ck = {{"status", "ready"}, {"memory_mib", shown.doc["images"].value("memory_mib", 0)}};
-  } else if (!defaults.value("start", json(nullptr)).is_null()) {
-    ck = {{"status", ready ? "none" : "building"}};
+  } else if (!defaults.value("start", json(nullptr)).is_null() && !ready && !terminal(last.status)) {
+    ck = {{"status", "building"}};
   }
+  // What it was built from, without the node's paths.
+  json source = shown.doc.value("source", json::object());
+  for (const char* k : {"rootfs", "path", "artifact", "context"}) source.erase(k);
   return {{"id", last.template_id},
           {"object", "template"},
           {"name", last.name},
@@ -254,10 +257,10 @@ json TemplateService::template_object(const std::vector<TemplateBuildRecord>& bu
           {"build", build_object(last)},
           {"ready_build_id", ready ? json(ready->id) : json(nullptr)},
           {"defaults", defaults},
-          {"source", shown.doc.value("source", json::object())},
+          {"source", source},
           {"size_bytes", shown.doc.value("size_bytes", 0)},
           {"checkpoint", ck},
-          {"created_at", builds.front().created_ms}};
+          {"created_at", format_rfc3339(builds.front().created_ms)}};
 }
 
 std::optional<TemplateService::Upload> TemplateService::find_upload(const std::string& project_id,
@@ -276,7 +279,7 @@ Result<json> TemplateService::create(const sandbox::Principal& p, const json& bo
     if (!body["public"].is_boolean()) return fail(ErrorCode::kInvalidRequest, "public: must be true or false");
     make_public = body["public"].get<bool>();
     body.erase("public");
-    if (make_public && !cfg_.publisher_projects.count(p.project_id))
+    if (make_public && !cfg_.publisher_projects.count(p.project_id) && !cfg_.publisher_projects.count(p.project_name))
       return fail(ErrorCode::kForbidden, "public: this project may not publish node-wide templates "
                                          "(the operator lists those that may: --template-publishers)");
   }
@@ -493,7 +496,7 @@ Result<json> TemplateService::upload(const sandbox::Principal& p, const sandbox:
               {"object", "template_upload"},
               {"size_bytes", u.size},
               {"sha256", u.sha256},
-              {"expires_at", u.created_ms + cfg_.upload_ttl_ms}};
+              {"expires_at", format_rfc3339(u.created_ms + cfg_.upload_ttl_ms)}};
 }
 
 Result<json> TemplateService::list(const sandbox::Principal& p) {
@@ -517,7 +520,8 @@ Result<json> TemplateService::get(const sandbox::Principal& p, const std::string
     auto v = visible_builds(p.project_id, name_or_id);
     if (!v.empty()) return template_object(v);
   }
-  for (auto& t : sandboxes_.templates()["data"])
+  const json builtin = sandboxes_.templates();
+  for (auto& t : builtin["data"])
     if (t.value("name", "") == name_or_id || t.value("id", "") == name_or_id) return t;
   return fail(ErrorCode::kTemplateNotFound, "no template \"" + name_or_id + "\" (see GET /v1/templates)");
 }
@@ -528,7 +532,8 @@ Result<json> TemplateService::remove(const sandbox::Principal& p, const std::str
     std::lock_guard lk(mu_);
     auto v = visible_builds(p.project_id, name_or_id);
     if (v.empty()) {
-      for (auto& t : sandboxes_.templates()["data"])
+      const json builtin = sandboxes_.templates();
+      for (auto& t : builtin["data"])
         if (t.value("name", "") == name_or_id || t.value("id", "") == name_or_id)
           return fail(ErrorCode::kForbidden, "template \"" + name_or_id + "\" is built into the node and cannot be deleted");
       return fail(ErrorCode::kTemplateNotFound, "no template \"" + name_or_id + "\" (see GET /v1/templates)");
@@ -556,7 +561,12 @@ Result<json> TemplateService::remove(const sandbox::Principal& p, const std::str
     for (auto& [id, b] : builds_)
       if (b.template_id == template_id && !b.deleted_ms) b.deleted_ms = now;
   }
-  collect_garbage();
+  {
+    // Its files go behind the answer (removing a root takes seconds).
+    std::lock_guard lk(mu_);
+    gc_wanted_ = true;
+  }
+  cv_.notify_one();
   spdlog::info("template {} ({}) deleted (project {}){}", name, template_id, p.project_id,
                users ? ", " + std::to_string(users) + " sandbox(es) keep running on it" : "");
   return json{{"id", template_id}, {"object", "template"}, {"name", name}, {"deleted", true}};
@@ -573,7 +583,9 @@ Result<json> TemplateService::builds(const sandbox::Principal& p, const std::str
 
 Result<json> TemplateService::build(const sandbox::Principal& p, const std::string& name_or_id, const std::string& build_id) {
   std::lock_guard lk(mu_);
-  for (auto& b : visible_builds(p.project_id, name_or_id))
+  const auto v = visible_builds(p.project_id, name_or_id);
+  if (v.empty()) return fail(ErrorCode::kTemplateNotFound, "no template \"" + name_or_id + "\" (see GET /v1/templates)");
+  for (auto& b : v)
     if (b.id == build_id) return build_object(b);
   return fail(ErrorCode::kNotFound, "no build " + build_id + " of template \"" + name_or_id + "\"");
 }
@@ -584,7 +596,9 @@ Result<void> TemplateService::logs(const sandbox::Principal& p, const std::strin
   {
     std::lock_guard lk(mu_);
     bool found = false;
-    for (auto& b : visible_builds(p.project_id, name_or_id)) found = found || b.id == build_id;
+    const auto v = visible_builds(p.project_id, name_or_id);
+    if (v.empty()) return fail(ErrorCode::kTemplateNotFound, "no template \"" + name_or_id + "\" (see GET /v1/templates)");
+    for (auto& b : v) found = found || b.id == build_id;
     if (!found) return fail(ErrorCode::kNotFound, "no build " + build_id + " of template \"" + name_or_id + "\"");
   }
   const std::string path = log_path(build_id);
@@ -644,14 +658,21 @@ Result<std::optional<sandbox::TemplateChoice>> TemplateService::resolve(const st
   return std::optional<sandbox::TemplateChoice>(std::move(c));
 }
 
-sandbox::TemplateCatalog::ExecDefaults TemplateService::exec_defaults(const std::string& rootfs) {
+sandbox::TemplateCatalog::ExecDefaults TemplateService::exec_defaults(const std::string& template_id,
+                                                                     const std::string& rootfs) {
   ExecDefaults out;
   std::lock_guard lk(mu_);
+  // The version the sandbox runs (its root), else the template's newest: never another
+  // template's, though several may share a root (one with no build step shares its parent's).
   const TemplateBuildRecord* best = nullptr;
+  auto better = [&](const TemplateBuildRecord& b) {
+    if (!best) return true;
+    const bool mine = artifact_rootfs(b.artifact) == rootfs, theirs = artifact_rootfs(best->artifact) == rootfs;
+    if (mine != theirs) return mine;
+    return b.version > best->version;
+  };
   for (auto& [id, b] : builds_)
-    if (b.status == "ready" && !b.artifact.empty() && artifact_rootfs(b.artifact) == rootfs &&
-        (!best || b.created_ms > best->created_ms))
-      best = &b;
+    if (b.template_id == template_id && b.status == "ready" && better(b)) best = &b;
   if (best) {
     const json d = best->doc.value("defaults", json::object());
     out.workdir = d.value("workdir", "");
@@ -698,8 +719,14 @@ void TemplateService::worker() {
     std::string id;
     {
       std::unique_lock lk(mu_);
-      cv_.wait(lk, [&] { return stopping_ || !queue_.empty(); });
+      cv_.wait(lk, [&] { return stopping_ || !queue_.empty() || gc_wanted_; });
       if (stopping_) return;
+      if (queue_.empty()) {
+        gc_wanted_ = false;
+        lk.unlock();
+        collect_garbage();
+        continue;
+      }
       id = queue_.front();
       queue_.pop_front();
       ++running_;
@@ -802,6 +829,8 @@ Result<void> TemplateService::build_root(TemplateBuildRecord& rec, const Templat
     // Nothing to run: the parent's root serves as it is (the template adds defaults, a start).
     rec.artifact = kind == "debian" ? kDebianArtifact : source.value("artifact", "base");
     append_log(log, "-- no build steps: the parent's root (" + rec.artifact + ") is used as it is\n");
+    auto du = sys::run({"du", "-sxb", artifact_rootfs(rec.artifact)}, std::chrono::minutes(5));
+    if (du && du->exit_code == 0) rec.doc["size_bytes"] = std::strtoull(du->output.c_str(), nullptr, 10);
     return {};
   }
   if (!image && !fs::exists(parent_rootfs))

@@ -53,7 +53,7 @@ struct Config {
   std::string apt_sources;
   /// mmdebstrap's mirror for `from: debian:bookworm`.
   std::string debian_mirror = "http://deb.debian.org/debian";
-  /// Projects whose keys may publish node-wide templates (`"public": true`).
+  /// Projects (names or ids) whose keys may publish node-wide templates (`"public": true`).
   std::set<std::string> publisher_projects;
   /// Identifies the runtime and agent an image was taken with (an image from others is dropped).
   std::string image_stamp;
@@ -91,8 +91,9 @@ class TemplateService : public sandbox::TemplateCatalog {
   // ---- TemplateCatalog ----
   Result<std::optional<sandbox::TemplateChoice>> resolve(const std::string& project_id,
                                                          const std::string& name_or_id) override;
-  ExecDefaults exec_defaults(const std::string& rootfs) override;
+  ExecDefaults exec_defaults(const std::string& template_id, const std::string& rootfs) override;
 
+  uint64_t max_upload_bytes() const { return cfg_.max_upload_bytes; }
   /// Builds queued, running (metrics).
   std::pair<int, int> load() const;
 
@@ -143,6 +144,7 @@ class TemplateService : public sandbox::TemplateCatalog {
   std::map<std::string, uint64_t> log_sizes_;
   std::mutex debian_mu_;  // one mmdebstrap at a time
   bool stopping_ = false;
+  bool gc_wanted_ = false;  // a template was deleted: a worker removes what nothing uses
   std::vector<std::thread> workers_;
 };
 

@@ -328,8 +328,9 @@ class Checker:
                 else:
                     message = best.message
                 return "invalid", op, f"at {where}: {message[:400]}{more}"
-        # A b3os error's code must be one of its status's codes.
-        err = data.get("error") if isinstance(data, dict) else None
+        # A b3os error's code must be one of its status's codes (a 2xx body may carry an
+        # `error` of its own: a failed template build's says why it failed).
+        err = data.get("error") if isinstance(data, dict) and status >= 400 else None
         if isinstance(err, dict) and "type" not in err and err.get("code") in self.code_status:
             want = self.code_status[err["code"]]
             if want != status:
