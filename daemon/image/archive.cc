@@ -144,8 +144,8 @@ Result<ImageArchive> ImageArchive::open(const std::string& path, const Limits& l
   if (::fstat(fd.get(), &st) != 0) return fail(host_error("image: stat of the archive " + path, errno));
   // A pipe or a device could not be read twice, and /dev/zero never ends.
   if (!S_ISREG(st.st_mode)) return bad("the archive " + path + " is not a regular file");
-  ImageArchive out(path, std::move(fd));
-  auto a = out.rewind();
+  ImageArchive out(path, std::move(fd), limits);
+  auto a = out.reader_at(0);
   if (!a) return fail(a.error());
   archive_entry* e = nullptr;
   uint64_t count = 0;
@@ -156,12 +156,15 @@ Result<ImageArchive> ImageArchive::open(const std::string& path, const Limits& l
       if (count == 0) return bad("the archive is not a tar file (" + error_string(a->get()) + ")");
       return bad("the archive is damaged after " + std::to_string(count) + " members (" + error_string(a->get()) + ")");
     }
+    if (count == 0) out.compressed_ = archive_filter_code(a->get(), 0) != ARCHIVE_FILTER_NONE;
     if (++count > limits.max_entries)
       return bad("the archive has more than " + std::to_string(limits.max_entries) + " members");
     const char* raw = archive_entry_pathname(e);
     const std::string name = member_path(raw ? raw : "");
     Member m;
     m.size = archive_entry_size_is_set(e) ? static_cast<uint64_t>(archive_entry_size(e)) : 0;
+    m.index = count;
+    m.position = archive_read_header_position(a->get());
     if (const char* hl = archive_entry_hardlink(e)) {
       m.kind = Member::Kind::kHardlink;
       m.link = member_path(hl);
@@ -180,12 +183,26 @@ Result<ImageArchive> ImageArchive::open(const std::string& path, const Limits& l
       if (it->second.kind == Member::Kind::kDir && m.kind == Member::Kind::kDir) continue;
       return bad("the archive has two members named " + quote(name));
     }
+    if ((name == "manifest.json" || name == "index.json") && m.kind == Member::Kind::kFile &&
+        m.size <= limits.max_metadata_bytes) {
+      MemberReader reader(a->get(), name, m.size, "");
+      std::string text;
+      for (;;) {
+        auto b = reader.next();
+        if (!b) return fail(b.error());
+        if (b->empty()) break;
+        text.append(*b);
+      }
+      out.early_[name] = std::move(text);
+    }
   }
+  out.stream_bytes_ = static_cast<uint64_t>(archive_filter_bytes(a->get(), 0));
   return out;
 }
 
-Result<ArchivePtr> ImageArchive::rewind() {
-  if (::lseek(fd_.get(), 0, SEEK_SET) != 0) return fail(host_error("image: seeking in the archive " + path_, errno));
+Result<ArchivePtr> ImageArchive::reader_at(int64_t position) {
+  if (::lseek(fd_.get(), position, SEEK_SET) != position)
+    return fail(host_error("image: seeking in the archive " + path_, errno));
   ArchivePtr a = new_tar_reader();
   if (archive_read_open_fd(a.get(), fd_.get(), kReadBlock) != ARCHIVE_OK)
     return bad("the archive is not a tar file (" + error_string(a.get()) + ")");
@@ -223,6 +240,7 @@ Result<std::string> ImageArchive::read(const std::string& member, uint64_t max, 
   if (size(member) > max)
     return bad(std::string(what) + " is " + std::to_string(size(member)) + " bytes, more than the " + std::to_string(max) +
                " allowed for image metadata");
+  if (auto it = early_.find(member); it != early_.end()) return it->second;
   std::string out;
   auto r = stream({member}, [&](size_t, MemberReader& m) -> Result<void> {
     for (;;) {
@@ -238,9 +256,42 @@ Result<std::string> ImageArchive::read(const std::string& member, uint64_t max, 
 
 Result<void> ImageArchive::stream(const std::vector<std::string>& members,
                                   const std::function<Result<void>(size_t, MemberReader&)>& fn) {
+  for (const auto& name : members) {
+    auto it = members_.find(name);
+    if (it == members_.end() || it->second.kind != Member::Kind::kFile)
+      return bad(quote(name) + " is not a file in the archive");
+  }
+  if (compressed_) return stream_compressed(members, fn);
+  // Uncompressed: each member's header is where the first pass saw it.
+  for (size_t i = 0; i < members.size(); ++i) {
+    const Member& m = members_.at(members[i]);
+    auto a = reader_at(m.position);
+    if (!a) return fail(a.error());
+    archive_entry* e = nullptr;
+    const int r = archive_read_next_header(a->get(), &e);
+    const char* raw = r >= ARCHIVE_WARN ? archive_entry_pathname(e) : nullptr;
+    if (raw == nullptr || member_path(raw) != members[i])
+      return fail(ErrorCode::kInternal, "image: the archive " + path_ + " changed while it was read");
+    MemberReader reader(a->get(), members[i], m.size, blob_hex(members[i]));
+    if (auto ok = fn(i, reader); !ok) return ok;
+    if (auto ok = reader.finish(); !ok) return ok;
+  }
+  return {};
+}
+
+Result<void> ImageArchive::stream_compressed(const std::vector<std::string>& members,
+                                             const std::function<Result<void>(size_t, MemberReader&)>& fn) {
+  // A compressed stream cannot be seeked: one pass from the start per run of members in order.
+  uint64_t passes = members.empty() ? 0 : 1;
+  for (size_t i = 1; i < members.size(); ++i)
+    if (members_.at(members[i]).index <= members_.at(members[i - 1]).index) ++passes;
+  if (passes > 1 && passes * stream_bytes_ > limits_.max_total_bytes)
+    return bad("the archive is compressed and its layers are not stored in their order: reading them would "
+               "decompress it " + std::to_string(passes) + " times, more than the image limit of " +
+               std::to_string(limits_.max_total_bytes) + " bytes; decompress it first (gunzip, unzstd)");
   size_t next = 0;
   while (next < members.size()) {
-    auto a = rewind();
+    auto a = reader_at(0);
     if (!a) return fail(a.error());
     bool progressed = false;
     archive_entry* e = nullptr;
@@ -257,7 +308,7 @@ Result<void> ImageArchive::stream(const std::vector<std::string>& members,
       progressed = true;
       if (++next == members.size()) return {};
     }
-    if (!progressed) return bad(quote(members[next]) + " is not in the archive");
+    if (!progressed) return fail(ErrorCode::kInternal, "image: the archive " + path_ + " changed while it was read");
   }
   return {};
 }

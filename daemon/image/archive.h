@@ -71,8 +71,10 @@ class ImageArchive {
   /// A whole regular member, at most `max` bytes (else 400 naming `what`), digest checked.
   Result<std::string> read(const std::string& member, uint64_t max, std::string_view what);
   /// Reads regular `members` in this order, calling `fn(i, reader)` for each and checking each
-  /// blob's digest after it. Reads the archive again from its start when the next member lies
-  /// behind the last (docker save does not write layers in their order).
+  /// blob's digest after it. An uncompressed archive is read at each member's place (seeked
+  /// to); a compressed one from its start again whenever the next member lies behind the last
+  /// (docker save does not write layers in their order), and refused (400) when that would
+  /// decompress more than `limits.max_total_bytes` in all.
   Result<void> stream(const std::vector<std::string>& members,
                       const std::function<Result<void>(size_t, MemberReader&)>& fn);
 
@@ -81,13 +83,24 @@ class ImageArchive {
     enum class Kind { kFile, kDir, kSymlink, kHardlink, kOther } kind = Kind::kOther;
     uint64_t size = 0;
     std::string link;
+    uint64_t index = 0;    // its place among the members
+    int64_t position = 0;  // of its header, in the uncompressed stream
   };
-  ImageArchive(std::string path, UniqueFd fd) : path_(std::move(path)), fd_(std::move(fd)) {}
-  Result<ArchivePtr> rewind();
+  ImageArchive(std::string path, UniqueFd fd, const Limits& limits)
+      : path_(std::move(path)), fd_(std::move(fd)), limits_(limits) {}
+  Result<ArchivePtr> reader_at(int64_t position);
+  Result<void> stream_compressed(const std::vector<std::string>& members,
+                                 const std::function<Result<void>(size_t, MemberReader&)>& fn);
 
   std::string path_;
   UniqueFd fd_;
+  Limits limits_;
+  bool compressed_ = false;
+  uint64_t stream_bytes_ = 0;  // the archive's size uncompressed
   std::unordered_map<std::string, Member> members_;
+  // manifest.json and index.json, read in the first pass: always needed, and at the end of a
+  // docker save, where a compressed archive would be read again to reach them.
+  std::unordered_map<std::string, std::string> early_;
 };
 
 /// A member's name as it is looked up: no leading "/" or "./", no "." or empty components.

@@ -125,12 +125,14 @@ TEST_F(ImageTest, ADigestThatDoesNotMatchIsRefused) {
   auto cfg = import(make({"--format", "oci", "--hostile", "bad-digest"}));
   ASSERT_FALSE(cfg);
   EXPECT_NE(cfg.error().message.find("does not match its digest"), std::string::npos) << cfg.error().message;
-  ASSERT_TRUE(remove_tree(root_));
-  fs::create_directory(root_);
-  cfg = import(make({"--format", "docker", "--hostile", "bad-digest"}));
-  ASSERT_FALSE(cfg);
-  EXPECT_NE(cfg.error().message.find("the config's rootfs.diff_ids says sha256:ffff"), std::string::npos)
-      << cfg.error().message;
+  for (const char* format : {"docker", "docker-oci"}) {
+    ASSERT_TRUE(remove_tree(root_));
+    fs::create_directory(root_);
+    cfg = import(make({"--format", format, "--hostile", "bad-digest"}));
+    ASSERT_FALSE(cfg) << format;
+    EXPECT_NE(cfg.error().message.find("the config's rootfs.diff_ids says sha256:ffff"), std::string::npos)
+        << cfg.error().message;
+  }
 }
 
 TEST_F(ImageTest, TheArchiveMustBeARegularFile) {

@@ -52,6 +52,29 @@ TEST_F(ImageTest, DockerSaveAppliesLayersInOrderAndReturnsTheConfig) {
   EXPECT_NE(log_[3].find("layer 3 of 3"), std::string::npos);
 }
 
+TEST_F(ImageTest, ACompressedArchiveIsReadAgainForLayersOutOfOrder) {
+  write(dir_ + "/l1/f", "one");
+  write(dir_ + "/l2/f", "two");
+  // Layer 3 is layer 1's member again: behind layer 2's, whichever way the ids sort.
+  const std::string archive =
+      make({"--layer", dir_ + "/l1", "--layer", dir_ + "/l2", "--layer", dir_ + "/l1", "--gzip-archive"});
+  auto cfg = import(archive);
+  ASSERT_TRUE(cfg) << cfg.error().message;
+  EXPECT_EQ(read(root_ + "/f"), "one");
+
+  // Its layers take 30720 bytes, but reading it twice decompresses its ~40 kB twice.
+  ASSERT_TRUE(remove_tree(root_));
+  fs::create_directory(root_);
+  Limits limits;
+  limits.max_total_bytes = 50000;
+  cfg = import(archive, limits);
+  ASSERT_FALSE(cfg);
+  EXPECT_EQ(cfg.error().code, ErrorCode::kInvalidRequest);
+  EXPECT_NE(cfg.error().message.find("the archive is compressed and its layers are not stored in their order"),
+            std::string::npos)
+      << cfg.error().message;
+}
+
 TEST_F(ImageTest, OciLayoutWithGzipLayers) {
   write(dir_ + "/l1/etc/hostname", "box\n");
   write(dir_ + "/l2/srv/data", std::string(100000, 'x'));
@@ -73,6 +96,15 @@ TEST_F(ImageTest, NewerDockerSaveWithBlobsAndZstd) {
   ASSERT_TRUE(cfg) << cfg.error().message;
   EXPECT_EQ(cfg->format, "docker-save");
   EXPECT_EQ(read(root_ + "/bin/tool"), "tool\n");
+}
+
+TEST_F(ImageTest, NewerDockerSaveUncompressed) {
+  write(dir_ + "/l1/a", "1");
+  write(dir_ + "/l2/b", "2");
+  auto cfg = import(make({"--format", "docker-oci", "--layer", dir_ + "/l1", "--layer", dir_ + "/l2"}));
+  ASSERT_TRUE(cfg) << cfg.error().message;
+  EXPECT_EQ(cfg->format, "docker-save");
+  EXPECT_EQ(read(root_ + "/a") + read(root_ + "/b"), "12");
 }
 
 TEST_F(ImageTest, OciIndexPicksLinuxAmd64InANestedIndex) {
