@@ -118,9 +118,9 @@ if [ "$secs" = 0 ]; then
 else
   fuzz_ok=0
   CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DB3OS_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null &&
-    ninja -C build-fuzz -j"$(nproc)" frame_fuzz target_fuzz spec_fuzz http_request_fuzz http_head_fuzz peek_fuzz http_guard_fuzz allow_fuzz dns_fuzz preview_fuzz jsonrpc_fuzz users_fuzz || fuzz_ok=1
+    ninja -C build-fuzz -j"$(nproc)" frame_fuzz target_fuzz spec_fuzz http_request_fuzz http_head_fuzz peek_fuzz http_guard_fuzz allow_fuzz dns_fuzz preview_fuzz jsonrpc_fuzz users_fuzz image_fuzz || fuzz_ok=1
   if [ $fuzz_ok = 0 ]; then
-    for f in frame_fuzz target_fuzz spec_fuzz http_request_fuzz http_head_fuzz peek_fuzz http_guard_fuzz allow_fuzz dns_fuzz preview_fuzz jsonrpc_fuzz users_fuzz; do
+    for f in frame_fuzz target_fuzz spec_fuzz http_request_fuzz http_head_fuzz peek_fuzz http_guard_fuzz allow_fuzz dns_fuzz preview_fuzz jsonrpc_fuzz users_fuzz image_fuzz; do
       corpus=build-fuzz/corpus/$f
       mkdir -p "$corpus"
       seeds=tests/fuzz/seeds/$f
