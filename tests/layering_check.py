@@ -32,6 +32,8 @@ RULES = {
                   ["daemon/sandbox/service.h", "daemon/gateway/gateway.h"]),
     "b3os_preview": ("daemon/preview/preview.cc", ["daemon/sandbox/service.h", "daemon/http/server.h"],
                      ["daemon/api/api.h", "daemon/gateway/gateway.h"]),
+    "b3os_template": ("daemon/template/service.cc", ["daemon/sandbox/service.h", "daemon/image/image.h"],
+                      ["daemon/api/api.h", "daemon/http/server.h", "daemon/gateway/gateway.h", "daemon/mcp/server.h"]),
     "b3os_mcp": ("daemon/mcp/server.cc", ["daemon/sandbox/service.h", "daemon/http/server.h"],
                  ["daemon/api/api.h", "daemon/gateway/gateway.h"]),
     "b3os_api": ("daemon/api/api.cc", ["daemon/sandbox/service.h", "daemon/gateway/gateway.h"], []),
