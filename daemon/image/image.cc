@@ -97,6 +97,23 @@ Result<Plan> plan_oci(ImageArchive& a, const Limits& limits) {
 
 }  // namespace
 
+Result<Config> inspect(const std::string& archive, const Limits& limits) {
+  auto a = ImageArchive::open(archive, limits);
+  if (!a) return fail(a.error());
+  Result<Plan> plan = a->contains("manifest.json") ? plan_docker(*a, limits)
+                      : a->contains("index.json")  ? plan_oci(*a, limits)
+                                                   : bad("the archive is not an image: it has neither manifest.json "
+                                                         "(docker save) nor index.json (an OCI image layout)");
+  if (!plan) return fail(plan.error());
+  if (!plan->config.diff_ids.empty() && plan->config.diff_ids.size() != plan->layers.size())
+    return bad("the config lists " + std::to_string(plan->config.diff_ids.size()) + " rootfs.diff_ids for " +
+               std::to_string(plan->layers.size()) + " layers");
+  Config out = std::move(plan->config.defaults);
+  out.format = plan->format;
+  out.layers = static_cast<int>(plan->layers.size());
+  return out;
+}
+
 Result<Config> import(const std::string& archive, const std::string& rootfs, const Limits& limits,
                       const std::function<void(std::string_view)>& log) {
   auto a = ImageArchive::open(archive, limits);

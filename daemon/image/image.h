@@ -47,6 +47,10 @@ struct Config {
 Result<Config> import(const std::string& archive, const std::string& rootfs, const Limits& limits,
                       const std::function<void(std::string_view)>& log = {});
 
+/// Reads only the archive's metadata (manifest or index, config, the layers named): what a
+/// request can be told at once. The layers' entries are judged by import().
+Result<Config> inspect(const std::string& archive, const Limits& limits);
+
 /// Deletes `path` and everything under it without following symlinks (a symlink is removed,
 /// never its target). Absent is success.
 Result<void> remove_tree(const std::string& path);

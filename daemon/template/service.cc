@@ -339,6 +339,17 @@ Result<json> TemplateService::create(const sandbox::Principal& p, const json& bo
     source["context"] = {{"path", u->path}, {"sha256", u->sha256}};
     parent_key += "+context:" + u->sha256;
   }
+  // An image is read at once as far as its metadata goes (not an image, broken JSON, a
+  // missing blob: 400 now); its layers' entries are judged while the build imports them.
+  if (source.value("kind", "") == "image") {
+    const std::string path = source.value("path", "");
+    lk.unlock();
+    auto seen = image::inspect(path, cfg_.image_limits);
+    lk.lock();
+    if (!seen)
+      return fail(seen.error().code == ErrorCode::kInvalidRequest ? ErrorCode::kInvalidRequest : seen.error().code,
+                  (s.source.image_upload ? "image.upload: " : "image.path: ") + seen.error().message);
+  }
   json canon = canonical(s);
   // Uploads are named by their bytes, not their ids, so a new upload of the same file reuses.
   canon.erase("image");
