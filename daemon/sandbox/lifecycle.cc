@@ -293,8 +293,11 @@ Result<json> Lifecycle::create_launched(const Principal& p, const SandboxSpec& s
     return fail(ErrorCode::kProductUnavailable, "egress \"" + spec.egress.mode +
                                                     "\" needs sandbox networks, which this b3osd runs without "
                                                     "(--network off); egress \"deny\" works");
-  std::shared_ptr<LiveSandbox> s =
-      snapshot_id ? nullptr : pools_.claim_warm(tname, spec.forkable, spec.disk_gib, network);
+  std::shared_ptr<LiveSandbox> s;
+  if (!snapshot_id && tpl && !tpl->pool_key.empty() && !spec.forkable && !network)
+    s = pools_.claim_template(tpl->pool_key, spec.memory_mib, spec.disk_gib);
+  else if (!snapshot_id)
+    s = pools_.claim_warm(tname, spec.forkable, spec.disk_gib, network);
   if (s) {
     t.lap("claim", sw);
     auto limited = rt_.limit_cpu(s->id, spec.vcpu);

@@ -50,6 +50,10 @@ void Pools::stop() {
       warm_[n].clear();
       precreated_[n].clear();
     }
+    for (auto& [key, pool] : template_pools_) {
+      for (auto& m : pool.members) warm.push_back(std::move(m));
+      pool.members.clear();
+    }
   }
   registry_.pooled(-static_cast<int>(warm.size() + created.size()));
   // Outside the lock: each discard waits for the runtime and the shim.
@@ -72,7 +76,7 @@ namespace {
 // Registered when b3osd starts, so every family is on /metrics from the first scrape.
 static auto& m_claims = metrics::metrics().counter(
     "b3os_pool_claims_total",
-    "requests that could take a pool member, by pool (warm, fork, net_warm, net_fork) and outcome (hit, miss)",
+    "requests that could take a pool member, by pool (warm, fork, net_warm, net_fork, template) and outcome (hit, miss)",
     {"pool", "outcome"});
 
 /// b3os_pool_claims_total{pool, outcome}: a request that could use a pool's member took one
@@ -169,6 +173,102 @@ std::shared_ptr<LiveSandbox> Pools::claim_warm(const std::string& template_name,
   return nullptr;
 }
 
+void Pools::set_template_pool(const std::string& key, int target, const LaunchRequest& shape) {
+  std::deque<std::shared_ptr<LiveSandbox>> gone;
+  {
+    std::lock_guard lk(mu_);
+    if (target <= 0) {
+      auto it = template_pools_.find(key);
+      if (it == template_pools_.end()) return;
+      gone = std::move(it->second.members);
+      template_pools_.erase(it);
+    } else {
+      auto& pool = template_pools_[key];
+      pool.target = target;
+      pool.shape = shape;
+      while (static_cast<int>(pool.members.size()) > target) {
+        gone.push_back(std::move(pool.members.back()));
+        pool.members.pop_back();
+      }
+    }
+    for (auto& m : gone) doomed_.push_back(std::move(m));
+  }
+  registry_.pooled(-static_cast<int>(gone.size()));
+  cv_.notify_all();
+  if (target > 0 && !thread_.joinable()) {
+    std::lock_guard lk(mu_);
+    if (!stopping_ && !thread_.joinable()) thread_ = std::thread([this] { loop(); });
+  }
+}
+
+std::shared_ptr<LiveSandbox> Pools::claim_template(const std::string& key, int memory_mib, int disk_gib) {
+  for (;;) {
+    std::shared_ptr<LiveSandbox> s;
+    {
+      std::lock_guard lk(mu_);
+      auto it = template_pools_.find(key);
+      if (it == template_pools_.end()) return nullptr;
+      // The image fixes the memory; a mounted disk cannot shrink or grow.
+      if (it->second.shape.memory_mib != memory_mib || it->second.shape.disk_gib != disk_gib) return nullptr;
+      if (it->second.members.empty()) {
+        count_claim("template", false);
+        return nullptr;
+      }
+      s = it->second.members.front();
+      it->second.members.pop_front();
+    }
+    registry_.pooled(-1);
+    cv_.notify_all();  // refill
+    rt_.set_frozen(s->id, false);
+    if (!s->channel->closed()) {
+      count_claim("template", true);
+      return s;
+    }
+    std::lock_guard lk(mu_);
+    doomed_.push_back(std::move(s));
+  }
+}
+
+bool Pools::refill_template_pool() {
+  std::string key;
+  LaunchRequest l;
+  {
+    std::lock_guard lk(mu_);
+    int held = 0;
+    for (auto& [k, pool] : template_pools_) held += static_cast<int>(pool.members.size());
+    if (held >= template_pool_cap_) return false;
+    for (auto& [k, pool] : template_pools_)
+      if (static_cast<int>(pool.members.size()) < pool.target) {
+        key = k;
+        l = pool.shape;
+        break;
+      }
+  }
+  if (key.empty() || !registry_.reserve("", 1)) return false;
+  Reservation reserved(registry_, "", 1);
+  l.id = new_id("sbx");
+  l.project_id.clear();
+  l.from_pool = false;
+  l.network = false;
+  Timing t;
+  Stopwatch sw;
+  auto s = launcher_.launch(l, std::nullopt, t, sw);
+  if (!s) {
+    spdlog::warn("template pool {}: {}", key, s.error().message);
+    return false;
+  }
+  rt_.set_frozen((*s)->id, true);
+  std::lock_guard lk(mu_);
+  auto it = template_pools_.find(key);
+  if (stopping_ || it == template_pools_.end() || static_cast<int>(it->second.members.size()) >= it->second.target) {
+    doomed_.push_back(std::move(*s));  // the pool went or filled meanwhile
+    return true;
+  }
+  registry_.pooled(+1);
+  it->second.members.push_back(std::move(*s));
+  return true;
+}
+
 void Pools::discard_doomed() {
   for (;;) {
     std::shared_ptr<LiveSandbox> s;
@@ -248,12 +348,17 @@ void Pools::loop() {
       image_tried = true;
       build_template_image("base");
     }
-    const bool any_pool = cfg_.warm_pool_size > 0 || cfg_.fork_pool_size > 0 ||
+    bool templates_pooled;
+    {
+      std::lock_guard lk(mu_);
+      templates_pooled = !template_pools_.empty();
+    }
+    const bool any_pool = cfg_.warm_pool_size > 0 || cfg_.fork_pool_size > 0 || templates_pooled ||
                           (networks() && (cfg_.net_warm_pool_size > 0 || cfg_.net_fork_pool_size > 0));
     if (!any_pool) {
-      if (image_tried || cfg_.template_checkpoints == "off") return;
+      // Nothing to keep now; a template pool may be asked for later (set_template_pool).
       std::unique_lock lk(mu_);
-      cv_.wait_for(lk, 5s, [&] { return stopping_; });
+      cv_.wait_for(lk, 5s, [&] { return stopping_ || !template_pools_.empty(); });
       if (stopping_) return;
       continue;
     }
@@ -267,6 +372,16 @@ void Pools::loop() {
           if (static_cast<int>(warm_[n].size()) < warm_size(n == 1)) want = 2 * n;
           else if (static_cast<int>(precreated_[n].size()) < precreated_size(n == 1)) want = 2 * n + 1;
         }
+        // Then the templates' own pools, within their node-wide cap.
+        if (want < 0) {
+          int held = 0;
+          bool short_one = false;
+          for (auto& [k, pool] : template_pools_) {
+            held += static_cast<int>(pool.members.size());
+            short_one = short_one || static_cast<int>(pool.members.size()) < pool.target;
+          }
+          if (short_one && held < template_pool_cap_) want = 4;
+        }
         return want >= 0;
       };
       cv_.wait_for(lk, 2s, [&] { return stopping_ || !doomed_.empty() || short_of(); });
@@ -276,7 +391,7 @@ void Pools::loop() {
       cv_.wait_for(lk, 10s, [&] { return stopping_ || busy_ == 0; });
       if (stopping_) return;
     }
-    if (!refill(want >= 2, want % 2 == 0)) {
+    if (want == 4 ? !refill_template_pool() : !refill(want >= 2, want % 2 == 0)) {
       // No template yet, a full node or a broken runtime: wait rather than spin.
       std::unique_lock lk(mu_);
       cv_.wait_for(lk, 5s, [&] { return stopping_; });

@@ -52,6 +52,14 @@ class Pools {
   /// with egress public applied, so a public create claims one without a firewall change.
   std::shared_ptr<LiveSandbox> claim_warm(const std::string& template_name, bool forkable, int disk_gib,
                                           bool network = false);
+  /// A warm pool of a template users built (`key`: its build id), whose members are restored
+  /// from the template's checkpoint (`shape`: rootfs, image, memory_mib, disk_gib) and wait
+  /// frozen, without a network of their own. `target` 0 removes the pool and its members. The
+  /// members of all templates' pools together are at most `node_cap` (first asked, first served).
+  void set_template_pool(const std::string& key, int target, const LaunchRequest& shape);
+  void set_template_pool_cap(int node_cap) { template_pool_cap_ = node_cap; }
+  /// A member of template pool `key` for a non-forkable create of that shape, or nullptr.
+  std::shared_ptr<LiveSandbox> claim_template(const std::string& key, int memory_mib, int disk_gib);
   /// Members waiting in each pool now, and each pool's target size (for metrics).
   struct Sizes {
     int warm = 0, fork = 0, net_warm = 0, net_fork = 0;
@@ -103,6 +111,15 @@ class Pools {
   bool refill(bool network, bool warm);
   std::deque<std::shared_ptr<LiveSandbox>> doomed_;  // dead members the thread discards
   std::map<std::string, TemplateImage> images_;
+  struct TemplatePool {
+    int target = 0;
+    LaunchRequest shape;
+    std::deque<std::shared_ptr<LiveSandbox>> members;
+  };
+  std::map<std::string, TemplatePool> template_pools_;  // by build id
+  int template_pool_cap_ = 8;
+  /// Adds a member to a template pool that is short of one (false: none is, or none could be made).
+  bool refill_template_pool();
   bool stopping_ = false;
   std::thread thread_;
 };

@@ -167,6 +167,7 @@ class SandboxService {
   Launcher& launcher() { return launcher_; }
   Exec& exec() { return exec_; }
   Checkpoints& checkpoints() { return checkpoints_; }
+  Pools& pools() { return pools_; }
   Lifecycle& lifecycle() { return life_; }
   const Config& config() const { return cfg_; }
   /// Creates then resolve `template` through `c` too (null: only the templates on disk).

@@ -28,6 +28,8 @@ struct TemplateChoice {
   /// the sandbox's own; "" when none. A restore must keep the memory size it was taken with.
   std::string image, net_image;
   int image_memory_mib = 0;
+  /// Its warm pool in Pools (set_template_pool), "" when it asks for none.
+  std::string pool_key;
   /// For a launch that could not restore an image (another memory size, no image yet): starts
   /// the template's `start` command and waits for `ready`. Empty when it has none.
   std::function<Result<void>(LiveSandbox&)> start;

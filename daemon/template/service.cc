@@ -156,6 +156,8 @@ Result<void> TemplateService::start() {
 }
 
 void TemplateService::start_workers() {
+  sandboxes_.pools().set_template_pool_cap(cfg_.warm_pool_node_cap);
+  sync_pools();
   collect_garbage();
   sweep_uploads();
   std::lock_guard lk(mu_);
@@ -286,6 +288,7 @@ Result<json> TemplateService::create(const sandbox::Principal& p, const json& bo
   SpecLimits limits;
   limits.max_build_timeout_s = cfg_.max_build_timeout_s;
   limits.max_build_disk_gib = cfg_.max_build_disk_gib;
+  limits.max_warm_pool = cfg_.max_warm_pool;
   auto spec = parse_template_spec(body, limits);
   if (!spec) return fail(spec.error());
   TemplateSpec& s = *spec;
@@ -391,6 +394,8 @@ Result<json> TemplateService::create(const sandbox::Principal& p, const json& bo
   if (s.vcpu) defaults["vcpu"] = *s.vcpu;
   if (s.memory_mib) defaults["memory_mib"] = *s.memory_mib;
   if (s.disk_gib) defaults["disk_gib"] = *s.disk_gib;
+  if (s.warm_pool > 0) defaults["warm_pool"] = s.warm_pool;
+  else defaults.erase("warm_pool");  // a parent's pool is its own
   source.erase("parent_defaults");
 
   TemplateBuildRecord rec;
@@ -434,6 +439,11 @@ Result<json> TemplateService::create(const sandbox::Principal& p, const json& bo
   std::sort(all.begin(), all.end(), [](auto& a, auto& b) { return a.version < b.version; });
   json out = template_object(all);
   out["build"] = build_object(rec);
+  if (rec.status == "ready") {
+    lk.unlock();
+    sync_pools();
+    lk.lock();
+  }
   spdlog::info("template {} ({}) v{}: build {} {} (project {})", rec.name, rec.template_id, rec.version, rec.id,
                rec.status == "ready" ? "reused an identical build" : "queued", rec.project_id);
   return out;
@@ -572,6 +582,7 @@ Result<json> TemplateService::remove(const sandbox::Principal& p, const std::str
     for (auto& [id, b] : builds_)
       if (b.template_id == template_id && !b.deleted_ms) b.deleted_ms = now;
   }
+  sync_pools();
   {
     // Its files go behind the answer (removing a root takes seconds).
     std::lock_guard lk(mu_);
@@ -666,6 +677,7 @@ Result<std::optional<sandbox::TemplateChoice>> TemplateService::resolve(const st
   }
   if (d.contains("start") && d["start"].is_string())
     c.start = [this, d](sandbox::LiveSandbox& s) { return start_and_wait(s, d, ""); };
+  if (d.value("warm_pool", 0) > 0 && !c.image.empty()) c.pool_key = r->id;
   return std::optional<sandbox::TemplateChoice>(std::move(c));
 }
 
@@ -789,6 +801,7 @@ void TemplateService::run_build(const std::string& build_id) {
     append_log(log, "== failed: " + done.error().message + "\n");
   }
   save(rec);
+  if (done) sync_pools();
   spdlog::info("template {} v{}: build {} {}", rec.name, rec.version, rec.id,
                done ? "ready" : "failed: " + done.error().message);
 }
@@ -1208,6 +1221,42 @@ Result<void> TemplateService::build_images(TemplateBuildRecord& rec, const Templ
 }
 
 // ---- housekeeping ----
+
+void TemplateService::sync_pools() {
+  struct Want {
+    std::string key;
+    int target = 0;
+    sandbox::LaunchRequest shape;
+  };
+  std::vector<Want> wants;
+  {
+    std::lock_guard lk(mu_);
+    std::map<std::string, const TemplateBuildRecord*> newest;  // template id -> newest ready
+    for (auto& [id, b] : builds_)
+      if (b.status == "ready" && !b.deleted_ms) {
+        auto& n = newest[b.template_id];
+        if (!n || b.version > n->version) n = &b;
+      }
+    for (auto& [id, b] : builds_) {
+      Want w;
+      w.key = id;
+      const json d = b.doc.value("defaults", json::object());
+      const bool images = b.doc.contains("images") && b.doc["images"].is_object() &&
+                          !b.doc["images"].value("image", "").empty();
+      auto it = newest.find(b.template_id);
+      if (it != newest.end() && it->second == &b && images && d.value("warm_pool", 0) > 0) {
+        w.target = d.value("warm_pool", 0);
+        w.shape.rootfs = artifact_rootfs(b.artifact);
+        w.shape.image = b.doc["images"].value("image", "");
+        w.shape.memory_mib = b.doc["images"].value("memory_mib", 512);
+        w.shape.vcpu = d.value("vcpu", 1);
+        w.shape.disk_gib = d.value("disk_gib", 1);
+      }
+      wants.push_back(std::move(w));
+    }
+  }
+  for (auto& w : wants) sandboxes_.pools().set_template_pool(w.key, w.target, w.shape);
+}
 
 void TemplateService::collect_garbage() {
   // Files of deleted templates are kept while a live sandbox or a snapshot may need them.

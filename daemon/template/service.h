@@ -55,6 +55,8 @@ struct Config {
   std::string debian_mirror = "http://deb.debian.org/debian";
   /// Projects (names or ids) whose keys may publish node-wide templates (`"public": true`).
   std::set<std::string> publisher_projects;
+  int max_warm_pool = 4;       // a spec's warm_pool at most
+  int warm_pool_node_cap = 8;  // members of all templates' pools together
   /// Identifies the runtime and agent an image was taken with (an image from others is dropped).
   std::string image_stamp;
 };
@@ -128,6 +130,9 @@ class TemplateService : public sandbox::TemplateCatalog {
   std::string roots_dir() const { return cfg_.data_dir + "/template-roots"; }
   /// Removes the files of deleted templates nothing uses any more.
   void collect_garbage();
+  /// Keeps the warm pool of each template's newest ready version (as its spec asks), and none
+  /// of the others'. Not under mu_.
+  void sync_pools();
   void sweep_uploads();
 
   Config cfg_;

@@ -120,7 +120,7 @@ bool valid_package(const std::string& p) {
 Result<TemplateSpec> parse_template_spec(const json& body, const SpecLimits& limits) {
   if (!body.is_object()) return bad("body", "must be a JSON object (a template spec)");
   if (auto r = reject_unknown(body, {"name", "from", "image", "packages", "files", "context", "run", "env", "workdir",
-                                     "user", "start", "ready", "vcpu", "memory_mib", "disk_gib", "build"},
+                                     "user", "start", "ready", "vcpu", "memory_mib", "disk_gib", "warm_pool", "build"},
                               "");
       !r)
     return fail(r.error());
@@ -315,6 +315,13 @@ Result<TemplateSpec> parse_template_spec(const json& body, const SpecLimits& lim
   if (auto r = size("vcpu", s.vcpu, 1, limits.sandbox.max_vcpu); !r) return fail(r.error());
   if (auto r = size("memory_mib", s.memory_mib, 128, limits.sandbox.max_memory_mib); !r) return fail(r.error());
   if (auto r = size("disk_gib", s.disk_gib, 1, limits.sandbox.max_disk_gib); !r) return fail(r.error());
+  if (body.contains("warm_pool") && !body["warm_pool"].is_null()) {
+    auto w = int_field(body["warm_pool"], "warm_pool", 0, limits.max_warm_pool);
+    if (!w) return fail(w.error());
+    s.warm_pool = *w;
+    if (s.warm_pool > 0 && !s.start && !s.start_from_image)
+      return bad("warm_pool", "keeps sandboxes with the start command running: give start too");
+  }
 
   if (body.contains("build")) {
     const json& b = body["build"];
@@ -364,7 +371,8 @@ json canonical(const TemplateSpec& s) {
           {"ready", ready},
           {"vcpu", opt(s.vcpu)},
           {"memory_mib", opt(s.memory_mib)},
-          {"disk_gib", opt(s.disk_gib)}};
+          {"disk_gib", opt(s.disk_gib)},
+          {"warm_pool", s.warm_pool}};
 }
 
 }  // namespace b3os::tpl

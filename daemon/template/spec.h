@@ -59,6 +59,8 @@ struct TemplateSpec {
   bool start_from_image = false;
   ReadySpec ready;
   std::optional<int> vcpu, memory_mib, disk_gib;
+  /// Sandboxes of it kept restored and frozen for non-forkable creates without a network.
+  int warm_pool = 0;
   /// The build sandbox: its egress (public by default, or an allowlist), time and size limits.
   sandbox::EgressSpec build_egress{"public", {}};
   std::optional<int> build_timeout_s, build_disk_gib;
@@ -74,6 +76,7 @@ struct SpecLimits {
   int max_build_timeout_s = 1800;
   int max_build_disk_gib = 16;
   size_t max_files_bytes = 512 * 1024;
+  int max_warm_pool = 4;
   sandbox::SpecLimits sandbox;
 };
 
