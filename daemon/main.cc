@@ -343,6 +343,13 @@ int main(int argc, char** argv) {
   app.add_option("--template-publishers", publishers,
                  "projects whose keys may publish node-wide templates (\"public\": true), comma-separated")
       ->capture_default_str();
+  app.add_option("--template-warm-pool-max", tcfg.max_warm_pool, "a template spec's warm_pool at most")
+      ->check(CLI::Range(0, 64))
+      ->capture_default_str();
+  app.add_option("--template-warm-pool-node", tcfg.warm_pool_node_cap,
+                 "sandboxes kept warm for all templates' pools together on this node")
+      ->check(CLI::Range(0, 1024))
+      ->capture_default_str();
   app.add_option("--template-setuid", setuid_mode, "setuid and setgid files in imported images: allow, strip or refuse")
       ->check(CLI::IsMember({"allow", "strip", "refuse"}))
       ->capture_default_str();
