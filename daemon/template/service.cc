@@ -835,6 +835,75 @@ Result<std::string> TemplateService::ensure_debian_root(const std::string& log) 
   return dir + "/rootfs";
 }
 
+void TemplateService::prepare_root(const std::string& root) {
+  // What every sandbox's root needs: mount points, the agent's place, a workspace. An image's
+  // own entries win: a symlink where a directory would go is left as it is (resolved inside).
+  std::error_code ec;
+  for (const char* d : {"proc", "dev", "sys", "tmp", ".b3os", "workspace", "etc", "root"})
+    if (!fs::is_symlink(root + "/" + d)) fs::create_directories(root + "/" + d, ec);
+  ::chmod((root + "/workspace").c_str(), 01777);
+  ::chmod((root + "/tmp").c_str(), 01777);
+  if (!fs::exists(root + "/etc/resolv.conf") && !fs::is_symlink(root + "/etc/resolv.conf"))
+    std::ofstream(root + "/etc/resolv.conf").flush();
+}
+
+Result<void> TemplateService::import_image(TemplateBuildRecord& rec, const std::string& root, const std::string& log) {
+  const json source = rec.doc["source"];
+  append_log(log, "-- importing the image (" + source.value("sha256", source.value("path", "")) + ")\n");
+  // Bounded by the build's size limit as well as the importer's own.
+  image::Limits limits = cfg_.image_limits;
+  const uint64_t disk = static_cast<uint64_t>(rec.doc["build"].value("disk_gib", cfg_.build_disk_gib)) << 30;
+  limits.max_total_bytes = std::min(limits.max_total_bytes, disk);
+  limits.max_layer_bytes = std::min(limits.max_layer_bytes, disk);
+  auto cfg = image::import(source.value("path", ""), root, limits,
+                           [&](std::string_view line) { append_log(log, "   " + std::string(line) + "\n"); });
+  if (!cfg) {
+    rec.doc["error"] = {{"step", "import"}};
+    return fail(cfg.error().code, "image: " + cfg.error().message);
+  }
+  rec.doc["image_config"] = {{"entrypoint", cfg->entrypoint}, {"cmd", cfg->cmd}, {"env", cfg->env},
+                             {"workdir", cfg->workdir}, {"user", cfg->user}, {"exposed_ports", cfg->exposed_ports},
+                             {"format", cfg->format}, {"layers", cfg->layers}, {"bytes", cfg->bytes}};
+  append_log(log, "   " + cfg->format + ", " + std::to_string(cfg->layers) + " layers, " + std::to_string(cfg->bytes) +
+                      " bytes\n");
+  return {};
+}
+
+Result<void> TemplateService::import_alone(TemplateBuildRecord& rec, const std::string& log) {
+  // An image and nothing to run: its layers go straight into the template's root (libarchive
+  // on the host executes nothing from the image; the importer writes nothing outside the root
+  // and stops at the build's size limit), without a build sandbox or a copy.
+  auto t0 = Clock::now();
+  const std::string artifact = "a-" + rec.content_hash.substr(0, 24);
+  const std::string dest = roots_dir() + "/" + artifact;
+  std::error_code ec;
+  if (!fs::exists(dest + "/.b3os-ready")) {
+    const std::string building = dest + ".building";
+    (void)image::remove_tree(building);
+    fs::create_directories(building + "/rootfs", ec);
+    ::chmod(building.c_str(), 0700);
+    if (ec) return fail(ErrorCode::kInternal, "creating " + building + ": " + ec.message());
+    if (auto r = import_image(rec, building + "/rootfs", log); !r) {
+      (void)image::remove_tree(building);
+      return r;
+    }
+    prepare_root(building + "/rootfs");
+    std::ofstream(building + "/.b3os-ready").flush();
+    fs::rename(building, dest, ec);
+    if (ec) {
+      (void)image::remove_tree(building);
+      return fail(ErrorCode::kInternal, "keeping " + dest + ": " + ec.message());
+    }
+  }
+  rec.artifact = artifact;
+  auto du = sys::run({"du", "-sxb", dest + "/rootfs"}, std::chrono::minutes(5));
+  if (du && du->exit_code == 0) rec.doc["size_bytes"] = std::strtoull(du->output.c_str(), nullptr, 10);
+  rec.doc["steps"] = json::array({{{"name", "import"}, {"exit_code", 0},
+                                   {"duration_ms", std::chrono::duration<double, std::milli>(Clock::now() - t0).count()}}});
+  save(rec);
+  return {};
+}
+
 Result<void> TemplateService::build_root(TemplateBuildRecord& rec, const TemplateSpec& spec, const std::string& log) {
   const json source = rec.doc["source"];
   const std::string kind = source.value("kind", "base");
@@ -857,6 +926,7 @@ Result<void> TemplateService::build_root(TemplateBuildRecord& rec, const Templat
     if (du && du->exit_code == 0) rec.doc["size_bytes"] = std::strtoull(du->output.c_str(), nullptr, 10);
     return {};
   }
+  if (image && !spec.has_steps()) return import_alone(rec, log);
   if (!image && !fs::exists(parent_rootfs))
     return fail(ErrorCode::kProductUnavailable, "from: the parent's root " + parent_rootfs + " is not on this node");
 
@@ -890,19 +960,10 @@ Result<void> TemplateService::build_root(TemplateBuildRecord& rec, const Templat
     if (ec) return fail(ErrorCode::kInternal, "creating " + root + ": " + ec.message());
     auto t0 = Clock::now();
     if (image) {
-      append_log(log, "-- importing the image " + source.value("path", "") + "\n");
-      auto cfg = image::import(source.value("path", ""), root, cfg_.image_limits,
-                               [&](std::string_view line) { append_log(log, "   " + std::string(line) + "\n"); });
-      if (!cfg) {
-        hook_error = cfg.error();
-        return fail(cfg.error());
+      if (auto r = import_image(rec, root, log); !r) {
+        hook_error = r.error();
+        return fail(r.error());
       }
-      json ic = {{"entrypoint", cfg->entrypoint}, {"cmd", cfg->cmd}, {"env", cfg->env}, {"workdir", cfg->workdir},
-                 {"user", cfg->user}, {"exposed_ports", cfg->exposed_ports}, {"format", cfg->format},
-                 {"layers", cfg->layers}, {"bytes", cfg->bytes}};
-      rec.doc["image_config"] = ic;
-      append_log(log, "   " + cfg->format + ", " + std::to_string(cfg->layers) + " layers, " + std::to_string(cfg->bytes) +
-                          " bytes\n");
     } else {
       append_log(log, "-- copying the parent's root (" + source.value("artifact", kind) + ")\n");
       auto r = sys::run({"cp", "-a", "--one-file-system", parent_rootfs + "/.", root + "/"},
@@ -914,12 +975,7 @@ Result<void> TemplateService::build_root(TemplateBuildRecord& rec, const Templat
         return fail(hook_error);
       }
     }
-    // What every sandbox's root needs: mount points, the agent's place, a workspace.
-    for (const char* d : {"proc", "dev", "sys", "tmp", ".b3os", "workspace", "etc", "root"}) fs::create_directories(root + "/" + d, ec);
-    ::chmod((root + "/workspace").c_str(), 01777);
-    ::chmod((root + "/tmp").c_str(), 01777);
-    if (!fs::exists(root + "/etc/resolv.conf") && !fs::is_symlink(root + "/etc/resolv.conf"))
-      std::ofstream(root + "/etc/resolv.conf").flush();
+    prepare_root(root);
     if (!context.empty()) {
       fs::copy_file(context, root + "/.b3os-context.tar", ec);
       if (ec) {
@@ -1159,9 +1215,16 @@ Result<void> TemplateService::build_images(TemplateBuildRecord& rec, const Templ
     if (!d.contains("workdir") && !ic.value("workdir", "").empty()) d["workdir"] = ic["workdir"];
     if (!d.contains("user") && !ic.value("user", "").empty()) d["user"] = ic["user"];
     if (spec.start_from_image) {
+      // Each word single-quoted for /bin/sh, a quote inside as '\''.
+      auto quoted = [](const std::string& w) {
+        std::string q = "'";
+        for (char ch : w) q += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+        return q + "'";
+      };
       std::string line;
-      for (auto& part : ic.value("entrypoint", json::array())) line += (line.empty() ? "" : " ") + std::string("'") + part.get<std::string>() + "'";
-      for (auto& part : ic.value("cmd", json::array())) line += (line.empty() ? "" : " ") + std::string("'") + part.get<std::string>() + "'";
+      for (const char* k : {"entrypoint", "cmd"})
+        for (auto& part : ic.value(k, json::array()))
+          if (part.is_string()) line += (line.empty() ? "" : " ") + quoted(part.get<std::string>());
       if (line.empty()) return fail(ErrorCode::kInvalidRequest, "start: true, but the image has no entrypoint or cmd");
       d["start"] = line;
     }

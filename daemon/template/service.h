@@ -118,6 +118,11 @@ class TemplateService : public sandbox::TemplateCatalog {
   /// One build, start to end; its record is saved at each change.
   void run_build(const std::string& build_id);
   Result<void> build_root(store::TemplateBuildRecord& rec, const TemplateSpec& spec, const std::string& log);
+  /// An image's layers into `root` (its config kept in the record's doc).
+  Result<void> import_image(store::TemplateBuildRecord& rec, const std::string& root, const std::string& log);
+  /// An image with no step: imported straight into the template's root.
+  Result<void> import_alone(store::TemplateBuildRecord& rec, const std::string& log);
+  static void prepare_root(const std::string& root);
   Result<void> build_images(store::TemplateBuildRecord& rec, const TemplateSpec& spec, const std::string& log);
   /// Starts `start` in a running sandbox and waits for `ready` (the log gets the story).
   Result<void> start_and_wait(sandbox::LiveSandbox& s, const nlohmann::json& defaults, const std::string& log);
