@@ -356,3 +356,65 @@ TEST(TypedRecords, EveryFieldOfASandboxAndASnapshotRoundTrips) {
 
 }  // namespace
 }  // namespace b3os::store
+
+namespace b3os::store {
+namespace {
+
+TEST_F(StoreTest, TemplateBuildsRoundTripAndDelete) {
+  TemplateBuildRecord b;
+  b.id = "bld_1";
+  b.template_id = "tpl_1";
+  b.project_id = "prj_a";
+  b.name = "web";
+  b.version = 2;
+  b.status = "ready";
+  b.content_hash = "abc";
+  b.artifact = "a-abc";
+  b.created_ms = 10;
+  b.started_ms = 11;
+  b.finished_ms = 12;
+  b.doc = {{"defaults", {{"env", {{"A", "1"}}}}}, {"steps", nlohmann::json::array()}};
+  ASSERT_TRUE(store_->put_template_build(b));
+  auto got = store_->get_template_build("bld_1");
+  ASSERT_TRUE(got && *got);
+  EXPECT_EQ((*got)->name, "web");
+  EXPECT_EQ((*got)->version, 2);
+  EXPECT_EQ((*got)->doc["defaults"]["env"]["A"], "1");
+  EXPECT_FALSE((*got)->deleted_ms);
+  ASSERT_TRUE(store_->delete_template("tpl_1", 99));
+  auto all = store_->template_builds();
+  ASSERT_TRUE(all);
+  ASSERT_EQ(all->size(), 1u);
+  EXPECT_EQ(*(*all)[0].deleted_ms, 99);
+  ASSERT_TRUE(store_->forget_template_build("bld_1"));
+  EXPECT_TRUE(store_->template_builds()->empty());
+}
+
+TEST_F(StoreTest, SandboxesAndSnapshotsKeepTheirTemplateId) {
+  SandboxRecord r;
+  r.id = "sbx_1";
+  r.project_id = "prj_a";
+  r.template_name = "web";
+  r.template_id = "tpl_9";
+  r.rootfs = "/r";
+  ASSERT_TRUE(store_->put_sandbox(r));
+  auto got = store_->get_sandbox("prj_a", "sbx_1");
+  ASSERT_TRUE(got && *got);
+  EXPECT_EQ((*got)->template_id, "tpl_9");
+  SnapshotRecord s;
+  s.id = "snp_1";
+  s.project_id = "prj_a";
+  s.sandbox_id = "sbx_1";
+  s.template_id = "tpl_9";
+  s.rootfs = "/r";
+  ASSERT_TRUE(store_->put_snapshot(s));
+  auto snap = store_->get_snapshot("prj_a", "snp_1");
+  ASSERT_TRUE(snap && *snap);
+  EXPECT_EQ((*snap)->template_id, "tpl_9");
+  auto roots = store_->snapshot_rootfs();
+  ASSERT_TRUE(roots);
+  EXPECT_EQ(*roots, std::vector<std::string>{"/r"});
+}
+
+}  // namespace
+}  // namespace b3os::store
