@@ -1,4 +1,4 @@
-// libFuzzer target for JSON validation of create and exec bodies, and path resolution.
+// libFuzzer target for JSON validation of create, exec and template bodies, and path resolution.
 
 #include <cstddef>
 #include <cstdint>
@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "daemon/sandbox/spec.h"
+#include "daemon/template/spec.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace b3os::sandbox;
@@ -26,6 +27,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         std::abort();
     }
     if (j.is_object() && j.contains("metadata")) (void)parse_metadata(j["metadata"], "metadata");
+    // A template spec: what it lets through stays within the rules the build relies on.
+    if (auto t = b3os::tpl::parse_template_spec(j, b3os::tpl::SpecLimits{})) {
+      if (!b3os::tpl::valid_template_name(t->name)) std::abort();
+      for (auto& p : t->packages)
+        if (!b3os::tpl::valid_package(p) || p[0] == '-') std::abort();
+      for (auto& f : t->files)
+        if (f.path.empty() || f.path[0] != '/' || f.path.find("/../") != std::string::npos) std::abort();
+      if (t->ready.any() && !t->start && !t->start_from_image) std::abort();
+      (void)b3os::tpl::canonical(*t).dump();
+    }
   }
   if (auto p = resolve_path(std::string(in))) {
     if (p->empty() || (*p)[0] != '/' || p->find("/../") != std::string::npos) std::abort();
