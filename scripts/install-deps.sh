@@ -36,6 +36,7 @@ pkgs=(
   runsc debootstrap iproute2 nftables ethtool conntrack
   libc-ares-dev libldns-dev  # egress: the resolver (upstream queries with TTLs; DNS packets)
   libarchive-dev  # templates: reading container image archives (daemon/image)
+  mmdebstrap  # templates: from: debian:bookworm (a fresh minbase root, made once per node)
   dnsmasq-base openssl  # network tests: the fake internet's resolver and its test CA
   curl jq python3 ca-certificates procps psmisc util-linux e2fsprogs
   python3-yaml python3-jsonschema  # tests/e2e/openapi_check.py: responses against docs/openapi.yaml
