@@ -343,6 +343,14 @@ int main(int argc, char** argv) {
   app.add_option("--template-publishers", publishers,
                  "projects whose keys may publish node-wide templates (\"public\": true), comma-separated")
       ->capture_default_str();
+  app.add_option("--template-max-per-project", tcfg.max_templates_per_project,
+                 "templates a project may hold (429 quota_exceeded above)")
+      ->check(CLI::Range(1, 100000))
+      ->capture_default_str();
+  app.add_option("--template-max-versions", tcfg.max_versions,
+                 "builds kept per template, its newest ready one besides; older ones are deleted")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
   app.add_option("--template-warm-pool-max", tcfg.max_warm_pool, "a template spec's warm_pool at most")
       ->check(CLI::Range(0, 64))
       ->capture_default_str();

@@ -377,7 +377,15 @@ Result<json> TemplateService::create(const sandbox::Principal& p, const json& bo
       template_id = b.template_id;
       version = std::max(version, b.version + 1);
     }
-  if (template_id.empty()) template_id = new_id("tpl");
+  if (template_id.empty()) {
+    std::set<std::string> mine;
+    for (auto& [id, b] : builds_)
+      if (!b.deleted_ms && b.project_id == p.project_id) mine.insert(b.template_id);
+    if (static_cast<int>(mine.size()) >= cfg_.max_templates_per_project)
+      return fail(ErrorCode::kQuotaExceeded, "this project has " + std::to_string(mine.size()) +
+                                                 " templates, its maximum (--template-max-per-project); delete one first");
+    template_id = new_id("tpl");
+  }
 
   // Defaults for its sandboxes: the parent template's, then this spec's, then the image's
   // (filled at build time).
@@ -424,6 +432,27 @@ Result<json> TemplateService::create(const sandbox::Principal& p, const json& bo
     }
   if (auto r = store_.put_template_build(rec); !r) return fail(r.error());
   builds_[rec.id] = rec;
+  // A template keeps its newest versions (and its newest ready one); older ones are deleted
+  // like a template is: their files go once no sandbox or snapshot uses them.
+  {
+    std::vector<TemplateBuildRecord*> versions;
+    for (auto& [id, b] : builds_)
+      if (b.template_id == template_id && !b.deleted_ms) versions.push_back(&b);
+    std::sort(versions.begin(), versions.end(), [](auto* a, auto* b) { return a->version > b->version; });
+    const TemplateBuildRecord* newest_ready = nullptr;
+    for (auto* b : versions)
+      if (b->status == "ready") {
+        newest_ready = b;
+        break;
+      }
+    for (size_t i = static_cast<size_t>(cfg_.max_versions); i < versions.size(); ++i) {
+      TemplateBuildRecord* b = versions[i];
+      if (b == newest_ready || !terminal(b->status)) continue;
+      b->deleted_ms = rec.created_ms;
+      (void)store_.put_template_build(*b);
+      gc_wanted_ = true;
+    }
+  }
   if (rec.status == "ready") {
     lk.unlock();
     append_log(log_path(rec.id), "== " + rec.name + " v" + std::to_string(rec.version) + ": the same spec on the same parent as " +
@@ -452,12 +481,26 @@ Result<json> TemplateService::create(const sandbox::Principal& p, const json& bo
 Result<json> TemplateService::upload(const sandbox::Principal& p, const sandbox::ChunkSource& source) {
   sweep_uploads();
   {
-    std::lock_guard lk(mu_);
+    std::unique_lock lk(mu_);
     int mine = 0;
-    for (auto& [id, u] : uploads_) mine += u.project_id == p.project_id;
-    if (mine >= cfg_.max_uploads_per_project)
-      return fail(ErrorCode::kConcurrencyLimited, "this project holds " + std::to_string(mine) +
-                                                      " uploads already; they expire an hour after upload");
+    const Upload* oldest_used = nullptr;
+    for (auto& [id, u] : uploads_)
+      if (u.project_id == p.project_id) {
+        ++mine;
+        bool queued = false;  // still named by a build that has not run
+        for (auto& q : queue_) queued = queued || builds_[q].doc.dump().find(id) != std::string::npos;
+        if (u.used && !queued && (!oldest_used || u.created_ms < oldest_used->created_ms)) oldest_used = &u;
+      }
+    if (mine >= cfg_.max_uploads_per_project) {
+      if (!oldest_used)
+        return fail(ErrorCode::kConcurrencyLimited, "this project holds " + std::to_string(mine) +
+                                                        " uploads no build has used yet; they expire an hour after upload");
+      // Room: the oldest upload a build has already read goes.
+      Upload gone = *oldest_used;
+      uploads_.erase(gone.id);
+      lk.unlock();
+      drop_upload(gone);
+    }
   }
   Upload u;
   u.id = new_id("upl");
@@ -507,6 +550,20 @@ Result<json> TemplateService::upload(const sandbox::Principal& p, const sandbox:
   if (u.size == 0) return undo(Error{ErrorCode::kInvalidRequest, "upload: the body is empty"});
   if (::fsync(fd.get()) != 0 || ::rename(part.c_str(), u.path.c_str()) != 0)
     return undo(errno_error(ErrorCode::kInternal, "keeping the upload", errno));
+  {
+    // The same bytes again: the upload there is serves (its hour starts again).
+    std::lock_guard lk(mu_);
+    for (auto& [id, other] : uploads_)
+      if (other.project_id == u.project_id && other.sha256 == u.sha256 && other.size == u.size) {
+        other.created_ms = u.created_ms;
+        ::unlink(part.c_str());
+        return json{{"id", other.id},
+                    {"object", "template_upload"},
+                    {"size_bytes", other.size},
+                    {"sha256", other.sha256},
+                    {"expires_at", format_rfc3339(other.created_ms + cfg_.upload_ttl_ms)}};
+      }
+  }
   json meta = {{"id", u.id}, {"project_id", u.project_id}, {"sha256", u.sha256}, {"size", u.size}, {"created_ms", u.created_ms}};
   std::ofstream(cfg_.data_dir + "/template-uploads/" + u.id + ".json", std::ios::trunc) << meta.dump();
   {
@@ -801,6 +858,13 @@ void TemplateService::run_build(const std::string& build_id) {
     append_log(log, "== failed: " + done.error().message + "\n");
   }
   save(rec);
+  {
+    // The uploads it read may make room for others now (upload()).
+    std::lock_guard lk(mu_);
+    const std::string doc = rec.doc["source"].dump();
+    for (auto& [id, u] : uploads_)
+      if (doc.find(u.path) != std::string::npos) u.used = true;
+  }
   if (done) sync_pools();
   spdlog::info("template {} v{}: build {} {}", rec.name, rec.version, rec.id,
                done ? "ready" : "failed: " + done.error().message);
@@ -1250,6 +1314,14 @@ Result<void> TemplateService::build_images(TemplateBuildRecord& rec, const Templ
     Stopwatch sw;
     append_log(log, std::string("-- checkpoint") + (net ? " (with a network)" : "") + ": booting the template\n");
     auto launched = sandboxes_.launcher().launch(l, std::nullopt, t, sw);
+    if (!launched) {
+      // runsc create fails now and then on a loaded node ("waiting for sandbox to start:
+      // EOF"): once more before the build fails.
+      append_log(log, "   the boot failed (" + launched.error().message + "); once more\n");
+      std::this_thread::sleep_for(1s);
+      l.id = new_id("sbx");
+      launched = sandboxes_.launcher().launch(l, std::nullopt, t, sw);
+    }
     if (!launched) return fail(launched.error().wrap("booting the template for its checkpoint"));
     auto s = *launched;
     auto started = start_and_wait(*s, d, log);
@@ -1388,11 +1460,13 @@ void TemplateService::sweep_uploads() {
       ++it;
     }
   }
+  for (auto& u : old) drop_upload(u);
+}
+
+void TemplateService::drop_upload(const Upload& u) {
   std::error_code ec;
-  for (auto& u : old) {
-    fs::remove(u.path, ec);
-    fs::remove(cfg_.data_dir + "/template-uploads/" + u.id + ".json", ec);
-  }
+  fs::remove(u.path, ec);
+  fs::remove(cfg_.data_dir + "/template-uploads/" + u.id + ".json", ec);
 }
 
 }  // namespace b3os::tpl

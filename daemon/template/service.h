@@ -55,6 +55,8 @@ struct Config {
   std::string debian_mirror = "http://deb.debian.org/debian";
   /// Projects (names or ids) whose keys may publish node-wide templates (`"public": true`).
   std::set<std::string> publisher_projects;
+  int max_templates_per_project = 64;
+  int max_versions = 20;       // builds kept per template (and its newest ready one)
   int max_warm_pool = 4;       // a spec's warm_pool at most
   int warm_pool_node_cap = 8;  // members of all templates' pools together
   /// Identifies the runtime and agent an image was taken with (an image from others is dropped).
@@ -104,7 +106,10 @@ class TemplateService : public sandbox::TemplateCatalog {
     std::string id, project_id, path, sha256;
     uint64_t size = 0;
     int64_t created_ms = 0;
+    bool used = false;  // a build has read it (it may go first when the project needs room)
   };
+  /// Removes an upload's files (not under mu_).
+  void drop_upload(const Upload& u);
 
   // All under mu_.
   std::vector<store::TemplateBuildRecord> visible_builds(const std::string& project_id, const std::string& name_or_id) const;
