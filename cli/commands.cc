@@ -120,19 +120,6 @@ int run_delete(const GlobalOptions& g, const std::string& id, bool json) {
   return 0;
 }
 
-int run_templates(const GlobalOptions& g, bool json) {
-  auto client = make_client(g);
-  if (!client) return report_error(client.error());
-  auto reply = call_api(*client, "GET", "/v1/templates");
-  if (!reply) return report_error(reply.error());
-  if (json) {
-    print_json(*reply);
-  } else {
-    std::cout << render_template_table(reply->value("data", Json::array()));
-  }
-  return 0;
-}
-
 int run_exec(const GlobalOptions& g, const ExecOptions& o) {
   std::optional<std::string> stdin_text;
   if (o.read_stdin) {
@@ -259,15 +246,6 @@ std::string render_file_table(const Json& entries) {
   return t.render();
 }
 
-std::string render_template_table(const Json& templates) {
-  Table t({"NAME", "ID", "STATUS", "DESCRIPTION"});
-  for (const auto& e : templates) {
-    t.add_row({string_field(e, "name"), string_field(e, "id"), string_field(e, "status"),
-               string_field(e, "description")});
-  }
-  return t.render();
-}
-
 void print_json(const Json& doc) {
   std::cout << doc.dump(2, ' ', false, Json::error_handler_t::replace) << "\n";
 }
@@ -336,11 +314,6 @@ void add_sandbox_commands(CLI::App& app, const GlobalOptions& g, Action& action)
   rm->add_option("id", del->id, "Sandbox id")->required();
   rm->add_flag("--json", del->json, "Print the sandbox object as JSON");
   rm->callback([&g, &action, del] { action = [&g, del] { return run_delete(g, del->id, del->json); }; });
-
-  auto tpl_json = std::make_shared<bool>(false);
-  auto* tp = app.add_subcommand("templates", "List templates");
-  tp->add_flag("--json", *tpl_json, "Print the list as JSON");
-  tp->callback([&g, &action, tpl_json] { action = [&g, tpl_json] { return run_templates(g, *tpl_json); }; });
 
   auto exec = std::make_shared<ExecOptions>();
   auto* e = app.add_subcommand("exec", "Run a command in a sandbox: exec ID [options] -- CMD [ARGS...]");

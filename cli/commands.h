@@ -32,6 +32,8 @@ using Action = std::function<int()>;
 
 /// Exit status when the command ran but failed (API error, connection refused, bad input).
 inline constexpr int kExitFailure = 1;
+/// Exit status of a usage error: CLI11's own (main.cc), and options that do not go together.
+inline constexpr int kExitUsage = 2;
 /// Exit status of `exec` when the command timed out (as timeout(1) does).
 inline constexpr int kExitTimedOut = 124;
 
@@ -85,8 +87,6 @@ std::string render_sandbox_table(const Json& sandboxes);
 std::string render_sandbox_details(const Json& sandbox);
 /// Table of a directory listing: NAME, TYPE, SIZE, MODE, MODIFIED.
 std::string render_file_table(const Json& entries);
-/// Table of templates: NAME, ID, STATUS, DESCRIPTION.
-std::string render_template_table(const Json& templates);
 
 /// Prints `doc` as indented JSON on stdout.
 void print_json(const Json& doc);
@@ -98,12 +98,12 @@ Result<HttpClient> make_client(const GlobalOptions& g);
 Result<Json> call_api(HttpClient& client, std::string_view method, const std::string& path,
                       const Json* body = nullptr);
 
-/// Registers create, list, get, rm/delete, templates and exec.
+/// Registers create, list, get, rm/delete and exec (templates: cli/templates.h).
 void add_sandbox_commands(CLI::App& app, const GlobalOptions& g, Action& action);
 /// Registers upload, download, ls and rmfile.
+void add_file_commands(CLI::App& app, const GlobalOptions& g, Action& action);
 /// `b3os mcp`: the MCP tools over stdio, bridged to b3osd's /mcp (cli/mcp_bridge.cc).
 void add_mcp_command(CLI::App& app, const GlobalOptions& g, Action& action);
-void add_file_commands(CLI::App& app, const GlobalOptions& g, Action& action);
 /// Registers `keys create` and `keys list` (local store, no API).
 void add_key_commands(CLI::App& app, GlobalOptions& g, Action& action);
 

@@ -148,7 +148,10 @@ Result<HttpResponse> HttpClient::exchange(std::string_view method, const std::st
   return to_response(parser.get());
 }
 
-Result<HttpResponse> HttpClient::upload(const std::string& path, const std::string& local_path) {
+Result<HttpResponse> HttpClient::upload(const std::string& path, const std::string& local_path,
+                                        std::string_view method, std::string_view content_type) {
+  http::verb verb = http::string_to_verb(method);
+  if (verb == http::verb::unknown) return fail(ErrorCode::kInvalidRequest, "unknown HTTP method " + std::string(method));
   UniqueFd fd(::open(local_path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd) return fail(errno_error(ErrorCode::kInvalidRequest, "open " + local_path, errno));
   struct stat st{};
@@ -160,9 +163,9 @@ Result<HttpResponse> HttpClient::upload(const std::string& path, const std::stri
   }
   const auto size = static_cast<uint64_t>(st.st_size);
 
-  http::request<http::empty_body> req{http::verb::put, url_.target(path), 11};
+  http::request<http::empty_body> req{verb, url_.target(path), 11};
   set_common_headers(req, url_, api_key_);
-  req.set(http::field::content_type, "application/octet-stream");
+  req.set(http::field::content_type, content_type);
   req.content_length(size);
 
   Connection conn;
@@ -220,7 +223,9 @@ Result<HttpResponse> HttpClient::download(const std::string& path, ByteSink& sin
   while (!parser.is_done()) {
     parser.get().body().data = chunk.data();
     parser.get().body().size = chunk.size();
-    http::read(conn.socket, conn.buffer, parser, ec);
+    // read_some, not read: read would wait for a full chunk, and a followed build log comes a
+    // line at a time.
+    http::read_some(conn.socket, conn.buffer, parser, ec);
     if (ec == http::error::need_buffer) ec = {};
     if (ec) return fail(net_error("reading the download from", url_.original, ec));
     size_t n = chunk.size() - parser.get().body().size;

@@ -55,10 +55,14 @@ class HttpClient {
                                 std::vector<std::pair<std::string, std::string>>* headers_out,
                                 const std::function<void(const HttpResponse& head, std::string_view chunk)>& on_body = {});
 
-  /// PUTs the file at `local_path` as application/octet-stream, streamed, with Content-Length.
-  Result<HttpResponse> upload(const std::string& path, const std::string& local_path);
+  /// Sends the file at `local_path` as the body (PUT application/octet-stream unless told
+  /// otherwise), streamed from disk in chunks, with Content-Length.
+  Result<HttpResponse> upload(const std::string& path, const std::string& local_path,
+                              std::string_view method = "PUT",
+                              std::string_view content_type = "application/octet-stream");
 
-  /// GETs `path`, streaming a 2xx body into `sink`; other statuses keep their body in the reply.
+  /// GETs `path`, streaming a 2xx body into `sink` as it arrives (a followed log shows each
+  /// line when it comes); other statuses keep their body in the reply.
   Result<HttpResponse> download(const std::string& path, ByteSink& sink);
 
   /// The API URL as the user gave it, for messages.

@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/commands.h"
+#include "cli/templates.h"
 
 int main(int argc, char** argv) {
   using namespace b3os::cli;
@@ -21,6 +22,7 @@ int main(int argc, char** argv) {
   add_key_commands(app, global, action);
   add_sandbox_commands(app, global, action);
   add_file_commands(app, global, action);
+  add_template_commands(app, global, action);
   add_mcp_command(app, global, action);
   add_status_command(app, global, action);
 
@@ -28,8 +30,8 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     int code = app.exit(e);
-    return code == 0 ? 0 : 2;
+    return code == 0 ? 0 : kExitUsage;
   }
-  if (!action) return 2;
+  if (!action) return kExitUsage;
   return action();
 }

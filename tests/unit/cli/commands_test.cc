@@ -122,14 +122,6 @@ TEST(RenderFileTable, Columns) {
             "a.txt  file  12    0644  2024-05-01T12:00:00Z\n");
 }
 
-TEST(RenderTemplateTable, Columns) {
-  auto data = Json::parse(R"([{"id": "tpl_base", "object": "template", "name": "base",
-    "status": "ready", "description": "Debian"}])");
-  EXPECT_EQ(render_template_table(data),
-            "NAME  ID        STATUS  DESCRIPTION\n"
-            "base  tpl_base  ready   Debian\n");
-}
-
 TEST(ApiError, ApiShape) {
   HttpResponse r{404, "application/json",
                  R"({"error": {"code": "sandbox_not_found", "message": "no sandbox sbx_x"}})"};
