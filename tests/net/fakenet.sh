@@ -143,7 +143,7 @@ teardown() {
 make_certs() {
   local san="" r n
   for n in "a.$ZONE" "b.$ZONE" "c.$ZONE" "$WILD" "x.$WILD" "y.z.$WILD" "*.$WILD" "private.$ZONE" \
-           "cgnat.$ZONE" "meta.$ZONE" "loop.$ZONE" "multi.$ZONE"; do
+           "cgnat.$ZONE" "meta.$ZONE" "loop.$ZONE" "multi.$ZONE" "opdeny.$ZONE" "azure.$ZONE"; do
     san+="DNS:$n,"
   done
   for r in "${HOSTS[@]}"; do san+="IP:$r,"; done
@@ -209,6 +209,9 @@ cmd_up() {
   teardown
   trap 'rc=$?; if [ $rc != 0 ]; then say "up failed; tearing down"; teardown; fi' EXIT
   : >"$DIR/conn.log"; : >"$DIR/http.log"; : >"$DIR/dns.log"; : >"$DIR/server.log"; : >"$DIR/dnsmasq.out"
+  # The static files a.b3t.test serves under /debian/ (a test fills it after up): empty.
+  rm -rf "$DIR/www"
+  mkdir -p "$DIR/www/debian"
   make_certs
 
   ip netns add "$NS"
@@ -304,6 +307,7 @@ cmd_env() {
     B3T_DNS_LOG "$DIR/dns.log"
     B3T_CONN_LOG "$DIR/conn.log"
     B3T_HTTP_LOG "$DIR/http.log"
+    B3T_WWW "$DIR/www"
     B3T_HOSTS "${HOSTS[*]}"
     B3T_ROUTES "${ROUTES[*]}"
     B3T_HOST_A 198.51.100.10
@@ -375,6 +379,7 @@ name_of() {
     198.51.100.10) echo "a.$ZONE" ;; 198.51.100.11) echo "b.$ZONE" ;; 198.51.100.12) echo "multi.$ZONE" ;;
     203.0.113.10) echo "c.$ZONE" ;; 203.0.113.11) echo "y.z.$WILD" ;; 10.99.0.10) echo "private.$ZONE" ;;
     100.64.0.10) echo "cgnat.$ZONE" ;; 169.254.169.254) echo "meta.$ZONE" ;;
+    198.51.100.77) echo "opdeny.$ZONE" ;; 168.63.129.16) echo "azure.$ZONE" ;;
   esac
 }
 
@@ -531,6 +536,29 @@ EOF
   ip netns del "$CHK_NS"   # takes b3t-ci with it
   sleep 0.1
   if nsx ip link show "$CI_IF" >/dev/null 2>&1; then bad "$CI_IF left behind"; else ok "check netns $CHK_NS removed"; fi
+
+  # Static files: a.b3t.test serves DIR/www/debian/... as they are at each request, 404 for
+  # anything else under /debian/ (missing, a directory, outside www); other hosts do not.
+  local sname="b3t-check-$RANDOM$RANDOM" code
+  mkdir -p "$DIR/www/debian/sub"
+  printf 'static %s\n' "$sname" >"$DIR/www/debian/sub/$sname"
+  out=$(curl -q --noproxy '*' -sS --max-time 5 "http://198.51.100.10/debian/sub/$sname" 2>&1) || true
+  [ "$out" = "static $sname" ] && ok "[root] a static file of www/debian from 198.51.100.10" ||
+    bad "[root] static file: '$out'"
+  out=$(curl -q --noproxy '*' -sS --max-time 5 --cacert "$DIR/ca.pem" --resolve "a.$ZONE:443:198.51.100.10" \
+    "https://a.$ZONE/debian/sub/$sname" 2>&1) || true
+  [ "$out" = "static $sname" ] && ok "[root] the same over HTTPS" || bad "[root] static file over HTTPS: '$out'"
+  printf 'changed\n' >"$DIR/www/debian/sub/$sname"
+  out=$(curl -q --noproxy '*' -sS --max-time 5 "http://198.51.100.10/debian/sub/$sname" 2>&1) || true
+  [ "$out" = changed ] && ok "[root] a static file is read at each request" || bad "[root] static file after a change: '$out'"
+  for p in "/debian/sub/nope-$sname" /debian/sub /debian/sub/ /debian/../../ca.pem /debian/%2e%2e/%2e%2e/ca.pem /debian/..%2f..%2fca.pem; do
+    code=$(curl -q --noproxy '*' -sS --path-as-is --max-time 5 -o /dev/null -w '%{http_code}' "http://198.51.100.10$p" 2>&1) || true
+    [ "$code" = 404 ] && ok "[root] static $p -> 404" || bad "[root] static $p -> $code, want 404"
+  done
+  out=$(curl -q --noproxy '*' -sS --max-time 5 "http://198.51.100.11/debian/sub/$sname" 2>&1) || true
+  json_is "$out" server=198.51.100.11 path="/debian/sub/$sname" && ok "[root] only 198.51.100.10 serves static files" ||
+    bad "[root] 198.51.100.11 /debian/: '$out'"
+  rm -rf "$DIR/www/debian/sub"
 
   # Throughput: 256 MiB from the root netns.
   out=$(curl -q --noproxy '*' -sS -o /dev/null --max-time 60 -w '%{size_download} %{time_total} %{speed_download}' \

@@ -12,6 +12,9 @@ Subcommands:
 
 What `serve` listens on, on each ADDR (see README.md):
   TCP 80, 8080  plain HTTP        TCP 443  HTTPS (SNI recorded)
+On 198.51.100.10 (a.b3t.test) only, HTTP(S) GET/HEAD of /debian/... is a static file from
+DIR/www/debian/... (read at each request, 404 when it is not a regular file there): a package
+mirror a test fills after `up` (tests/fixtures/make_apt_repo.sh).
   TCP 5432      line echo: "echo <server-ip> <line>\\n" per line
   UDP 443, 7    datagram echo: "udp <server-ip> <payload>"
 Every accepted connection and every datagram is appended to DIR/conn.log as
@@ -34,12 +37,15 @@ import struct
 import sys
 import threading
 import time
+import urllib.parse
 
 TCP_HTTP_PORTS = (80, 8080)
 TCP_HTTPS_PORT = 443
 TCP_ECHO_PORT = 5432
 UDP_PORTS = (443, 7)
 MAX_BYTES = 1 << 30           # /bytes/N: N at most 1 GiB
+STATIC_HOST = "198.51.100.10"  # the one host that serves files from DIR/www
+STATIC_PREFIX = "/debian/"     # ... under this path only
 CHUNK = 1 << 20               # streamed in 1 MiB writes
 ZEROS = bytes(CHUNK)
 
@@ -61,8 +67,22 @@ def hostport(addr):
 class Conn:
     """What one HTTP handler needs to know about its connection (passed as `server`)."""
 
-    def __init__(self, scheme, local, peer, sni, http_log):
+    def __init__(self, scheme, local, peer, sni, http_log, www):
         self.scheme, self.local, self.peer, self.sni, self.http_log = scheme, local, peer, sni, http_log
+        self.www = www
+
+
+def static_file(www, path):
+    """The regular file under the directory `www` that the URL path names, or None. The path
+    is percent-decoded; one that leaves `www` (.., a symlink out) names nothing."""
+    rel = urllib.parse.unquote(path).lstrip("/")
+    if "\0" in rel:
+        return None
+    root = os.path.realpath(www)
+    real = os.path.realpath(os.path.join(root, rel))
+    if not real.startswith(root + os.sep) or not os.path.isfile(real):
+        return None
+    return real
 
 
 class Handler(http.server.BaseHTTPRequestHandler):
@@ -89,6 +109,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
             if not got:
                 break
             length -= len(got)
+        if c.local[0] == STATIC_HOST and path.startswith(STATIC_PREFIX) and method in ("GET", "HEAD"):
+            return self._static(path, method)
         m = re.fullmatch(r"/bytes/(\d+)", path)
         if m:
             n = int(m.group(1))
@@ -111,6 +133,20 @@ class Handler(http.server.BaseHTTPRequestHandler):
             "port": c.local[1], "peer": c.peer[0], "method": method,
         }).encode() + b"\n"
         self._send(200, "application/json", body, method)
+
+    def _static(self, path, method):
+        """A file of DIR/www, read now (a test fills the directory after `up`), or 404."""
+        f = static_file(self.server.www, path)
+        data = None
+        if f is not None:
+            try:
+                with open(f, "rb") as fh:
+                    data = fh.read()
+            except OSError:
+                data = None
+        if data is None:
+            return self._send(404, "text/plain", b"no such file\n", method)
+        return self._send(200, "application/octet-stream", data, method)
 
     def _echo_after_101(self):
         """A websocket Upgrade to /ws-echo...: 101, then every byte is echoed back as it is
@@ -153,6 +189,7 @@ class Hosts:
         self.addrs = addrs
         self.conn_log = Log(os.path.join(d, "conn.log"))
         self.http_log = Log(os.path.join(d, "http.log"))
+        self.www = os.path.join(d, "www")
         self.tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         self.tls.load_cert_chain(cert, key)
         self.tls.set_alpn_protocols(["http/1.1"])
@@ -226,9 +263,9 @@ class Hosts:
                 finally:
                     with self.sni_lock:
                         sni = self.sni.pop(id(tls), None)
-                Handler(tls, peer, Conn("https", local, peer, sni, self.http_log))
+                Handler(tls, peer, Conn("https", local, peer, sni, self.http_log, self.www))
             else:
-                Handler(conn, peer, Conn("http", local, peer, None, self.http_log))
+                Handler(conn, peer, Conn("http", local, peer, None, self.http_log, self.www))
         except (OSError, ssl.SSLError, ValueError):
             pass                                # a client that goes away or fails TLS
         finally:
