@@ -421,3 +421,25 @@ cleanup_everything() {
     done <"$T/ids"
   fi
 }
+
+# ---- the fake internet (tests/net) ------------------------------------------------------------
+
+# fakenet_lock: waits (up to 30 min) for /tmp/b3os-fakenet.lock, the lock of the one fake
+# internet a host can have (`fakenet.sh up` tears down the one that is up), and holds it until
+# this shell ends. A flock of its own holds it (-o: nothing the suite starts inherits the
+# lock's descriptor, so a sandbox or shim left behind cannot keep it) and lets go within a
+# second of the shell's end, however it ends. Sets FAKENET_LOCK_PID: kill it to let go sooner.
+FAKENET_LOCK_PID=
+fakenet_lock() {
+  local lock=${B3OS_FAKENET_LOCK:-/tmp/b3os-fakenet.lock} held=$T/fakenet-lock.held
+  info "waiting for $lock (one fake internet per host)"
+  # shellcheck disable=SC2016 # $1 and $2 are the inner bash's
+  flock -o -w 1800 "$lock" bash -c 'echo held >"$1"; while kill -0 "$2" 2>/dev/null; do sleep 1; done' \
+    fakenet-lock "$held" "$$" &
+  FAKENET_LOCK_PID=$!
+  for _ in $(seq 1 18000); do
+    if [ -e "$held" ] || ! kill -0 "$FAKENET_LOCK_PID" 2>/dev/null; then break; fi
+    sleep 0.1
+  done
+  [ -e "$held" ] || die "could not take $lock within 30 min"
+}

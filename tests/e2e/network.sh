@@ -51,6 +51,7 @@ on_exit() {
   cleanup_everything
   net_leftovers_removed
   "$FAKENET" down "$FN" >/dev/null 2>&1
+  [ -z "$FAKENET_LOCK_PID" ] || kill "$FAKENET_LOCK_PID" 2>/dev/null
   [ -z "${SELF_PID:-}" ] || kill "$SELF_PID" 2>/dev/null
   finish_private_suite "$rc"
 }
@@ -135,6 +136,7 @@ refused() { pj '.ok == false or .status == 403'; }
 
 # ---- set-up ----------------------------------------------------------------------------------
 
+fakenet_lock
 "$FAKENET" up "$FN" >"$T/fakenet.log" 2>&1 || die "the fake internet did not come up: $(tail -n 5 "$T/fakenet.log")"
 eval "$("$FAKENET" env "$FN")"
 E2E_NETWORK=on
