@@ -83,6 +83,10 @@ step "end to end: egress public and allowlist against a fake internet the test b
 B3OS_BIN=$root/build/bin ./tests/e2e/network.sh
 record network $?
 
+step "end to end: templates users build (apt from the fake internet, files, context, start and ready, forks, versions, projects, bad specs, hostile images, a b3osd killed mid-build)"
+B3OS_BIN=$root/build/bin ./tests/e2e/templates.sh
+record templates $?
+
 step "end to end: ports and preview URLs (tokens, forks, pause, WebSocket, SSE; egress deny)"
 B3OS_BIN=$root/build/bin ./tests/e2e/ports.sh
 record ports $?
