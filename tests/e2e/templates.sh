@@ -12,11 +12,12 @@
 #        rebuild is ready at once (reused_from), timed;
 #   5.   projects: another project's key sees none of it (404 template_not_found) and lists
 #        only base and node-wide ones; node-wide publishing and who may delete;
-#   6.   bad input: bad specs (400 naming the field, 413), builds failing at packages, run[i]
-#        and ready, image tarballs that are not images or are hostile (tests/fixtures/
-#        make_image.py --hostile, b3osd with --template-setuid refuse): the error names the
-#        step or the image problem, the host file the layer aimed at is untouched, and no
-#        container, mount, loop device, *.building directory or cgroup of a build stays;
+#   6.   bad input: bad specs (400 naming the field, 413), tarballs that are not images (400
+#        at once), builds failing at packages, run[i] and ready, hostile images (tests/fixtures/
+#        make_image.py --hostile, b3osd with --template-setuid refuse; a bomb and a layer past
+#        the size limit) failing at import: the error names the step or the image problem, the
+#        host files the layers aimed at are untouched, and no container, mount, loop device,
+#        *.building directory, cgroup, root or checkpoint of a failed build stays;
 #   7.   image import: a docker save of base's own root (start: true runs its Cmd; its Env and
 #        WorkingDir become defaults) and a small OCI layout;
 #   8.   delete: 409 while a sandbox runs it, force, files gone after the sandbox, base 403;
@@ -498,6 +499,12 @@ s_projects() {
   expect_error project.create_from_id_404 404 template_not_found
   KEY=$OTHER submit '{"name": "stolen", "from": "web", "run": ["true"]}'
   expect_error project.build_from_404 404 template_not_found
+  local other_answer
+  other_answer="$ST $(j .error.code)"
+  # Exactly like a template that never existed (no way to tell that another project has one).
+  KEY=$OTHER submit '{"name": "stolen", "from": "never-existed", "run": ["true"]}'
+  check project.build_from_same_as_unknown "another project's template: $other_answer; one that never existed: $ST $(j .error.code)" \
+    test "$other_answer" = "$ST $(j .error.code)"
   KEY=$OTHER submit "$(jq -nc --arg t "$tpl" '{name: "stolen2", from: $t}')"
   expect_error project.build_from_id_404 404 template_not_found
   KEY=$OTHER api GET "/v1/templates/web/builds/$bld/logs"
@@ -578,7 +585,6 @@ s_bad_specs() {
   bad_spec root_user '{"name": "bad-l", "user": "root"}' user
   bad_spec build_egress_deny '{"name": "bad-m", "build": {"egress": {"mode": "deny"}}}' build.egress
   bad_spec start_true_without_image '{"name": "bad-n", "start": true}' start
-  bad_spec from_unknown '{"name": "bad-o", "from": "no-such-template"}' from
   bad_spec not_an_object '["name", "x"]' body
   # Over 1 MiB: 413, before any of it is parsed.
   python3 -c 'import json; print(json.dumps({"name": "bad-big", "run": ["echo " + "x" * 1100000]}))' >"$T/big-spec.json"
@@ -634,6 +640,8 @@ s_bad_builds() {
     check "bad_build.$name.template_failed_no_version" "$(snip)" okj 200 '.status == "failed" and .version == null and .ready_build_id == null'
     create_sandbox "$(jq -nc --arg t "$name" '{template: $t}')"
     expect_error "bad_build.$name.create_409" 409 conflict
+    submit "$(jq -nc --arg t "$name" '{name: "from-failed", from: $t}')"
+    expect_error "bad_build.$name.build_from_400" 400 invalid_request from
   done <"$T/bad-builds"
 }
 
@@ -679,7 +687,11 @@ s_images_hostile_submit() {
   local k
   : >"$T/hostile-builds"
   for k in $HOSTILE_KINDS; do
-    KEY=$HOSTILE submit "$(jq -nc --arg k "$k" --arg p "$T/images/$k.tar" '{name: ("img-" + $k), image: {path: $p}, build: {disk_gib: 1}}')"
+    # A build's size limit (its disk, 1 GiB here) bounds an image too; big-layer meets the
+    # importer's own limit of a layer (4 GiB) under the default 8 GiB.
+    local lim='{disk_gib: 1}'
+    [ "$k" != big-layer ] || lim='{}'
+    KEY=$HOSTILE submit "$(jq -nc --arg k "$k" --arg p "$T/images/$k.tar" "{name: (\"img-\" + \$k), image: {path: \$p}, build: $lim}")"
     check "image_bad.$k.submit_202" "$(snip)" test "$ST" = 202
     echo "$k $BLD" >>"$T/hostile-builds"
   done
@@ -697,7 +709,8 @@ s_images_hostile() {
       hardlink-escape) want='\.\.|link' ;;
       device) want='device' ;;
       setuid) want='setuid|setgid' ;;
-      bomb | big-layer) want='larger than 1073741824 bytes uncompressed' ;;
+      bomb) want='larger than 1073741824 bytes uncompressed' ;;
+      big-layer) want='larger than 4294967296 bytes uncompressed' ;;
       bad-digest) want='digest|diff_id|sha256' ;;
     esac
     check "image_bad.$k.error_names_it" "$(j -c .error)" jt --arg w "$want" '.error.step == "import" and .error.code == "invalid_request"
@@ -710,6 +723,16 @@ s_images_hostile() {
 
 s_no_stray_after_failures() {
   check_no_stray leaks.after_failed_builds 30
+  # No root or checkpoint of a failed build: neither under its id nor under its content's name.
+  local name b left=""
+  while read -r name b; do
+    [ -n "$b" ] || continue
+    for f in "$T/data/template-images/$b" "$T/data/template-images/$b-net" \
+      "$T/data/template-roots/a-$(jq -r '.content_hash[0:24]' "$T/logs/$b.json")"; do
+      [ ! -e "$f" ] || left+="$f "
+    done
+  done < <(cat "$T/bad-builds" "$T/hostile-builds")
+  check leaks.no_files_of_failed_builds "left: $left" test -z "$left"
 }
 
 # ---- 7. image import ---------------------------------------------------------------------------
@@ -793,11 +816,18 @@ s_images_good() {
   run_exec "$id" '{"cmd": ["/usr/bin/cat", "/etc/passwd"]}'
   check image.oci_runs_argv "$(snip)" jt '.exit_code == 0 and (.stdout | startswith("root:"))'
   delete_sandbox "$id" || true
-  # The project's uploads: 3 (context, docker, OCI) of 4; a fifth is refused.
+  # Uploads: the same bytes again are the same upload; a project holds 4 no build has read
+  # (those builds read make room), a fifth is refused.
   api POST /v1/templates/uploads -H 'Content-Type: application/x-tar' --data-binary "@$T/ctx.tar"
-  check upload.fourth_201 "$(snip)" test "$ST" = 201
-  api POST /v1/templates/uploads -H 'Content-Type: application/x-tar' --data-binary "@$T/ctx.tar"
-  expect_error upload.fifth_429 429 concurrency_limited
+  check upload.same_bytes_same_id "$(snip)" okj 201 --arg u "$(get ctx)" '.id == $u'
+  local i ok=0
+  for i in 1 2 3 4 5; do
+    head -c 4096 /dev/urandom >"$T/work/unread-$i.tar"
+    api POST /v1/templates/uploads -H 'Content-Type: application/x-tar' --data-binary "@$T/work/unread-$i.tar"
+    [ "$i" = 5 ] || { [ "$ST" = 201 ] && ok=$((ok + 1)); }
+  done
+  check upload.four_unread_201 "$ok of 4" test "$ok" = 4
+  expect_error upload.fifth_unread_429 429 concurrency_limited
 }
 
 # ---- 8. delete ------------------------------------------------------------------------------------
