@@ -392,11 +392,12 @@ s_sandboxes() {
   check create.by_id_start_running_at_once "$(snip)" jt '.exit_code == 0 and .stdout == "inline text v1"'
   check_web_sandbox byid "$id" 'inline text v1'
   # A create of another memory size boots the root and runs start and ready itself.
-  create_sandbox '{"template": "web", "memory_mib": 640}'
-  check create.other_memory_201 "$(snip)" okj 201 '.memory_mib == 640'
+  # A create of its own env (which wins over the template's) and memory size.
+  create_sandbox '{"template": "web", "memory_mib": 640, "env": {"APP_ENV": "prod"}}'
+  check create.other_memory_201 "$(snip)" okj 201 '.memory_mib == 640 and .env == {"APP_ENV": "prod", "GREETING": "hi there"}'
   id=$CID
-  inside "$id" 'curl -sS -m 5 http://127.0.0.1:8000/hello.txt; echo; pwd; id -un'
-  check create.other_memory_start_and_defaults "$(snip)" jt '.exit_code == 0 and .stdout == "inline text v1\n/srv/app\napp\n"'
+  inside "$id" 'curl -sS -m 5 http://127.0.0.1:8000/hello.txt; echo; pwd; id -un; echo "$APP_ENV|$GREETING"'
+  check create.other_memory_start_and_defaults "$(snip)" jt '.exit_code == 0 and .stdout == "inline text v1\n/srv/app\napp\nprod|hi there\n"'
   delete_sandbox "$id" || true
 }
 
@@ -816,6 +817,15 @@ s_images_good() {
   run_exec "$id" '{"cmd": ["/usr/bin/cat", "/etc/passwd"]}'
   check image.oci_runs_argv "$(snip)" jt '.exit_code == 0 and (.stdout | startswith("root:"))'
   delete_sandbox "$id" || true
+  # start: true with an image that has neither entrypoint nor cmd: refused, naming start (at
+  # once, or as the build's error).
+  submit "$(jq -nc --arg u "$up_o" '{name: "img-oci-start", image: {upload: $u}, start: true}')"
+  if [ "$ST" = 202 ]; then
+    wait_build img-oci-start "$BLD" 120
+    check image.start_true_without_cmd_refused "$(snip)" jt '.status == "failed" and (.error.message | test("^start: "))'
+  else
+    expect_error image.start_true_without_cmd_refused 400 invalid_request start
+  fi
   # Uploads: the same bytes again are the same upload; a project holds 4 no build has read
   # (those builds read make room), a fifth is refused.
   api POST /v1/templates/uploads -H 'Content-Type: application/x-tar' --data-binary "@$T/ctx.tar"
@@ -882,7 +892,11 @@ s_delete() {
 # ---- 9. b3osd killed during a build ------------------------------------------------------------
 
 s_killed_mid_build() {
-  local b before after id
+  local b before after id sbx
+  # A sandbox of an image template, to see it after the restart with its defaults and process.
+  create_sandbox '{"template": "img-docker"}'
+  check killed.sandbox_before_201 "$(snip)" test "$ST" = 201
+  sbx=$CID
   before=$(runsc_list | sort)
   submit '{"name": "killed", "run": ["echo killed-build-started; sleep 600"]}'
   check killed.submit_202 "$(snip)" test "$ST" = 202
@@ -900,6 +914,8 @@ s_killed_mid_build() {
   start_daemon || die "b3osd did not start again after SIGKILL; see $T/daemon.log"
   api GET "/v1/templates/killed/builds/$b"
   check killed.failed_after_restart "$(snip)" okj 200 '.status == "failed" and (.error.message | test("b3osd stopped during the build"))'
+  inside "$sbx" 'pwd; echo "$IMG_ENV"; curl -sS -m 5 http://127.0.0.1:8000/index.txt'
+  check killed.template_sandbox_survives_restart "$(snip)" jt '.exit_code == 0 and .stdout == "/srv/img\nfrom-image\nserved from the image\n"'
   api GET /v1/templates/killed
   check killed.template_failed "$(snip)" okj 200 '.status == "failed"'
   eventually 30 bash -c "! runsc --root '$T/run/runsc' list --quiet 2>/dev/null | grep -qx '$id'" || true
