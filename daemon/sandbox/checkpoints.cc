@@ -347,6 +347,8 @@ Result<json> Checkpoints::delete_snapshot(const Principal& p, const std::string&
   if (auto r = store_.delete_snapshot(p.project_id, id); !r) return fail(r.error());
   std::error_code ec;
   fs::remove_all(cfg_.snapshots_dir() + "/" + id, ec);
+  if (auto* c = lifecycle_.templates(); c && d->contains("template") && (*d)["template"].is_object())
+    c->released((*d)["template"].value("id", ""));
   (*d)["deleted"] = true;
   return *d;
 }

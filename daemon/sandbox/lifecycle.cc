@@ -151,6 +151,14 @@ bool Lifecycle::finish(const std::shared_ptr<LiveSandbox>& s, Transition end, st
   // Its minted preview URLs die with it (public ones are derived, and the host is gone).
   if (auto r = store_.delete_port_tokens(s->id); !r) spdlog::warn("sandbox {}: {}", s->id, r.error().message);
   launcher_.end(*s);
+  if (templates_) {
+    std::string template_id;
+    {
+      std::lock_guard lk(s->mu);
+      template_id = s->rec.template_id;
+    }
+    if (!template_id.empty()) templates_->released(template_id);
+  }
   spdlog::info("sandbox {}: {} ({}){}", s->id, end == Transition::kStop ? "stopped" : "failed",
                store::stop_reason_name(reason), message.empty() ? "" : ": " + message);
   return true;

@@ -49,6 +49,9 @@ class TemplateCatalog {
     std::string workdir, user;
   };
   virtual ExecDefaults exec_defaults(const std::string& template_id, const std::string& rootfs) = 0;
+  /// A sandbox or snapshot of template `template_id` is gone: files of a deleted template it
+  /// held may go now (done behind the caller).
+  virtual void released(const std::string& template_id) = 0;
 };
 
 }  // namespace b3os::sandbox

@@ -325,7 +325,8 @@ Result<json> TemplateService::create(const sandbox::Principal& p, const json& bo
   } else {
     auto parent = visible_builds(p.project_id, s.source.from);
     const TemplateBuildRecord* ready = latest_ready(parent);
-    if (parent.empty()) return fail(ErrorCode::kInvalidRequest, "from: no template \"" + s.source.from + "\" in this project");
+    if (parent.empty())
+      return fail(ErrorCode::kTemplateNotFound, "from: no template \"" + s.source.from + "\" (see GET /v1/templates)");
     if (!ready) return fail(ErrorCode::kInvalidRequest, "from: template \"" + s.source.from + "\" has no ready version yet");
     source = {{"kind", "template"},
               {"template_id", ready->template_id},
@@ -480,27 +481,28 @@ Result<json> TemplateService::create(const sandbox::Principal& p, const json& bo
 
 Result<json> TemplateService::upload(const sandbox::Principal& p, const sandbox::ChunkSource& source) {
   sweep_uploads();
-  {
-    std::unique_lock lk(mu_);
+  // At its maximum, a project's oldest upload that a build has read (and no build still to
+  // finish names) makes room, once the new one has arrived.
+  auto evictable = [&]() -> std::optional<Upload> {
     int mine = 0;
     const Upload* oldest_used = nullptr;
     for (auto& [id, u] : uploads_)
       if (u.project_id == p.project_id) {
         ++mine;
-        bool queued = false;  // still named by a build that has not run
-        for (auto& q : queue_) queued = queued || builds_[q].doc.dump().find(id) != std::string::npos;
-        if (u.used && !queued && (!oldest_used || u.created_ms < oldest_used->created_ms)) oldest_used = &u;
+        bool pending = false;
+        for (auto& [bid, b] : builds_)
+          pending = pending || (!terminal(b.status) && b.doc["source"].dump().find(u.path) != std::string::npos);
+        if (u.used && !pending && (!oldest_used || u.created_ms < oldest_used->created_ms)) oldest_used = &u;
       }
-    if (mine >= cfg_.max_uploads_per_project) {
-      if (!oldest_used)
-        return fail(ErrorCode::kConcurrencyLimited, "this project holds " + std::to_string(mine) +
-                                                        " uploads no build has used yet; they expire an hour after upload");
-      // Room: the oldest upload a build has already read goes.
-      Upload gone = *oldest_used;
-      uploads_.erase(gone.id);
-      lk.unlock();
-      drop_upload(gone);
-    }
+    if (mine < cfg_.max_uploads_per_project) return std::nullopt;
+    if (!oldest_used) return Upload{};  // full, and nothing may go
+    return *oldest_used;
+  };
+  {
+    std::lock_guard lk(mu_);
+    if (auto e = evictable(); e && e->id.empty())
+      return fail(ErrorCode::kConcurrencyLimited, "this project holds " + std::to_string(cfg_.max_uploads_per_project) +
+                                                      " uploads no finished build has used; they expire an hour after upload");
   }
   Upload u;
   u.id = new_id("upl");
@@ -566,10 +568,14 @@ Result<json> TemplateService::upload(const sandbox::Principal& p, const sandbox:
   }
   json meta = {{"id", u.id}, {"project_id", u.project_id}, {"sha256", u.sha256}, {"size", u.size}, {"created_ms", u.created_ms}};
   std::ofstream(cfg_.data_dir + "/template-uploads/" + u.id + ".json", std::ios::trunc) << meta.dump();
+  std::optional<Upload> gone;
   {
     std::lock_guard lk(mu_);
+    gone = evictable();
+    if (gone && !gone->id.empty()) uploads_.erase(gone->id);
     uploads_[u.id] = u;
   }
+  if (gone && !gone->id.empty()) drop_upload(*gone);
   return json{{"id", u.id},
               {"object", "template_upload"},
               {"size_bytes", u.size},
@@ -761,6 +767,17 @@ sandbox::TemplateCatalog::ExecDefaults TemplateService::exec_defaults(const std:
   return out;
 }
 
+void TemplateService::released(const std::string& template_id) {
+  {
+    std::lock_guard lk(mu_);
+    bool deleted = false;
+    for (auto& [id, b] : builds_) deleted = deleted || (b.template_id == template_id && b.deleted_ms);
+    if (!deleted) return;  // its files stay anyway
+    gc_wanted_ = true;
+  }
+  cv_.notify_one();
+}
+
 // ---- builds ----
 
 void TemplateService::save(const TemplateBuildRecord& rec) {
@@ -923,7 +940,7 @@ Result<void> TemplateService::import_image(TemplateBuildRecord& rec, const std::
                            [&](std::string_view line) { append_log(log, "   " + std::string(line) + "\n"); });
   if (!cfg) {
     rec.doc["error"] = {{"step", "import"}};
-    return fail(cfg.error().code, "image: " + cfg.error().message);
+    return fail(cfg.error());  // its message names the image already ("image: ...")
   }
   rec.doc["image_config"] = {{"entrypoint", cfg->entrypoint}, {"cmd", cfg->cmd}, {"env", cfg->env},
                              {"workdir", cfg->workdir}, {"user", cfg->user}, {"exposed_ports", cfg->exposed_ports},

@@ -96,6 +96,7 @@ class TemplateService : public sandbox::TemplateCatalog {
   Result<std::optional<sandbox::TemplateChoice>> resolve(const std::string& project_id,
                                                          const std::string& name_or_id) override;
   ExecDefaults exec_defaults(const std::string& template_id, const std::string& rootfs) override;
+  void released(const std::string& template_id) override;
 
   uint64_t max_upload_bytes() const { return cfg_.max_upload_bytes; }
   /// Builds queued, running (metrics).
