@@ -95,19 +95,26 @@ Result<Plan> plan_oci(ImageArchive& a, const Limits& limits) {
   return plan;
 }
 
+/// The image's plan (format, config, layers in order), its diff_ids matching its layers.
+Result<Plan> plan_of(ImageArchive& a, const Limits& limits) {
+  Result<Plan> plan = a.contains("manifest.json") ? plan_docker(a, limits)
+                      : a.contains("index.json")  ? plan_oci(a, limits)
+                                                  : bad("the archive is not an image: it has neither manifest.json "
+                                                        "(docker save) nor index.json (an OCI image layout)");
+  if (!plan) return plan;
+  if (!plan->config.diff_ids.empty() && plan->config.diff_ids.size() != plan->layers.size())
+    return bad("the config lists " + std::to_string(plan->config.diff_ids.size()) + " rootfs.diff_ids for " +
+               std::to_string(plan->layers.size()) + " layers");
+  return plan;
+}
+
 }  // namespace
 
 Result<Config> inspect(const std::string& archive, const Limits& limits) {
   auto a = ImageArchive::open(archive, limits);
   if (!a) return fail(a.error());
-  Result<Plan> plan = a->contains("manifest.json") ? plan_docker(*a, limits)
-                      : a->contains("index.json")  ? plan_oci(*a, limits)
-                                                   : bad("the archive is not an image: it has neither manifest.json "
-                                                         "(docker save) nor index.json (an OCI image layout)");
+  auto plan = plan_of(*a, limits);
   if (!plan) return fail(plan.error());
-  if (!plan->config.diff_ids.empty() && plan->config.diff_ids.size() != plan->layers.size())
-    return bad("the config lists " + std::to_string(plan->config.diff_ids.size()) + " rootfs.diff_ids for " +
-               std::to_string(plan->layers.size()) + " layers");
   Config out = std::move(plan->config.defaults);
   out.format = plan->format;
   out.layers = static_cast<int>(plan->layers.size());
@@ -118,16 +125,10 @@ Result<Config> import(const std::string& archive, const std::string& rootfs, con
                       const std::function<void(std::string_view)>& log) {
   auto a = ImageArchive::open(archive, limits);
   if (!a) return fail(a.error());
-  Result<Plan> plan = a->contains("manifest.json") ? plan_docker(*a, limits)
-                      : a->contains("index.json")  ? plan_oci(*a, limits)
-                                                   : bad("the archive is not an image: it has neither manifest.json "
-                                                         "(docker save) nor index.json (an OCI image layout)");
+  auto plan = plan_of(*a, limits);
   if (!plan) return fail(plan.error());
   const auto& diff_ids = plan->config.diff_ids;
   const size_t n = plan->layers.size();
-  if (!diff_ids.empty() && diff_ids.size() != n)
-    return bad("the config lists " + std::to_string(diff_ids.size()) + " rootfs.diff_ids for " + std::to_string(n) +
-               " layers");
   if (log) log("image: " + plan->format + " archive, " + std::to_string(n) + " layers");
 
   auto writer = LayerWriter::open(rootfs, limits);
