@@ -211,13 +211,13 @@ def inside_dnsflood(seconds, n, suffix, pace=0.0):
             else:
                 send_one()
     servfail = [lat for lat, rc in results if rc == 2]
-    print(json.dumps({
+    return {
         "start": w0, "end": w0 + (time.monotonic() - t0), "sent": counter[0], "answered": len(results),
         "unanswered": len(waiting),
         "servfail_fast": sum(1 for x in servfail if x < 0.5),
         "servfail_slow": sum(1 for x in servfail if x >= UPSTREAM_TIMEOUT_S - 0.2),
         "servfail_slow_max": round(max(servfail, default=0), 2),
-        "other_rcodes": sorted({rc for _, rc in results if rc != 2})}))
+        "other_rcodes": sorted({rc for _, rc in results if rc != 2})}
 
 
 def inside_query(name):
@@ -228,9 +228,11 @@ def inside_query(name):
         s.connect((RESOLVER, 53))
         s.send(make_query(name, 4242))
         ans = answer_of(s.recv(4096))
-        print(json.dumps({"at": w0, "s": round(time.monotonic() - t0, 3), "rcode": ans[1], "addrs": ans[2]}))
+        return {"at": w0, "s": round(time.monotonic() - t0, 3), "rcode": ans[1], "addrs": ans[2]}
     except OSError as e:
-        print(json.dumps({"at": w0, "s": round(time.monotonic() - t0, 3), "error": str(e)}))
+        return {"at": w0, "s": round(time.monotonic() - t0, 3), "error": str(e)}
+    finally:
+        s.close()
 
 
 def inside_http(url):
@@ -246,11 +248,24 @@ def inside_http(url):
             if not d:
                 break
             data += d
+        s.close()
         status = data.split(b" ", 2)[1].decode() if data.startswith(b"HTTP/1.") else "none"
-        print(json.dumps({"at": w0, "s": round(time.monotonic() - t0, 3), "status": status,
-                          "body": data.partition(b"\r\n\r\n")[2][:300].decode(errors="replace")}))
+        return {"at": w0, "s": round(time.monotonic() - t0, 3), "status": status,
+                "body": data.partition(b"\r\n\r\n")[2][:300].decode(errors="replace")}
     except OSError as e:
-        print(json.dumps({"at": w0, "s": round(time.monotonic() - t0, 3), "error": str(e)}))
+        return {"at": w0, "s": round(time.monotonic() - t0, 3), "error": str(e)}
+
+
+def inside_quietprobe(seconds, name, url):
+    """The quiet sandbox beside the crowd: a question and a GET through the proxy every 0.2 s
+    for `seconds`, from one process started before the crowd (a process started per probe
+    would measure python's start-up on two cores shared with 40 busy sandboxes, not the caps)."""
+    dns, http, t0 = [], [], time.monotonic()
+    while time.monotonic() - t0 < seconds:
+        dns.append(inside_query(name))
+        http.append(inside_http(url))
+        time.sleep(0.2)
+    return {"dns": dns, "http": http}
 
 
 def inside_hold(ip, port, n, seconds):
@@ -281,15 +296,15 @@ def inside_hold(ip, port, n, seconds):
             p.unregister(fd)
     times = sorted(closed.values())
     at_deadline = [round(x, 2) for x in times if SILENT_RESET_S - 0.5 <= x <= SILENT_RESET_S + 2]
-    print(json.dumps({"start": w0, "end": w0 + (time.monotonic() - t0), "opened": n,
-                      "closed_1s": sum(1 for x in times if x < 1),
-                      "closed_at_deadline": len(at_deadline),
-                      "deadline_range": at_deadline[:1] + at_deadline[-1:],
-                      "closed_other": [round(x, 2) for x in times
-                                       if 1 <= x < SILENT_RESET_S - 0.5 or x > SILENT_RESET_S + 2][:10],
-                      "still_open": n - len(closed)}))
     for s in socks:
         s.close()
+    return {"start": w0, "end": w0 + (time.monotonic() - t0), "opened": n,
+            "closed_1s": sum(1 for x in times if x < 1),
+            "closed_at_deadline": len(at_deadline),
+            "deadline_range": at_deadline[:1] + at_deadline[-1:],
+            "closed_other": [round(x, 2) for x in times
+                             if 1 <= x < SILENT_RESET_S - 0.5 or x > SILENT_RESET_S + 2][:10],
+            "still_open": n - len(closed)}
 
 
 def inside_udpflows(ip, port, n, seconds):
@@ -319,23 +334,20 @@ def inside_udpflows(ip, port, n, seconds):
     left = seconds - (time.monotonic() - t0)
     if left > 0:
         time.sleep(left)
-    print(json.dumps({"start": w0, "end": time.time(), "opened": n, "replied": replied, "refused": refused,
-                      "silent": len(pending)}))
     for s in socks:
         s.close()
+    return {"start": w0, "end": time.time(), "opened": n, "replied": replied, "refused": refused,
+            "silent": len(pending)}
 
 
 def inside_crowd(seconds, suffix, ip, ndns, nconns):
-    """A hostile sandbox of the crowd: a DNS flood and silent proxy connections, at once."""
-    import contextlib
-    import io
+    """A hostile sandbox of the crowd: a DNS flood and silent proxy connections, at once. Each
+    part returns its result (a redirect of stdout is process-wide: two threads redirecting it
+    at once took each other's output)."""
     outs = {}
 
     def run(name, fn, *args):
-        buf = io.StringIO()
-        with contextlib.redirect_stdout(buf):
-            fn(*args)
-        outs[name] = json.loads(buf.getvalue().strip().splitlines()[-1])
+        outs[name] = fn(*args)
     # Paced: a refused question is asked again 0.25 s later, so the crowd holds the caps without
     # spending the node's two cores on a loop of instant SERVFAILs (that would test the CPU).
     def tarpit():  # the app behind the public port: accepts, reads, never answers
@@ -361,7 +373,7 @@ def inside_crowd(seconds, suffix, ip, ndns, nconns):
     for t in ts:
         t.join()
     tp.join()
-    print(json.dumps(outs))
+    return outs
 
 
 # ---- the checks (on the host) --------------------------------------------------------------------
@@ -668,11 +680,16 @@ def run_crowd(a, api, create, inside, y, urls, result):
 
     dns_seen, http_seen, prev_seen, stop = [], [], [], threading.Event()
 
+    # One process in the quiet sandbox asks and GETs every 0.2 s from before the crowd starts
+    # until after it ends (its records carry their own times; the window picks them).
+    quiet_for = a.seconds + 6 + 2 * UPSTREAM_TIMEOUT_S + 10
+
     def quiet():
-        while not stop.is_set():
-            dns_seen.append(inside(y, "query", a.name_a))
-            http_seen.append(inside(y, "http", f"http://{a.name_a}/"))
-            stop.wait(0.2)
+        r = inside(y, "quietprobe", quiet_for, a.name_a, f"http://{a.name_a}/", timeout_s=quiet_for + 30)
+        dns_seen.extend(r.get("dns", [r]))
+        http_seen.extend(r.get("http", [r]))
+        print(f"# crowd: the quiet sandbox's prober: {len(r.get('dns', []))} questions, {len(r.get('http', []))} GETs"
+              + (f"; {str(r)[:300]}" if "error" in r else ""), flush=True)
 
     def quiet_preview():
         while not stop.is_set():
@@ -751,20 +768,26 @@ def run_crowd(a, api, create, inside, y, urls, result):
         for v in final.values():
             preview_status[v] = preview_status.get(v, 0) + 1
 
+    qt = threading.Thread(target=quiet)
+    qt.start()
+    time.sleep(2.0)  # its python is up before the crowd takes the cores
     outs = []
     attack = threading.Thread(target=lambda: outs.extend(ThreadPoolExecutor(len(hostile)).map(
+        # 40 pythons starting at once on two cores: the exec may take several times its own
+        # seconds on a busy machine (37 s seen for 11 s of work); a time-out here would say
+        # nothing of the caps.
         lambda sid: inside(sid, "crowd", a.seconds + 6, suffix, a.host_a, CROWD_DNS, CROWD_CONNS,
-                           timeout_s=a.seconds + 30), hostile)))
+                           timeout_s=a.seconds + 120), hostile)))
     attack.start()
     pc = threading.Thread(target=preview_crowd)
     pc.start()
     time.sleep(4.0)  # every hostile sandbox has its questions, connections and requests out
-    probes = [threading.Thread(target=f) for f in (quiet, quiet_preview, host_probe)]
+    probes = [threading.Thread(target=f) for f in (quiet_preview, host_probe)]
     for t in probes:
         t.start()
     attack.join()
     stop.set()
-    for t in probes + [pc]:
+    for t in probes + [pc, qt]:
         t.join()
     for c in held_socks:
         c.close()
@@ -807,7 +830,7 @@ def main():
     u.add_argument("--answer", action="append", default=[])
     u.add_argument("--drop", required=True)
     i = sub.add_parser("inside")
-    i.add_argument("what", choices=["dnsflood", "query", "http", "hold", "udpflows", "crowd"])
+    i.add_argument("what", choices=["dnsflood", "query", "http", "hold", "udpflows", "crowd", "quietprobe"])
     i.add_argument("args", nargs="*")
     c = sub.add_parser("check")
     c.add_argument("--url", required=True)
@@ -827,16 +850,21 @@ def main():
     if a.mode == "inside":
         x = a.args
         if a.what == "dnsflood":
-            return inside_dnsflood(float(x[0]), int(x[1]), x[2])
-        if a.what == "query":
-            return inside_query(x[0])
-        if a.what == "http":
-            return inside_http(x[0])
-        if a.what == "udpflows":
-            return inside_udpflows(x[0], int(x[1]), int(x[2]), float(x[3]))
-        if a.what == "crowd":
-            return inside_crowd(float(x[0]), x[1], x[2], int(x[3]), int(x[4]))
-        return inside_hold(x[0], int(x[1]), int(x[2]), float(x[3]))
+            out = inside_dnsflood(float(x[0]), int(x[1]), x[2])
+        elif a.what == "query":
+            out = inside_query(x[0])
+        elif a.what == "http":
+            out = inside_http(x[0])
+        elif a.what == "udpflows":
+            out = inside_udpflows(x[0], int(x[1]), int(x[2]), float(x[3]))
+        elif a.what == "crowd":
+            out = inside_crowd(float(x[0]), x[1], x[2], int(x[3]), int(x[4]))
+        elif a.what == "quietprobe":
+            out = inside_quietprobe(float(x[0]), x[1], x[2])
+        else:
+            out = inside_hold(x[0], int(x[1]), int(x[2]), float(x[3]))
+        print(json.dumps(out))
+        return 0
     return check(a)
 
 
