@@ -12,11 +12,13 @@ root=$PWD
 start=$(date +%s)
 results=()
 failed=0
-step() { echo; echo "=== $1"; }
-record() {  # name status(0 ok, 77 skip, else fail) [reason]
-  if [ "$2" = 0 ]; then results+=("PASS $1");
+step_start=$start
+step() { echo; echo "=== $1 (at $(( $(date +%s) - start )) s)"; step_start=$(date +%s); }
+record() {  # name status(0 ok, 77 skip, else fail) [reason]; says how long its step took
+  local took="($(( $(date +%s) - step_start )) s)"
+  if [ "$2" = 0 ]; then results+=("PASS $1 $took");
   elif [ "$2" = 77 ]; then results+=("SKIP $1: $3");
-  else results+=("FAIL $1"); failed=1; fi
+  else results+=("FAIL $1 $took"); failed=1; fi
 }
 
 step "dependencies"
