@@ -350,30 +350,26 @@ def inside_crowd(seconds, suffix, ip, ndns, nconns):
         outs[name] = fn(*args)
     # Paced: a refused question is asked again 0.25 s later, so the crowd holds the caps without
     # spending the node's two cores on a loop of instant SERVFAILs (that would test the CPU).
-    def tarpit():  # the app behind the public port: accepts, reads, never answers
-        srv = socket.socket()
-        srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        srv.bind(("127.0.0.1", 8000))
-        srv.listen(512)
-        srv.settimeout(0.2)
-        held, t0 = [], time.monotonic()
-        while time.monotonic() - t0 < seconds:
-            try:
-                c, _ = srv.accept()
-                held.append(c)
-            except OSError:
-                pass
-        outs["tarpit"] = {"held": len(held)}
-    tp = threading.Thread(target=tarpit)
-    tp.start()
     ts = [threading.Thread(target=run, args=("dns", inside_dnsflood, seconds, ndns, suffix, 0.25)),
           threading.Thread(target=run, args=("hold", inside_hold, ip, 80, nconns, seconds))]
     for t in ts:
         t.start()
     for t in ts:
         t.join()
-    tp.join()
     return outs
+
+
+def inside_tarpit(seconds):
+    """The app behind a hostile sandbox's public port: listens and never accepts, so the
+    kernel completes every connection into the backlog and no request is ever answered. It is
+    started (and seen listening) before the crowd, not by the crowd's python: 40 of those
+    starting on two cores may take tens of seconds to get there."""
+    srv = socket.socket()
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind(("127.0.0.1", 8000))
+    srv.listen(512)
+    time.sleep(seconds)
+    return {"tarpit": seconds}
 
 
 # ---- the checks (on the host) --------------------------------------------------------------------
@@ -664,6 +660,15 @@ def run_crowd(a, api, create, inside, y, urls, result):
         made = list(ex.map(lambda _: create([f"*.slow.{a.zone}", a.name_a], ports=[8000]), range(a.crowd)))
     hostile = [sid for sid, err in made if sid]
     errors = [err for sid, err in made if not sid]
+    # Each hostile sandbox's tarpit, listening before the crowd starts.
+    def start_tarpit(sid):
+        st, _, doc, _ = api.call("POST", f"/v1/sandboxes/{sid}/exec", a.key, {
+            "cmd": "nohup python3 /workspace/net_caps.py inside tarpit 600 >/dev/null 2>&1 & "
+                   "for i in $(seq 300); do python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", 8000)).close()' "
+                   "2>/dev/null && exit 0; sleep 0.1; done; exit 1", "timeout_ms": 60000}, timeout=90)
+        return None if st == 200 and doc.get("exit_code") == 0 else f"{sid}: tarpit: HTTP {st} {json.dumps(doc)[:200]}"
+    with ThreadPoolExecutor(4) as ex:
+        errors += [e for e in ex.map(start_tarpit, hostile) if e]
     z, zerr = create([a.name_a], ports=[8000])
     result(not errors and not zerr, "crowd.setup",
            f"{len(hostile)} hostile allowlist sandboxes with a public port" + (f"; {(errors + [zerr])[:2]}" if errors or zerr else ""))
@@ -719,12 +724,13 @@ def run_crowd(a, api, create, inside, y, urls, result):
             stop.wait(0.1)
 
     # The preview crowd: PREVIEW_PER_HOSTILE requests to each hostile sandbox's app, which
-    # accepts and never answers (inside_crowd's tarpit), held open from the host.
+    # listens and never answers (inside_tarpit), held open from the host.
     held_socks, preview_status = [], {}
 
     def preview_crowd():
-        # Each hostile sandbox's requests are sent again while its tarpit is not listening yet
-        # (502) until all are held or refused with 429, for up to 5 s.
+        # Every tarpit listens already; a request that is answered other than 429 (none should be)
+        # is sent again, until each is refused with 429 or has been held unanswered for HELD_S
+        # (b3osd may be slow to read them on two cores shared with the crowd), for up to 45 s.
         def send(sid):
             _, port, req = preview_request(urls[sid][0])
             c = socket.socket()
@@ -737,16 +743,22 @@ def run_crowd(a, api, create, inside, y, urls, result):
             except OSError:
                 c.close()
                 return None
+        HELD_S = 3.0
         slots = {(sid, i): None for sid in hostile for i in range(PREVIEW_PER_HOSTILE)}
+        sent_at = {}
         final = {}
         t0 = time.monotonic()
-        while time.monotonic() - t0 < 5 and len(final) < len(slots):
+        while time.monotonic() - t0 < 45:
+            now = time.monotonic()
+            if all(key in final or (slots[key] is not None and now - sent_at[key] >= HELD_S) for key in slots):
+                break
             for key in slots:
                 if key in final:
                     continue
                 c = slots[key]
                 if c is None:
                     slots[key] = send(key[0])
+                    sent_at[key] = time.monotonic()
                     continue
                 try:
                     d = c.recv(64)
@@ -857,6 +869,8 @@ def main():
             out = inside_http(x[0])
         elif a.what == "udpflows":
             out = inside_udpflows(x[0], int(x[1]), int(x[2]), float(x[3]))
+        elif a.what == "tarpit":
+            out = inside_tarpit(float(x[0]))
         elif a.what == "crowd":
             out = inside_crowd(float(x[0]), x[1], x[2], int(x[3]), int(x[4]))
         elif a.what == "quietprobe":
