@@ -55,6 +55,10 @@ int Agent::poll_timeout_ms(Clock::time_point now) const {
 void Agent::run_once() {
   pfds_.clear();
   owners_.clear();
+  // Background processes' pipes first: what they read this turn is pumped to followers below.
+  procs_.poll_fds(pfds_);
+  const size_t n_proc_fds = pfds_.size();
+  owners_.resize(n_proc_fds, nullptr);
   for (const auto& [id, s] : streams_) {
     s->poll_fds(pfds_);
     owners_.resize(pfds_.size(), s.get());
@@ -80,8 +84,9 @@ void Agent::run_once() {
   }
   const auto now = Clock::now();
 
+  if (r > 0) procs_.on_poll(pfds_.data(), n_proc_fds);
   // Streams first: a RESYNC read below may destroy them, and owners_ points into them.
-  for (size_t i = 0; r > 0 && i < n_stream_fds; ++i) {
+  for (size_t i = n_proc_fds; r > 0 && i < n_stream_fds; ++i) {
     if (pfds_[i].revents != 0 && !owners_[i]->finished()) {
       owners_[i]->on_fd_ready(pfds_[i].fd, pfds_[i].revents);
     }
@@ -120,11 +125,16 @@ bool Agent::idle() const {
 void Agent::report_idle() {
   if (!idle_reports_) return;
   const bool now_idle = idle();
-  if (reported_idle_ == now_idle) return;
+  // Held: a background process runs (a terminal's shell is one too, kept by its stream).
+  const bool now_held = procs_.running() > 0 || open_terminals() > 0;
+  if (reported_idle_ == now_idle && reported_held_ == now_held) return;
   reported_idle_ = now_idle;
-  channel_.send(FrameType::kIdle, 0, now_idle ? R"({"idle":true})" : R"({"idle":false})");
+  reported_held_ = now_held;
+  channel_.send(FrameType::kIdle, 0, dump_json(Json{{"idle", now_idle}, {"held", now_held}}));
   channel_.flush();
 }
+
+size_t Agent::open_terminals() const { return 0; }
 
 void Agent::handle_frame(protocol::Frame& f) {
   if (f.stream == 0) {
@@ -225,6 +235,19 @@ void Agent::open_stream(uint32_t id, std::string_view payload) {
         return;
       }
       s = PortStream::open(channel_, id, *req);
+    } else if (*op == "proc_start") {
+      auto started = procs_.start(*req);
+      channel_.send(FrameType::kEnd, id, dump_json(started ? *started : error_json(started.error())));
+      return;
+    } else if (*op == "proc_list" || *op == "proc_get" || *op == "proc_signal" || *op == "proc_forget") {
+      channel_.send(FrameType::kEnd, id, dump_json(procs_.run_op(*op, *req)));
+      return;
+    } else if (*op == "proc_output") {
+      s = ProcOutputStream::open(channel_, id, procs_, *req);
+    } else if (*op == "proc_stdin") {
+      s = ProcStdinStream::open(channel_, id, procs_, *req);
+    } else if (*op == "proc_wait") {
+      s = ProcWaitStream::open(channel_, id, procs_, *req);
     } else if (*op == "list" || *op == "stat" || *op == "remove") {
       channel_.send(FrameType::kEnd, id, dump_json(run_fs_op(*op, *req)));
       return;
@@ -264,6 +287,7 @@ void Agent::reap_children() {
     const pid_t pid = ::waitpid(-1, &status, WNOHANG);
     if (pid <= 0) return;
     // Orphans re-parented to PID 1 are reaped here too; only exec leaders have a stream.
+    if (procs_.on_child_exit(pid, status, now)) continue;
     for (const auto& [id, s] : streams_) {
       if (s->child_pid() == pid) {
         s->on_child_exit(status, now);

@@ -11,6 +11,7 @@
 
 #include "agent/channel.h"
 #include "agent/http_relay.h"
+#include "agent/processes.h"
 #include "agent/stream.h"
 #include "common/unique_fd.h"
 
@@ -42,6 +43,8 @@ class Agent {
   UniqueFd signal_fd_;
   // Streams the daemon opened.
   std::map<uint32_t, std::unique_ptr<Stream>> streams_;
+  // Background processes (proc_* ops): not streams, they outlive them.
+  ProcessTable procs_;
   // Streams the agent opens: the in-sandbox HTTP relay.
   HttpRelay relay_{channel_};
   std::vector<pollfd> pfds_;
@@ -50,6 +53,9 @@ class Agent {
   // off again at RESYNC (the daemon that asked is gone; a new one asks again).
   bool idle_reports_ = false;
   std::optional<bool> reported_idle_;
+  bool reported_held_ = false;
+  /// Terminals (pty streams) open now.
+  size_t open_terminals() const;
 };
 
 }  // namespace b3os::agent

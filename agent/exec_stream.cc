@@ -121,13 +121,9 @@ Result<void> check_cwd(const std::string& cwd) {
 
 }  // namespace
 
-Result<std::unique_ptr<Stream>> ExecStream::start(Channel& channel, uint32_t id, const Json& req) {
+Result<SpawnSpec> prepare_spawn(const Json& req) {
   auto spec = parse_spec(req);
   if (!spec) return fail(spec.error());
-  auto timeout_ms = get_u64(req, "timeout_ms", 0);
-  if (!timeout_ms) return fail(timeout_ms.error());
-  auto max_output = get_u64(req, "max_output", kDefaultMaxOutput);
-  if (!max_output) return fail(max_output.error());
   auto user = get_string(req, "user", std::string());
   if (!user) return fail(user.error());
   if (!user->empty()) {
@@ -137,12 +133,28 @@ Result<std::unique_ptr<Stream>> ExecStream::start(Channel& channel, uint32_t id,
     spec->ids = SpawnIds{u->uid, u->gid, std::move(u->groups)};
   }
   if (auto r = check_cwd(spec->cwd); !r) return fail(r.error());
+  return spec;
+}
+
+Result<std::unique_ptr<Stream>> ExecStream::start(Channel& channel, uint32_t id, const Json& req) {
+  auto spec = prepare_spawn(req);
+  if (!spec) return fail(spec.error());
+  auto timeout_ms = get_u64(req, "timeout_ms", 0);
+  if (!timeout_ms) return fail(timeout_ms.error());
+  auto max_output = get_u64(req, "max_output", kDefaultMaxOutput);
+  if (!max_output) return fail(max_output.error());
+  auto announce = get_bool(req, "announce", false);
+  if (!announce) return fail(announce.error());
 
   const auto started = Clock::now();
   auto child = spawn_child(*spec);
   if (!child) return fail(child.error());
-  return std::unique_ptr<Stream>(
+  const pid_t pid = child->pid;
+  auto stream = std::unique_ptr<Stream>(
       new ExecStream(channel, id, std::move(*child), started, *timeout_ms, *max_output));
+  // The daemon that streams the output says "started" (with the pid) once this arrives.
+  if (*announce) send_header(channel, id, Json{{"ok", true}, {"pid", pid}});
+  return stream;
 }
 
 ExecStream::ExecStream(Channel& channel, uint32_t id, SpawnedChild child, Clock::time_point started,

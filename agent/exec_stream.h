@@ -9,6 +9,10 @@
 
 namespace b3os::agent {
 
+/// The process an exec or proc_start request asks for: argv, env, cwd and stdin checked, its
+/// `user` resolved from the sandbox's own account files, its cwd one that exists.
+Result<SpawnSpec> prepare_spawn(const Json& req);
+
 class ExecStream : public Stream {
  public:
   /// Validates the request, checks cwd and starts the process.

@@ -36,4 +36,8 @@ void send_end_error(Channel& channel, uint32_t id, const Error& e) {
   channel.send(protocol::FrameType::kEnd, id, dump_json(error_json(e)));
 }
 
+void send_header(Channel& channel, uint32_t id, const Json& header) {
+  channel.send(protocol::FrameType::kHeader, id, dump_json(header));
+}
+
 }  // namespace b3os::agent

@@ -78,6 +78,8 @@ class Stream {
   bool finished_ = false;
 };
 
+/// Sends a HEADER (JSON) on stream `id`.
+void send_header(Channel& channel, uint32_t id, const Json& header);
 /// Sends END {"ok":false,...} for a stream that never got an object (a failed OPEN).
 void send_end_error(Channel& channel, uint32_t id, const Error& e);
 

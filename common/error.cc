@@ -38,6 +38,7 @@ constexpr CodeInfo kCodes[] = {
     {ErrorCode::kFileNotFound, "file_not_found", 404, kInvalidRequestError},
     {ErrorCode::kSnapshotNotFound, "snapshot_not_found", 404, kInvalidRequestError},
     {ErrorCode::kModelNotFound, "model_not_found", 404, kInvalidRequestError},
+    {ErrorCode::kProcessNotFound, "process_not_found", 404, kInvalidRequestError},
     {ErrorCode::kMethodNotAllowed, "method_not_allowed", 405, kInvalidRequestError},
     {ErrorCode::kRequestTimeout, "request_timeout", 408, kInvalidRequestError},
     {ErrorCode::kConflict, "conflict", 409, kInvalidRequestError},

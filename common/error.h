@@ -21,6 +21,7 @@ enum class ErrorCode {
   kFileNotFound,            // 404
   kSnapshotNotFound,        // 404
   kModelNotFound,           // 404 (model gateway: no such model)
+  kProcessNotFound,         // 404 (a background process of a sandbox)
   kMethodNotAllowed,        // 405
   kRequestTimeout,          // 408 (a request body that stopped coming)
   kConflict,                // 409 (state conflicts: sandbox not running, ...)

@@ -303,6 +303,10 @@ int main(int argc, char** argv) {
   app.add_option("--mkfs", cfg.runtime.disks.mkfs, "mkfs of the sandboxes' disks (ext4)")->capture_default_str();
   app.add_option("--memory-overhead-mib", cfg.runtime.memory_overhead_mib, "cgroup memory added to memory_mib for the runtime")->capture_default_str();
   app.add_option("--max-upload-bytes", api_cfg.max_upload_bytes, "largest file upload")->capture_default_str();
+  app.add_option("--process-output-bytes", api_cfg.process_output_bytes,
+                 "output a background process keeps (its ring) when its start does not say; 4096 to 64 MiB")
+      ->check(CLI::Range(uint64_t{4096}, sandbox::kMaxProcessOutputBytes))
+      ->capture_default_str();
   app.add_option("--max-exec-output", cfg.max_exec_output, "bytes of stdout and of stderr kept per exec")->capture_default_str();
   app.add_option("--max-sandboxes-per-project", cfg.max_sandboxes_per_project)->capture_default_str();
   app.add_option("--max-sandboxes-per-node", cfg.max_sandboxes_per_node)->capture_default_str();

@@ -296,7 +296,10 @@ void AgentChannel::handle_control(Frame f) {
   }
   if (f.type == FrameType::kIdle) {
     auto j = nlohmann::json::parse(f.payload, nullptr, false);
-    if (on_idle_ && j.is_object() && j.contains("idle") && j["idle"].is_boolean()) on_idle_(j["idle"].get<bool>());
+    if (on_idle_ && j.is_object() && j.contains("idle") && j["idle"].is_boolean()) {
+      const auto held = j.find("held");  // an agent older than background processes says none
+      on_idle_(j["idle"].get<bool>(), held != j.end() && held->is_boolean() && held->get<bool>());
+    }
     return;
   }
   std::lock_guard lk(mu_);

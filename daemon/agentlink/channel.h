@@ -81,10 +81,10 @@ class AgentChannel : public std::enable_shared_from_this<AgentChannel> {
   /// the work to another thread at once); the stream's first frame is the OPEN. Without a
   /// handler the agent gets END {"ok":false} straight away.
   /// `on_idle` runs, on the reader thread, for each IDLE report of the agent (true: nothing
-  /// but the agent is alive and no stream is open; false: no longer). It must not wait on
-  /// the channel.
+  /// but the agent is alive and no stream is open; false: no longer; `held`: a background
+  /// process runs or a terminal is open). It must not wait on the channel.
   using IncomingHandler = std::function<void(std::shared_ptr<Stream>)>;
-  using IdleHandler = std::function<void(bool idle)>;
+  using IdleHandler = std::function<void(bool idle, bool held)>;
   static std::shared_ptr<AgentChannel> start(UniqueFd fd, std::string name,
                                              std::function<void(const std::string&)> on_close,
                                              IncomingHandler incoming = nullptr, IdleHandler on_idle = nullptr);

@@ -8,6 +8,7 @@
 #include "common/clock.h"
 #include "common/ids.h"
 #include "common/json.h"
+#include "daemon/sandbox/output.h"
 #include "daemon/sandbox/requests.h"
 #include "daemon/sandbox/timing.h"
 
@@ -33,6 +34,20 @@ bool media_type_is(std::string_view content_type, std::string_view want) {
   std::string_view t = content_type.substr(0, semi);
   while (!t.empty() && t.back() == ' ') t.remove_suffix(1);
   return equals_ci(t, want);
+}
+
+/// True when an Accept header lists text/event-stream (a client that wants events).
+bool accepts_event_stream(std::string_view accept) {
+  size_t i = 0;
+  while (i < accept.size()) {
+    size_t j = accept.find(',', i);
+    if (j == std::string_view::npos) j = accept.size();
+    std::string_view item = accept.substr(i, j - i);
+    while (!item.empty() && item.front() == ' ') item.remove_prefix(1);
+    if (media_type_is(item, "text/event-stream")) return true;
+    i = j + 1;
+  }
+  return false;
 }
 
 tl::unexpected<Error> not_found(const std::string& id) {
@@ -271,6 +286,7 @@ void Api::handle(http::Exchange& ex) {
   if (!match.route) return send(c, match.refusal);
   auto reply = (this->*match.route->json)(c);
   if (!reply) return send_error(c, reply.error());
+  if (reply->status == 0) return;  // the handler answered itself (a streamed exec)
   send(c, std::move(*reply));
 }
 
@@ -324,6 +340,14 @@ const std::vector<Api::Route>& Api::routes() {
       {"POST", "/v1/sandboxes/{sbx}/resume", &Api::resume, nullptr, "resume"},
       {"POST", "/v1/sandboxes/{sbx}/snapshot", &Api::snapshot, nullptr, "snapshot"},
       {"POST", "/v1/sandboxes/{sbx}/ports/{port}/url", &Api::mint_port_url, nullptr},
+      {"POST", "/v1/sandboxes/{sbx}/processes", &Api::start_process, nullptr, "process_start"},
+      {"GET", "/v1/sandboxes/{sbx}/processes", &Api::list_processes, nullptr},
+      {"GET", "/v1/sandboxes/{sbx}/processes/{proc}", &Api::get_process, nullptr},
+      {"DELETE", "/v1/sandboxes/{sbx}/processes/{proc}", &Api::forget_process, nullptr},
+      {"POST", "/v1/sandboxes/{sbx}/processes/{proc}/stdin", &Api::process_stdin, nullptr},
+      {"POST", "/v1/sandboxes/{sbx}/processes/{proc}/signal", &Api::signal_process, nullptr},
+      {"POST", "/v1/sandboxes/{sbx}/processes/{proc}/wait", &Api::wait_process, nullptr},
+      {"GET", "/v1/sandboxes/{sbx}/processes/{proc}/output", nullptr, &Api::process_output},
   };
   return kRoutes;
 }
@@ -375,6 +399,9 @@ Api::Match Api::route(Call& c) {
         // a name or an id: the service says whether there is one (404)
       } else if (pattern[i] == "{bld}") {
         if (!valid_id(s[i], "bld")) return refuse({ErrorCode::kNotFound, "no build " + s[i], 0});
+      } else if (pattern[i] == "{proc}") {
+        if (!sandbox::valid_process_key(s[i]))
+          return refuse({ErrorCode::kProcessNotFound, "no process \"" + s[i] + "\" (ids look like proc_3, or give the pid)", 0});
       } else if (pattern[i] == "{port}") {
         // any segment: its handler says what is wrong with it (400)
       } else if (pattern[i] == "{snp}") {
@@ -528,6 +555,10 @@ Result<Reply> Api::exec(Call& c) {
   auto spec = sandbox::parse_exec(c.body);
   if (!spec) return fail(spec.error());
   c.timing.lap("parse", sw);
+  if (spec->stream || accepts_event_stream(c.ex.header("Accept"))) {
+    spec->stream = true;
+    return exec_streamed(c, *spec);
+  }
   auto r = sandboxes_.exec(c.principal, c.target.segments[2], *spec, c.timing, [&] { return c.ex.client_gone(); });
   if (!r) return fail(r.error());
   return Reply{200,
@@ -539,6 +570,194 @@ Result<Reply> Api::exec(Call& c) {
                 {"stdout_truncated", r->stdout_truncated},
                 {"stderr_truncated", r->stderr_truncated}},
                {}};
+}
+
+// A streamed exec (docs/api.md, "Streamed exec"): server-sent events `start` {pid}, `stdout` and
+// `stderr` chunks as they come, then `exit` (or `error`). Until `start` nothing is sent, so a
+// command that cannot start (no such sandbox, a bad cwd or user) is an ordinary error answer.
+// Each chunk is written before the agent may send more: a client that reads slowly holds the
+// command back; one that reads nothing for the write timeout ends it, as one that leaves does.
+Result<Reply> Api::exec_streamed(Call& c, sandbox::ExecSpec& spec) {
+  if (c.idempotency_key) {
+    (void)store_.idempotency_abort(c.principal.project_id, *c.idempotency_key);
+    c.idempotency_key.reset();
+    return fail(ErrorCode::kInvalidRequest, "a streamed exec cannot be replayed: send it without Idempotency-Key");
+  }
+  sandbox::OutputEncoder enc;
+  bool begun = false;
+  auto on_start = [&](int pid) {
+    http::Headers h = {{"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"}};
+    if (!c.ex.begin_stream(200, "text/event-stream", http::Exchange::kUnknownLength, h)) return false;
+    begun = true;
+    return static_cast<bool>(c.ex.write(sandbox::sse_event("start", json{{"pid", pid}})));
+  };
+  auto on_output = [&](bool is_stderr, std::string_view bytes) {
+    auto chunk = enc.chunk(is_stderr, bytes);
+    if (!chunk) return true;
+    return static_cast<bool>(c.ex.write(sandbox::sse_event(is_stderr ? "stderr" : "stdout", *chunk)));
+  };
+  auto r = sandboxes_.exec(c.principal, c.target.segments[2], spec, c.timing, [&] { return c.ex.client_gone(); },
+                           on_output, on_start);
+  const double total = c.total.elapsed_ms();
+  sandbox::record_operation(c.operation, "rest", c.timing, total,
+                            r ? sandbox::Outcome::kOk
+                              : sandbox::outcome_of(error_http_status(r.error().code)));
+  if (!begun) {
+    if (!r) return fail(r.error());
+    // An agent that never said "started" (one in an older checkpoint image): the whole
+    // answer comes at the end, still as events.
+    if (!c.ex.begin_stream(200, "text/event-stream", http::Exchange::kUnknownLength, {{"Cache-Control", "no-cache"}}))
+      return Reply{0, {}, {}};
+    begun = true;
+  }
+  std::string tail;
+  for (bool err : {false, true})
+    if (auto j = enc.flush(err)) tail += sandbox::sse_event(err ? "stderr" : "stdout", *j);
+  if (!r) {
+    tail += sandbox::sse_event("error", json{{"error", {{"code", std::string(error_code_name(r.error().code))},
+                                                        {"message", r.error().message}}}});
+  } else {
+    tail += sandbox::sse_event("exit", json{{"exit_code", r->exit_code},
+                                            {"signal", r->signal},
+                                            {"timed_out", r->timed_out},
+                                            {"duration_ms", round_us(r->duration_ms)}});
+  }
+  if (c.ex.write(tail)) (void)c.ex.end_stream();
+  else c.ex.abort_stream();
+  return Reply{0, {}, {}};  // answered
+}
+
+// ---- background processes (docs/api.md, "Background processes") ----
+
+Result<Reply> Api::start_process(Call& c) {
+  auto spec = sandbox::parse_process(c.body, cfg_.process_output_bytes);
+  if (!spec) return fail(spec.error());
+  return reply(sandboxes_.exec().start_process(c.principal, c.target.segments[2], *spec, c.timing), 201);
+}
+
+Result<Reply> Api::list_processes(Call& c) {
+  return reply(sandboxes_.exec().list_processes(c.principal, c.target.segments[2]));
+}
+
+Result<Reply> Api::get_process(Call& c) {
+  return reply(sandboxes_.exec().get_process(c.principal, c.target.segments[2], c.target.segments[4]));
+}
+
+Result<Reply> Api::forget_process(Call& c) {
+  return reply(sandboxes_.exec().forget_process(c.principal, c.target.segments[2], c.target.segments[4]));
+}
+
+Result<Reply> Api::process_stdin(Call& c) {
+  auto req = sandbox::parse_stdin(c.body);
+  if (!req) return fail(req.error());
+  return reply(sandboxes_.exec().write_process_stdin(c.principal, c.target.segments[2], c.target.segments[4], req->data,
+                                                     req->eof));
+}
+
+Result<Reply> Api::signal_process(Call& c) {
+  auto req = sandbox::parse_signal(c.body);
+  if (!req) return fail(req.error());
+  return reply(sandboxes_.exec().signal_process(c.principal, c.target.segments[2], c.target.segments[4], req->signal,
+                                                req->group));
+}
+
+Result<Reply> Api::wait_process(Call& c) {
+  auto timeout = sandbox::parse_wait(c.body);
+  if (!timeout) return fail(timeout.error());
+  return reply(sandboxes_.exec().wait_process(c.principal, c.target.segments[2], c.target.segments[4], *timeout,
+                                              [&] { return c.ex.client_gone(); }));
+}
+
+// GET .../output: JSON of what the ring holds from `since`, or (follow=true, or Accept:
+// text/event-stream) server-sent events: `stdout`/`stderr` chunks whose `id` is the offset
+// after them (an EventSource that reconnects sends it back as Last-Event-ID), `gap` where the
+// ring dropped bytes the reader had not taken, then `exit` (or `end` while it still runs).
+void Api::process_output(Call& c) {
+  auto req = sandbox::parse_output_request(params_of(c.target), std::string(c.ex.header("Last-Event-ID")));
+  if (!req) return send_error(c, req.error());
+  const bool sse = req->follow || accepts_event_stream(c.ex.header("Accept"));
+  const std::string& id = c.target.segments[2];
+  const std::string& proc = c.target.segments[4];
+  sandbox::OutputEncoder enc;
+  sandbox::Exec::OutputReader reader;
+  json header, chunks = json::array();
+  uint64_t emitted = req->since;  // bytes before this offset were sent (or said dropped)
+  bool begun = false;
+  int last_stream = -1;
+  auto write = [&](const std::string& event) { return static_cast<bool>(c.ex.write(event)); };
+  // One chunk, ending at offset `end` (its SSE id: where a reader that comes back resumes).
+  auto emit = [&](bool is_stderr, json j, uint64_t end) {
+    j["offset"] = emitted;
+    emitted = end;
+    if (sse) return write(sandbox::sse_event(is_stderr ? "stderr" : "stdout", j, end));
+    j["stream"] = is_stderr ? "stderr" : "stdout";
+    chunks.push_back(std::move(j));
+    return true;
+  };
+  // A partial UTF-8 character carried for one stream goes out (as base64) before bytes of the
+  // other stream or a gap: offsets stay in order.
+  auto flush = [&](bool is_stderr) {
+    const size_t n = enc.carried(is_stderr);
+    if (auto j = enc.flush(is_stderr)) return emit(is_stderr, *j, emitted + n);
+    return true;
+  };
+  reader.begin = [&](const json& h) {
+    header = h;
+    emitted = h.value("from", req->since);
+    if (!sse) return true;
+    http::Headers hs = {{"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"}};
+    if (!c.ex.begin_stream(200, "text/event-stream", http::Exchange::kUnknownLength, hs)) return false;
+    begun = true;
+    if (emitted > req->since)
+      return write(sandbox::sse_event("gap", json{{"from", req->since}, {"to", emitted}}, emitted));
+    return true;
+  };
+  reader.data = [&](uint64_t offset, bool is_stderr, std::string_view bytes) {
+    const int stream = is_stderr ? 1 : 0;
+    if (last_stream >= 0 && last_stream != stream && !flush(last_stream == 1)) return false;
+    last_stream = stream;
+    auto j = enc.chunk(is_stderr, bytes);
+    if (!j) return true;
+    return emit(is_stderr, *j, offset + bytes.size() - enc.carried(is_stderr));
+  };
+  reader.gap = [&](uint64_t from, uint64_t to) {
+    if (!flush(false) || !flush(true)) return false;
+    emitted = to;
+    if (sse) return write(sandbox::sse_event("gap", json{{"from", from}, {"to", to}}, to));
+    chunks.push_back(json{{"gap", {{"from", from}, {"to", to}}}});
+    return true;
+  };
+  auto r = sandboxes_.exec().process_output(c.principal, id, proc, req->since, req->follow, req->timeout_ms, reader,
+                                            [&] { return c.ex.client_gone(); });
+  if (!r && !begun) return send_error(c, r.error());
+  if (r) (void)(flush(false) && flush(true));
+  if (!sse) {
+    json out = {{"object", "process_output"},
+                {"id", proc},
+                {"since", req->since},
+                {"from", header.value("from", req->since)},
+                {"dropped", header.value("dropped", uint64_t{0})},
+                {"chunks", chunks},
+                {"next", emitted},
+                {"running", r->value("running", false)}};
+    if (r->contains("exit_code")) {
+      out["exit_code"] = (*r)["exit_code"];
+      out["signal"] = (*r)["signal"];
+    }
+    return send(c, {200, std::move(out), {}});
+  }
+  if (!r) {
+    (void)write(sandbox::sse_event("error", json{{"error", {{"code", std::string(error_code_name(r.error().code))},
+                                                            {"message", r.error().message}}}}));
+    return c.ex.abort_stream();
+  }
+  const uint64_t next = r->value("next", emitted);
+  const std::string tail =
+      r->contains("exit_code")
+          ? sandbox::sse_event("exit", json{{"exit_code", (*r)["exit_code"]}, {"signal", (*r)["signal"]}, {"next", next}}, next)
+          : sandbox::sse_event("end", json{{"running", true}, {"next", next}}, next);
+  if (write(tail)) (void)c.ex.end_stream();
+  else c.ex.abort_stream();
 }
 
 // ---- stream handlers ----

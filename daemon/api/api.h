@@ -83,6 +83,15 @@ class Api {
   Result<Reply> delete_sandbox(Call& c);
   Result<Reply> update_sandbox(Call& c);
   Result<Reply> exec(Call& c);
+  Result<Reply> exec_streamed(Call& c, sandbox::ExecSpec& spec);
+  Result<Reply> start_process(Call& c);
+  Result<Reply> list_processes(Call& c);
+  Result<Reply> get_process(Call& c);
+  Result<Reply> forget_process(Call& c);
+  Result<Reply> process_stdin(Call& c);
+  Result<Reply> signal_process(Call& c);
+  Result<Reply> wait_process(Call& c);
+  void process_output(Call& c);
   Result<Reply> remove_file(Call& c);
   Result<Reply> list_files(Call& c);
   Result<Reply> fork(Call& c);

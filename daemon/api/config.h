@@ -19,6 +19,8 @@ struct Config {
   // request workers (http::Config::max_requests), so one tenant never takes the node.
   int max_requests_per_key = 64;
   int max_requests_per_project = 128;
+  // The output ring of a background process when its start does not say (output_bytes).
+  uint64_t process_output_bytes = 1u << 20;
 };
 
 }  // namespace b3os::api

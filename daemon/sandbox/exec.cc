@@ -50,13 +50,19 @@ Result<std::shared_ptr<agentlink::Stream>> Exec::open_stream(LiveSandbox& s, con
 }
 
 Result<ExecResult> Exec::exec(const Principal& p, const std::string& id, const ExecSpec& spec, Timing& t,
-                                        const CancelCheck& cancelled) {
+                              const CancelCheck& cancelled, const OutputSink& on_output, const StartSink& on_start) {
   Stopwatch sw;
   auto sr = lifecycle_.running(p, id);
   if (!sr) return fail(sr.error());
   auto& s = **sr;
   ActiveOp busy(s);
   Awake awake = lifecycle_.awake(s);
+  auto res = run_live(s, with_defaults(s, spec), cancelled, on_output, on_start);
+  if (res) t.lap("exec", sw);
+  return res;
+}
+
+ExecSpec Exec::with_defaults(LiveSandbox& s, const ExecSpec& spec) {
   // A template's defaults for its commands (docs/templates.md): working directory and user.
   ExecSpec e = spec;
   if (auto* catalog = lifecycle_.templates(); catalog && (!spec.cwd_given || spec.user.empty())) {
@@ -70,13 +76,10 @@ Result<ExecResult> Exec::exec(const Principal& p, const std::string& id, const E
     if (!spec.cwd_given && !d.workdir.empty()) e.cwd = d.workdir;
     if (spec.user.empty() && !d.user.empty()) e.user = d.user;
   }
-  auto res = run_live(s, e, cancelled, {});
-  if (res) t.lap("exec", sw);
-  return res;
+  return e;
 }
 
-Result<ExecResult> Exec::run_live(LiveSandbox& s, const ExecSpec& spec, const CancelCheck& cancelled,
-                                  const OutputSink& on_output) {
+json Exec::command_env(LiveSandbox& s, const ExecSpec& spec) {
   json env = {{"PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
               {"LANG", "C.UTF-8"},
               {"B3OS_SANDBOX_ID", s.id}};
@@ -100,18 +103,25 @@ Result<ExecResult> Exec::run_live(LiveSandbox& s, const ExecSpec& spec, const Ca
     for (auto& [k, v] : rec.secrets) env[k] = v;
   }
   for (auto& [k, v] : spec.env) env[k] = v;
+  return env;
+}
+
+Result<ExecResult> Exec::run_live(LiveSandbox& s, const ExecSpec& spec, const CancelCheck& cancelled,
+                                  const OutputSink& on_output, const StartSink& on_start) {
   json req = {{"op", "exec"},
               {"argv", spec.argv},
-              {"env", env},
+              {"env", command_env(s, spec)},
               {"cwd", spec.cwd},
               {"timeout_ms", spec.timeout_ms},
               {"stdin", spec.stdin_data.has_value()},
-              {"max_output", cfg_.max_exec_output}};
+              // A streamed command's output is all forwarded, as fast as its client reads it.
+              {"max_output", spec.stream && on_output ? ~uint64_t{0} : cfg_.max_exec_output}};
   if (!spec.user.empty()) req["user"] = spec.user;
+  if (on_start) req["announce"] = true;  // the agent says HEADER {"pid"} once it started
   auto stream = open_stream(s, req);
   if (!stream) return fail(stream.error());
   auto& st = **stream;
-  const auto deadline = Clock::now() + std::chrono::milliseconds(spec.timeout_ms) + kExecGrace;
+  auto deadline = Clock::now() + std::chrono::milliseconds(spec.timeout_ms) + kExecGrace;
   if (spec.stdin_data) {
     if (auto r = st.send_data(*spec.stdin_data, deadline); !r && r.error().code != ErrorCode::kConflict)
       return fail(lifecycle_.explain(s, r.error()));
@@ -135,17 +145,35 @@ Result<ExecResult> Exec::run_live(LiveSandbox& s, const ExecSpec& spec, const Ca
       if (s.channel->closed()) return fail(lifecycle_.explain(s, f.error()));
       continue;
     }
-    if (f->type == protocol::FrameType::kStdout || f->type == protocol::FrameType::kStderr) {
-      if (on_output) on_output(f->type == protocol::FrameType::kStderr, std::string_view(f->payload.data(), f->payload.size()));
-      auto& out = f->type == protocol::FrameType::kStdout ? res.stdout_data : res.stderr_data;
-      size_t room = cfg_.max_exec_output > out.size() ? cfg_.max_exec_output - out.size() : 0;
-      out.append(f->payload.data(), std::min(room, f->payload.size()));
+    if (f->type == protocol::FrameType::kHeader) {
+      json h = json::parse(f->payload, nullptr, false);
+      if (on_start && h.is_object() && !on_start(h.value("pid", -1))) {
+        st.cancel();
+        return fail(ErrorCode::kInternal, "the client went away; the command was cancelled");
+      }
+    } else if (f->type == protocol::FrameType::kStdout || f->type == protocol::FrameType::kStderr) {
+      // The credit goes back only once the bytes were handed on: a client that reads slowly
+      // holds the command's output in its pipe, not in b3osd's memory.
+      if (on_output &&
+          !on_output(f->type == protocol::FrameType::kStderr, std::string_view(f->payload.data(), f->payload.size()))) {
+        st.cancel();
+        return fail(ErrorCode::kInternal, "the client went away or stopped reading; the command was cancelled");
+      }
+      if (!(spec.stream && on_output)) {
+        auto& out = f->type == protocol::FrameType::kStdout ? res.stdout_data : res.stderr_data;
+        size_t room = cfg_.max_exec_output > out.size() ? cfg_.max_exec_output - out.size() : 0;
+        out.append(f->payload.data(), std::min(room, f->payload.size()));
+      }
       st.grant(static_cast<uint32_t>(f->payload.size()));
+      // Output still flowing to a slow client after the command's time: the agent has killed
+      // it at timeout_ms; what it wrote before is still owed.
+      if (spec.stream) deadline = std::max(deadline, Clock::now() + kExecGrace);
     } else if (f->type == protocol::FrameType::kEnd) {
       auto end = parse_end(*f);
       if (!end) return fail(end.error());
       res.exit_code = end->value("exit_code", -1);
       res.timed_out = end->value("timed_out", false);
+      res.signal = end->value("signal", 0);
       res.duration_ms = end->value("duration_ms", 0.0);
       res.stdout_truncated = end->value("stdout_truncated", false);
       res.stderr_truncated = end->value("stderr_truncated", false);

@@ -16,25 +16,67 @@ class Exec {
  public:
   Exec(const Config& cfg, Lifecycle& lifecycle) : cfg_(cfg), lifecycle_(lifecycle) {}
 
+  /// Output of a command as it comes (stderr or not, the bytes); false stops it (the client
+  /// that streams it went away or stopped reading).
+  using OutputSink = std::function<bool(bool is_stderr, std::string_view bytes)>;
+  /// The command started with this pid (in the sandbox); false stops it.
+  using StartSink = std::function<bool(int pid)>;
+
+  /// Runs a command. With `on_output` its output goes there as it comes and, for a
+  /// `spec.stream`, is not kept in the result (nor cut at --max-exec-output).
   Result<ExecResult> exec(const Principal& p, const std::string& id, const ExecSpec& spec, Timing& t,
-                          const CancelCheck& cancelled);
+                          const CancelCheck& cancelled, const OutputSink& on_output = {},
+                          const StartSink& on_start = {});
   Result<nlohmann::json> write_file(const Principal& p, const std::string& id, const std::string& path,
                                     const ChunkSource& source, Timing& t);
   Result<void> read_file(const Principal& p, const std::string& id, const std::string& path, FileSink& sink, Timing& t);
   Result<nlohmann::json> list_dir(const Principal& p, const std::string& id, const std::string& path, Timing& t);
   Result<nlohmann::json> remove_path(const Principal& p, const std::string& id, const std::string& path,
                                      bool recursive, Timing& t);
-  /// Output of a command as it comes (stderr or not, the bytes).
-  using OutputSink = std::function<void(bool is_stderr, std::string_view bytes)>;
   /// Runs a command in a live sandbox the caller holds (a template build's, which no project
   /// can reach), giving its output to `on_output` as it comes as well as in the result.
   Result<ExecResult> run_live(LiveSandbox& s, const ExecSpec& spec, const CancelCheck& cancelled,
-                              const OutputSink& on_output);
+                              const OutputSink& on_output, const StartSink& on_start = {});
   /// Round trip over a sandbox's agent channel (benchmarks).
   Result<double> ping(const Principal& p, const std::string& id);
 
+  // ---- background processes (processes.cc; docs/api.md, "Background processes") ----
+  /// Starts a command detached: the process object ({"id","pid","status",...}).
+  Result<nlohmann::json> start_process(const Principal& p, const std::string& id, const ProcessSpec& spec, Timing& t);
+  Result<nlohmann::json> list_processes(const Principal& p, const std::string& id);
+  /// `proc` is a process id ("proc_3") or a pid ("412").
+  Result<nlohmann::json> get_process(const Principal& p, const std::string& id, const std::string& proc);
+  Result<nlohmann::json> signal_process(const Principal& p, const std::string& id, const std::string& proc, int signal,
+                                        bool group);
+  /// Forgets an exited process (its output with it); 409 while it runs.
+  Result<nlohmann::json> forget_process(const Principal& p, const std::string& id, const std::string& proc);
+  /// Writes to its stdin (and closes it after, with `eof`); 409 when its stdin is closed.
+  Result<nlohmann::json> write_process_stdin(const Principal& p, const std::string& id, const std::string& proc,
+                                             std::string_view data, bool eof);
+  /// Waits up to `timeout_ms` for it to exit: {"exited", "process"}.
+  Result<nlohmann::json> wait_process(const Principal& p, const std::string& id, const std::string& proc,
+                                      int64_t timeout_ms, const CancelCheck& cancelled);
+  /// Reading a process's output from an offset (offsets count stdout and stderr bytes together).
+  struct OutputReader {
+    /// Once, first: where the read starts ({"start","end","from","dropped"}).
+    std::function<bool(const nlohmann::json& header)> begin;
+    /// Bytes of stdout or stderr at `offset`, in order; false stops the read.
+    std::function<bool(uint64_t offset, bool is_stderr, std::string_view bytes)> data;
+    /// Bytes [from, to) fell out of the ring before this reader took them.
+    std::function<bool(uint64_t from, uint64_t to)> gap;
+  };
+  /// Reads from `since` to the end, or with `follow` until the process's output is done (or
+  /// `max_ms` passed): {"next","running","exit_code","signal"}.
+  Result<nlohmann::json> process_output(const Principal& p, const std::string& id, const std::string& proc,
+                                        uint64_t since, bool follow, int64_t max_ms, const OutputReader& reader,
+                                        const CancelCheck& cancelled);
+
  private:
   Result<std::shared_ptr<agentlink::Stream>> open_stream(LiveSandbox& s, const nlohmann::json& request);
+  /// The command with its template's defaults (workdir, user) where it gives none.
+  ExecSpec with_defaults(LiveSandbox& s, const ExecSpec& spec);
+  /// The complete environment of a command: the node's, the sandbox's env and secrets, its own.
+  nlohmann::json command_env(LiveSandbox& s, const ExecSpec& spec);
   /// One request whose whole answer is the agent's END (list, remove).
   Result<nlohmann::json> call_agent(const Principal& p, const std::string& id, const nlohmann::json& request);
 

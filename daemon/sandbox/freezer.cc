@@ -40,9 +40,10 @@ Awake Freezer::awake(LiveSandbox& s) {
   return Awake(&s);
 }
 
-void Freezer::on_report(LiveSandbox& s, bool idle) {
+void Freezer::on_report(LiveSandbox& s, bool idle, bool held) {
   if (idle && s.agent_idle.load() != 1) s.agent_idle_since_ms = steady_ms();
   s.agent_idle = idle ? 1 : 0;
+  s.agent_held = held;
 }
 
 void Freezer::sweep(int64_t now_ms) {

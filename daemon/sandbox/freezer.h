@@ -48,7 +48,7 @@ class Freezer {
   /// it if the freezer froze it, and keeps it thawed until the returned guard goes.
   Awake awake(LiveSandbox& s);
   /// An IDLE report from the sandbox's agent (on its channel's reader thread).
-  static void on_report(LiveSandbox& s, bool idle);
+  static void on_report(LiveSandbox& s, bool idle, bool held);
   /// One pass: freezes every running sandbox idle for the grace at `now_ms` (steady_ms()).
   void sweep(int64_t now_ms);
   int grace_ms() const { return grace_ms_; }

@@ -40,8 +40,8 @@ std::shared_ptr<agentlink::AgentChannel> Launcher::attach(UniqueFd fd, const std
                               {"error", {{"code", "product_unavailable"}, {"message", "this b3osd has no model gateway"}}}});
         }
       },
-      [weak = std::weak_ptr<LiveSandbox>(s)](bool idle) {
-        if (auto live = weak.lock()) Freezer::on_report(*live, idle);
+      [weak = std::weak_ptr<LiveSandbox>(s)](bool idle, bool held) {
+        if (auto live = weak.lock()) Freezer::on_report(*live, idle, held);
       });
 }
 

@@ -57,6 +57,9 @@ struct LiveSandbox {
   // that does not report is never frozen), 0 busy, 1 idle; and since when (steady ms).
   std::atomic<int> agent_idle{-1};
   std::atomic<int64_t> agent_idle_since_ms{0};
+  // A background process runs or a terminal is open (the agent's IDLE reports): the sandbox
+  // is in use, and timeout_s counts from when the last of them ended.
+  std::atomic<bool> agent_held{false};
 
   // The egress its network has now (networked sandboxes; launcher.cc apply_egress). Guarded
   // by egress_mu, which is taken alone and held across the firewall change: changes of one

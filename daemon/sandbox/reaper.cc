@@ -74,6 +74,12 @@ void Reaper::sweep(int64_t now_ms) {
       continue;
     }
     if (!alive(s)) continue;
+    if (s->agent_held.load()) {
+      // In use by a background process or a terminal: its activity, written through at most
+      // every 30 s (or half its timeout), so that timeout_s counts from when they end.
+      if (now_ms >= s->last_activity_ms.load() + std::min<int64_t>(30'000, timeout_ms / 2)) lifecycle_.touch(*s);
+      continue;
+    }
     if (s->active_ops.load() > 0 || now_ms < s->last_activity_ms.load() + timeout_ms) continue;
     if (pause) {
       if (auto r = lifecycle_.pause_live(*s, "idle"); !r)

@@ -1,9 +1,12 @@
 #include "daemon/sandbox/requests.h"
 
+#include <cctype>
+#include <cerrno>
 #include <cstdlib>
 
 #include "common/ids.h"
 #include "daemon/sandbox/spec.h"
+#include "daemon/sys/codec.h"
 
 namespace b3os::sandbox {
 
@@ -26,7 +29,132 @@ Result<int> parse_limit(const Params& params) {
   return static_cast<int>(v);
 }
 
+Result<uint64_t> parse_u64(const std::string& field, const std::string& v, uint64_t hi) {
+  if (v.empty() || v.size() > 20 || v.find_first_not_of("0123456789") != std::string::npos)
+    return fail(ErrorCode::kInvalidRequest, field + ": must be a non-negative integer");
+  errno = 0;
+  const unsigned long long n = std::strtoull(v.c_str(), nullptr, 10);
+  if (errno == ERANGE || n > hi) return fail(ErrorCode::kInvalidRequest, field + ": at most " + std::to_string(hi));
+  return static_cast<uint64_t>(n);
+}
+
+// Signal names as kill(1) takes them, without the SIG prefix.
+const std::map<std::string, int> kSignals = {
+    {"HUP", 1},   {"INT", 2},   {"QUIT", 3},  {"ILL", 4},    {"TRAP", 5},   {"ABRT", 6},   {"BUS", 7},
+    {"FPE", 8},   {"KILL", 9},  {"USR1", 10}, {"SEGV", 11},  {"USR2", 12},  {"PIPE", 13},  {"ALRM", 14},
+    {"TERM", 15}, {"CHLD", 17}, {"CONT", 18}, {"STOP", 19},  {"TSTP", 20},  {"TTIN", 21},  {"TTOU", 22},
+    {"URG", 23},  {"XCPU", 24}, {"XFSZ", 25}, {"VTALRM", 26}, {"PROF", 27}, {"WINCH", 28}, {"IO", 29},
+    {"PWR", 30},  {"SYS", 31}};
+
 }  // namespace
+
+bool valid_process_key(const std::string& key) {
+  auto digits = [](std::string_view s) {
+    return !s.empty() && s.size() <= 10 && s.find_first_not_of("0123456789") == std::string_view::npos;
+  };
+  if (key.rfind("proc_", 0) == 0) return digits(std::string_view(key).substr(5));
+  return digits(key);
+}
+
+Result<SignalRequest> parse_signal(const json& body) {
+  if (!body.is_object()) return fail(ErrorCode::kInvalidRequest, "body: must be a JSON object like {\"signal\": \"TERM\"}");
+  SignalRequest r;
+  for (auto& [k, v] : body.items())
+    if (k != "signal" && k != "group") return fail(ErrorCode::kInvalidRequest, k + ": unknown field");
+  if (body.contains("signal")) {
+    const json& s = body["signal"];
+    if (s.is_number_integer()) {
+      const int64_t n = s.get<int64_t>();
+      if (n < 1 || n > 64) return fail(ErrorCode::kInvalidRequest, "signal: must be 1 to 64 or a name such as TERM");
+      r.signal = static_cast<int>(n);
+    } else if (s.is_string()) {
+      std::string name = s.get<std::string>();
+      for (auto& ch : name) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+      if (name.rfind("SIG", 0) == 0) name = name.substr(3);
+      auto it = kSignals.find(name);
+      if (it == kSignals.end())
+        return fail(ErrorCode::kInvalidRequest, "signal: unknown signal \"" + s.get<std::string>() + "\" (TERM, KILL, INT, HUP, ... or 1 to 64)");
+      r.signal = it->second;
+    } else {
+      return fail(ErrorCode::kInvalidRequest, "signal: must be a name such as TERM or a number 1 to 64");
+    }
+  }
+  if (body.contains("group")) {
+    if (!body["group"].is_boolean()) return fail(ErrorCode::kInvalidRequest, "group: must be true or false");
+    r.group = body["group"].get<bool>();
+  }
+  return r;
+}
+
+Result<StdinRequest> parse_stdin(const json& body) {
+  if (!body.is_object()) return fail(ErrorCode::kInvalidRequest, "body: must be a JSON object like {\"data\": \"text\"}");
+  StdinRequest r;
+  std::string encoding = "utf-8";
+  for (auto& [k, v] : body.items())
+    if (k != "data" && k != "encoding" && k != "eof") return fail(ErrorCode::kInvalidRequest, k + ": unknown field");
+  if (body.contains("encoding")) {
+    if (!body["encoding"].is_string()) return fail(ErrorCode::kInvalidRequest, "encoding: must be \"utf-8\" or \"base64\"");
+    encoding = body["encoding"].get<std::string>();
+    if (encoding != "utf-8" && encoding != "base64")
+      return fail(ErrorCode::kInvalidRequest, "encoding: must be \"utf-8\" or \"base64\"");
+  }
+  if (body.contains("data")) {
+    if (!body["data"].is_string()) return fail(ErrorCode::kInvalidRequest, "data: must be a string");
+    r.data = body["data"].get<std::string>();
+    if (encoding == "base64") {
+      auto d = sys::base64_decode(r.data);
+      if (!d) return fail(ErrorCode::kInvalidRequest, "data: not valid base64");
+      r.data = std::move(*d);
+    }
+  }
+  if (r.data.size() > kMaxStdinRequest) return fail(ErrorCode::kInvalidRequest, "data: more than 1 MiB in one request");
+  if (body.contains("eof")) {
+    if (!body["eof"].is_boolean()) return fail(ErrorCode::kInvalidRequest, "eof: must be true or false");
+    r.eof = body["eof"].get<bool>();
+  }
+  if (!body.contains("data") && !r.eof) return fail(ErrorCode::kInvalidRequest, "data: is required (or eof: true)");
+  return r;
+}
+
+Result<int64_t> parse_wait(const json& body) {
+  if (body.is_object() && body.empty()) return 30'000;
+  if (!body.is_object()) return fail(ErrorCode::kInvalidRequest, "body: must be a JSON object like {\"timeout_ms\": 30000}");
+  for (auto& [k, v] : body.items())
+    if (k != "timeout_ms") return fail(ErrorCode::kInvalidRequest, k + ": unknown field");
+  const json& t = body["timeout_ms"];
+  if (!t.is_number_integer() || t.get<int64_t>() < 1 || t.get<int64_t>() > 3'600'000)
+    return fail(ErrorCode::kInvalidRequest, "timeout_ms: must be an integer from 1 to 3600000");
+  return t.get<int64_t>();
+}
+
+Result<OutputRequest> parse_output_request(const Params& params, const std::string& last_event_id) {
+  OutputRequest r;
+  bool since_given = false;
+  for (auto& [k, v] : params) {
+    if (k == "since") {
+      auto n = parse_u64("since", v, ~uint64_t{0} >> 1);
+      if (!n) return fail(n.error());
+      r.since = *n;
+      since_given = true;
+    } else if (k == "follow") {
+      if (v != "true" && v != "false") return fail(ErrorCode::kInvalidRequest, "follow: must be true or false");
+      r.follow = v == "true";
+    } else if (k == "timeout_ms") {
+      auto n = parse_u64("timeout_ms", v, 3'600'000);
+      if (!n) return fail(n.error());
+      if (*n == 0) return fail(ErrorCode::kInvalidRequest, "timeout_ms: must be 1 to 3600000");
+      r.timeout_ms = static_cast<int64_t>(*n);
+    } else {
+      return fail(ErrorCode::kInvalidRequest, k + ": unknown parameter (since, follow, timeout_ms)");
+    }
+  }
+  if (!since_given && !last_event_id.empty()) {
+    auto n = parse_u64("Last-Event-ID", last_event_id, ~uint64_t{0} >> 1);
+    if (!n) return fail(n.error());
+    r.since = *n;
+  }
+  return r;
+}
 
 Result<ForkRequest> parse_fork(const json& body) {
   if (!body.is_object()) return fail(ErrorCode::kInvalidRequest, "body: must be a JSON object");

@@ -63,4 +63,34 @@ struct FileRequest {
 /// `path` is required; `recursive` (true|false) only where `allow_recursive`.
 Result<FileRequest> parse_file_request(const Params& params, bool allow_recursive);
 
+/// The {proc} of a process route: "proc_N" or a pid; anything else is 404 process_not_found.
+bool valid_process_key(const std::string& key);
+
+/// POST .../processes/{proc}/signal: {"signal": "TERM" | "SIGTERM" | 15, "group": true}.
+struct SignalRequest {
+  int signal = 15;
+  bool group = true;  // the process group (the command and what it started), else the process
+};
+Result<SignalRequest> parse_signal(const nlohmann::json& body);
+
+/// POST .../processes/{proc}/stdin: {"data": "...", "encoding": "base64", "eof": false}.
+struct StdinRequest {
+  std::string data;
+  bool eof = false;
+};
+inline constexpr size_t kMaxStdinRequest = 1u << 20;
+Result<StdinRequest> parse_stdin(const nlohmann::json& body);
+
+/// POST .../processes/{proc}/wait: {"timeout_ms": 30000} (1 to 3,600,000).
+Result<int64_t> parse_wait(const nlohmann::json& body);
+
+/// GET .../processes/{proc}/output?since=N&follow=true&timeout_ms=T; a Last-Event-ID (an SSE
+/// client that reconnects) stands for `since` when that is not given.
+struct OutputRequest {
+  uint64_t since = 0;
+  bool follow = false;
+  int64_t timeout_ms = 3'600'000;  // how long a follow may last before it ends (resume at `next`)
+};
+Result<OutputRequest> parse_output_request(const Params& params, const std::string& last_event_id);
+
 }  // namespace b3os::sandbox

@@ -111,8 +111,9 @@ class SandboxService {
   }
 
   Result<ExecResult> exec(const Principal& p, const std::string& id, const ExecSpec& spec, Timing& t,
-                          const CancelCheck& cancelled) {
-    return exec_.exec(p, id, spec, t, cancelled);
+                          const CancelCheck& cancelled, const Exec::OutputSink& on_output = {},
+                          const Exec::StartSink& on_start = {}) {
+    return exec_.exec(p, id, spec, t, cancelled, on_output, on_start);
   }
   Result<nlohmann::json> write_file(const Principal& p, const std::string& id, const std::string& path,
                                     const ChunkSource& source, Timing& t) {

@@ -295,7 +295,7 @@ Result<void> check_supported(const SandboxSpec&) { return {}; }
 
 Result<ExecSpec> parse_exec(const json& body) {
   if (!body.is_object()) return bad("body", "must be a JSON object");
-  if (auto r = reject_unknown(body, {"cmd", "env", "cwd", "timeout_ms", "stdin", "user"}, ""); !r)
+  if (auto r = reject_unknown(body, {"cmd", "env", "cwd", "timeout_ms", "stdin", "user", "stream"}, ""); !r)
     return fail(r.error());
   ExecSpec e;
   if (!body.contains("cmd")) return bad("cmd", "is required (a string for /bin/sh -c, or an argv array)");
@@ -346,7 +346,42 @@ Result<ExecSpec> parse_exec(const json& body) {
     if (!u) return fail(u.error());
     e.user = std::move(*u);
   }
+  if (body.contains("stream") && !body["stream"].is_null()) {
+    if (!body["stream"].is_boolean()) return bad("stream", "must be true or false");
+    e.stream = body["stream"].get<bool>();
+  }
   return e;
+}
+
+Result<ProcessSpec> parse_process(const json& body, uint64_t default_output_bytes) {
+  if (!body.is_object()) return bad("body", "must be a JSON object");
+  if (auto r = reject_unknown(body, {"cmd", "env", "cwd", "user", "stdin", "tag", "output_bytes"}, ""); !r)
+    return fail(r.error());
+  json cmd = json::object();
+  for (const char* k : {"cmd", "env", "cwd", "user"})
+    if (body.contains(k)) cmd[k] = body[k];
+  auto e = parse_exec(cmd);
+  if (!e) return fail(e.error());
+  ProcessSpec ps;
+  ps.cmd = std::move(*e);
+  ps.output_bytes = default_output_bytes;
+  if (body.contains("stdin") && !body["stdin"].is_null()) {
+    if (!body["stdin"].is_boolean()) return bad("stdin", "must be true (keep it open for writes) or false");
+    ps.stdin_open = body["stdin"].get<bool>();
+  }
+  if (body.contains("tag") && !body["tag"].is_null()) {
+    if (!body["tag"].is_string()) return bad("tag", "must be a string");
+    ps.tag = body["tag"].get<std::string>();
+    if (ps.tag.size() > 128) return bad("tag", "longer than 128 characters");
+    for (unsigned char c : ps.tag)
+      if (c < 0x20 || c == 0x7f) return bad("tag", "must not hold control characters");
+  }
+  if (body.contains("output_bytes") && !body["output_bytes"].is_null()) {
+    auto n = get_int(body["output_bytes"], "output_bytes", 4096, static_cast<int64_t>(kMaxProcessOutputBytes));
+    if (!n) return fail(n.error());
+    ps.output_bytes = static_cast<uint64_t>(*n);
+  }
+  return ps;
 }
 
 Result<std::string> resolve_path(const std::string& path) {

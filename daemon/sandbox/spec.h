@@ -67,7 +67,18 @@ struct ExecSpec {
   int64_t timeout_ms = 60000;
   std::optional<std::string> stdin_data;
   std::string user;  // a name in the sandbox's /etc/passwd, "UID" or "UID:GID"; empty: root
+  bool stream = false;  // the output is streamed as it comes (server-sent events), not kept
 };
+
+/// A background process to start (POST /v1/sandboxes/{id}/processes): the command as exec
+/// takes it, whether its stdin stays open for writes, a tag, and its output ring's size.
+struct ProcessSpec {
+  ExecSpec cmd;
+  bool stdin_open = false;
+  std::string tag;
+  uint64_t output_bytes = 1u << 20;
+};
+inline constexpr uint64_t kMaxProcessOutputBytes = 64ull << 20;
 
 /// Validates a create body; errors are 400 invalid_request naming the field.
 Result<SandboxSpec> parse_create(const nlohmann::json& body, const SpecLimits& limits);
@@ -81,6 +92,9 @@ Result<std::map<std::string, std::string>> parse_env_object(const nlohmann::json
 /// Validates an exec body. `user` is checked for form only (1-32 of `A-Z a-z 0-9 _ . -`, not
 /// starting with `-`, or UID[:GID]); whether the sandbox knows the name is the agent's to say.
 Result<ExecSpec> parse_exec(const nlohmann::json& body);
+/// Validates a process start body: exec's `cmd`, `env`, `cwd`, `user`, and `stdin` (bool),
+/// `tag` (at most 128 printable characters), `output_bytes` (4096 to 64 MiB; default given).
+Result<ProcessSpec> parse_process(const nlohmann::json& body, uint64_t default_output_bytes);
 /// Validates metadata rules (used by create and fork): up to 16 pairs, keys 1-40 of
 /// `A-Z a-z 0-9 _ . : -`, values strings of at most 500 characters.
 Result<std::map<std::string, std::string>> parse_metadata(const nlohmann::json& j, const std::string& field);

@@ -26,6 +26,7 @@ struct ExecResult {
   bool timed_out = false;
   bool stdout_truncated = false, stderr_truncated = false;
   double duration_ms = 0;
+  int signal = 0;  // the signal that ended it, or 0
 };
 
 /// Returns true when the client that asked has gone away (its work is then cancelled).

@@ -32,6 +32,22 @@ bool valid_utf8(std::string_view s) {
   return true;
 }
 
+size_t utf8_incomplete_tail(std::string_view s) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  // The last lead byte within the final 3: if its sequence needs more bytes than follow it,
+  // those bytes are the incomplete tail.
+  for (size_t back = 1; back <= 3 && back <= s.size(); ++back) {
+    const unsigned char c = p[s.size() - back];
+    if ((c & 0xC0) == 0x80) continue;  // a continuation byte: look further back
+    size_t need = 0;
+    if ((c & 0xE0) == 0xC0) need = 2;
+    else if ((c & 0xF0) == 0xE0) need = 3;
+    else if ((c & 0xF8) == 0xF0) need = 4;
+    return need > back ? back : 0;
+  }
+  return 0;
+}
+
 std::string base64_encode(std::string_view bytes) {
   std::string out(4 * ((bytes.size() + 2) / 3), '\0');
   const int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),

@@ -9,6 +9,9 @@ namespace b3os::sys {
 
 /// Whether `bytes` is valid UTF-8 (text is returned as text, other bytes as base64).
 bool valid_utf8(std::string_view bytes);
+/// How many bytes at the end of `bytes` start a UTF-8 sequence that is not complete yet (0-3):
+/// a chunk of a stream cut there is whole once the next chunk's first bytes join it.
+size_t utf8_incomplete_tail(std::string_view bytes);
 std::string base64_encode(std::string_view bytes);
 /// Strict base64 (RFC 4648, padding required, no whitespace); nullopt when malformed.
 std::optional<std::string> base64_decode(std::string_view text);

@@ -1118,6 +1118,7 @@ Result<void> TemplateService::build_root(TemplateBuildRecord& rec, const Templat
         [&](bool, std::string_view bytes) {
           append_log(log, bytes);
           out_tail = tail(out_tail + std::string(bytes), kTailBytes);
+          return true;
         });
     const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     if (!r) {

@@ -44,6 +44,8 @@ trap on_signal INT TERM
 . "$HERE/sections/create.sh"
 # shellcheck source=tests/e2e/sections/exec.sh
 . "$HERE/sections/exec.sh"
+# shellcheck source=tests/e2e/sections/processes.sh
+. "$HERE/sections/processes.sh"
 # shellcheck source=tests/e2e/sections/files.sh
 . "$HERE/sections/files.sh"
 # shellcheck source=tests/e2e/sections/errors.sh
@@ -92,6 +94,9 @@ run_section s_exec_timeout
 run_section s_exec_truncation
 run_section s_exec_concurrent
 run_section s_exec_user
+run_section s_exec_stream
+run_section s_processes
+run_section s_processes_idle
 run_section s_files
 run_section s_errors
 run_section s_idempotency
@@ -107,6 +112,7 @@ run_section s_cli
 run_section s_fork
 run_section s_fork_failure
 run_section s_fork_big
+run_section s_processes_fork
 run_section s_pause
 run_section s_snapshot
 run_section s_files_big

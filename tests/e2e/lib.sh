@@ -92,6 +92,7 @@ run_section() {
     echo "# SKIP $fn: not in E2E_SECTIONS"
     return 0
   fi
+  local t0=$SECONDS
   set +e
   (
     set -eE
@@ -105,6 +106,8 @@ run_section() {
   rc=$?
   SECTION_PID=
   set -e
+  # Where the suite's time goes (CI has a budget): every section that took 5 s or more says so.
+  [ $((SECONDS - t0)) -lt 5 ] || echo "# $fn took $((SECONDS - t0)) s"
   [ "$rc" = 0 ] || fail "$fn" "the section stopped at an unexpected error (exit $rc); see the line above"
   # The daemon must survive every section (s_restart kills it on purpose and starts it again).
   if ! daemon_alive; then

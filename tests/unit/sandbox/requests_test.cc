@@ -61,5 +61,55 @@ TEST(FileRequest, PathResolvedRecursiveOnlyWhereItMeansSomething) {
   EXPECT_FALSE(parse_file_request({{"path", "/tmp"}, {"recursive", "yes"}}, true));
 }
 
+TEST(ProcessRequests, StartSignalStdinWaitOutput) {
+  auto ps = parse_process(json{{"cmd", "sleep 1"}, {"stdin", true}, {"tag", "srv"}, {"output_bytes", 8192}}, 1 << 20);
+  ASSERT_TRUE(ps);
+  EXPECT_EQ(ps->cmd.argv, (std::vector<std::string>{"/bin/sh", "-c", "sleep 1"}));
+  EXPECT_TRUE(ps->stdin_open);
+  EXPECT_EQ(ps->tag, "srv");
+  EXPECT_EQ(ps->output_bytes, 8192u);
+  EXPECT_EQ(parse_process(json{{"cmd", "x"}}, 4096)->output_bytes, 4096u);
+  EXPECT_FALSE(parse_process(json{{"cmd", "x"}, {"timeout_ms", 5}}, 4096));
+  EXPECT_FALSE(parse_process(json{{"cmd", "x"}, {"output_bytes", 100}}, 4096));
+  EXPECT_FALSE(parse_process(json{{"cmd", "x"}, {"stdin", "text"}}, 4096));
+  EXPECT_FALSE(parse_process(json{{"cmd", "x"}, {"tag", "a\nb"}}, 4096));
+  EXPECT_FALSE(parse_process(json{{"env", json::object()}}, 4096));
+
+  EXPECT_EQ(parse_signal(json::object())->signal, 15);
+  EXPECT_EQ(parse_signal(json{{"signal", "int"}})->signal, 2);
+  EXPECT_EQ(parse_signal(json{{"signal", "SIGKILL"}})->signal, 9);
+  EXPECT_EQ(parse_signal(json{{"signal", 10}, {"group", false}})->group, false);
+  EXPECT_FALSE(parse_signal(json{{"signal", 0}}));
+  EXPECT_FALSE(parse_signal(json{{"signal", 65}}));
+  EXPECT_FALSE(parse_signal(json{{"signal", "NOPE"}}));
+  EXPECT_FALSE(parse_signal(json{{"signal", 1.5}}));
+
+  EXPECT_EQ(parse_stdin(json{{"data", "aGk="}, {"encoding", "base64"}})->data, "hi");
+  EXPECT_TRUE(parse_stdin(json{{"eof", true}})->eof);
+  EXPECT_FALSE(parse_stdin(json::object()));
+  EXPECT_FALSE(parse_stdin(json{{"data", "!!"}, {"encoding", "base64"}}));
+  EXPECT_FALSE(parse_stdin(json{{"data", "x"}, {"encoding", "hex"}}));
+
+  EXPECT_EQ(*parse_wait(json::object()), 30000);
+  EXPECT_EQ(*parse_wait(json{{"timeout_ms", 5}}), 5);
+  EXPECT_FALSE(parse_wait(json{{"timeout_ms", 0}}));
+
+  auto o = parse_output_request({{"since", "12"}, {"follow", "true"}}, "");
+  ASSERT_TRUE(o);
+  EXPECT_EQ(o->since, 12u);
+  EXPECT_TRUE(o->follow);
+  EXPECT_EQ(parse_output_request({}, "40")->since, 40u);            // Last-Event-ID
+  EXPECT_EQ(parse_output_request({{"since", "3"}}, "40")->since, 3u);  // since wins
+  EXPECT_FALSE(parse_output_request({{"since", "-1"}}, ""));
+  EXPECT_FALSE(parse_output_request({{"follow", "yes"}}, ""));
+  EXPECT_FALSE(parse_output_request({{"limit", "3"}}, ""));
+
+  EXPECT_TRUE(valid_process_key("proc_12"));
+  EXPECT_TRUE(valid_process_key("412"));
+  EXPECT_FALSE(valid_process_key("proc_"));
+  EXPECT_FALSE(valid_process_key("proc_1x"));
+  EXPECT_FALSE(valid_process_key("../x"));
+}
+
 }  // namespace
 }  // namespace b3os::sandbox

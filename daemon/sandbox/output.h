@@ -1,0 +1,31 @@
+#pragma once
+// How command output is written in the API's events and answers (docs/api.md, "Output
+// chunks"): a chunk is {"data": text} when its bytes are UTF-8, else {"data": base64,
+// "encoding": "base64"}, so bytes come out exact either way. A UTF-8 character cut between two
+// chunks of one stream is carried to the next chunk rather than making both base64.
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+namespace b3os::sandbox {
+
+class OutputEncoder {
+ public:
+  /// The chunk for these bytes of stdout or stderr (nullopt when all of them are carried).
+  std::optional<nlohmann::json> chunk(bool is_stderr, std::string_view bytes);
+  /// What is still carried of that stream (bytes that never became a character), as base64.
+  std::optional<nlohmann::json> flush(bool is_stderr);
+  /// How many bytes of that stream are carried (0-3).
+  size_t carried(bool is_stderr) const { return carry_[is_stderr ? 1 : 0].size(); }
+
+ private:
+  std::string carry_[2];
+};
+
+/// One server-sent event: "event: NAME\ndata: JSON\n\n" (with "id: N" first when given).
+std::string sse_event(std::string_view name, const nlohmann::json& data, std::optional<uint64_t> id = std::nullopt);
+
+}  // namespace b3os::sandbox

@@ -1,0 +1,253 @@
+# shellcheck shell=bash
+# shellcheck disable=SC2016,SC2015 # single-quoted $VAR and $((...)) are for the sandbox's shell or jq
+# e2e section: streamed exec (server-sent events) and background processes (start, list, get,
+# stdin, signal, wait, output from an offset, follow, forget) in the main sandbox $SBX, and a
+# background process carried by a fork.
+
+# sse [sse.py args...] URL-PATH: the events of one request, one JSON line each, into $T/sse.out.
+sse() {
+  local path=${*: -1}
+  python3 "$HERE/sse.py" --key "$KEY" "${@:1:$#-1}" "$URL$path" >"$T/sse.out" 2>"$T/sse.err" || true
+}
+# sse_jq FILTER: jq -s over the events of the last sse call.
+sse_jq() { jq -s -e "$1" "$T/sse.out" >/dev/null 2>&1; }
+sse_snip() { head -c 600 "$T/sse.out" | tr '\n' ' '; }
+# The bytes of one stream of the last sse call (base64 chunks decoded), as a JSON string.
+sse_bytes() {
+  python3 -c '
+import base64, json, sys
+out = b""
+for line in open(sys.argv[1]):
+    e = json.loads(line)
+    if e.get("event") == sys.argv[2]:
+        d = e["data"]
+        out += base64.b64decode(d["data"]) if d.get("encoding") == "base64" else d["data"].encode()
+print(json.dumps(out.decode("utf-8", "backslashreplace")))' "$T/sse.out" "$1"
+}
+
+s_exec_stream() {
+  sse --method POST --json '{"cmd":"echo one; sleep 0.6; echo two >&2; exit 3","stream":true}' "/v1/sandboxes/$SBX/exec"
+  check exec_stream.events "$(sse_snip)" sse_jq '.[0].status == 200 and (.[0].content_type | startswith("text/event-stream"))
+    and .[1].event == "start" and (.[1].data.pid | type) == "number"
+    and ([.[] | select(.event == "stdout") | .data.data] | add) == "one\n"
+    and ([.[] | select(.event == "stderr") | .data.data] | add) == "two\n"
+    and .[-1].event == "exit" and .[-1].data.exit_code == 3 and .[-1].data.timed_out == false'
+  # Output comes as it is written, not at the end: "one" arrives while the command still sleeps.
+  check exec_stream.as_it_comes "$(sse_snip)" sse_jq '([.[] | select(.event == "stdout")][0].t) + 0.3 < ([.[] | select(.event == "exit")][0].t)'
+  sse --method POST --json '{"cmd":"echo via-accept"}' --header 'Accept: text/event-stream' "/v1/sandboxes/$SBX/exec"
+  check exec_stream.accept_header "$(sse_snip)" sse_jq '.[1].event == "start" and ([.[] | select(.event == "stdout") | .data.data] | add) == "via-accept\n" and .[-1].data.exit_code == 0'
+  # Bytes that are not UTF-8 come as base64, exact; a character cut between two writes is joined.
+  sse --method POST --json '{"cmd":"printf \"a\\377\\376b\"; sleep 0.3; printf \"\\342\\202\"; sleep 0.3; printf \"\\254!\" >&1","stream":true}' "/v1/sandboxes/$SBX/exec"
+  check exec_stream.bytes_exact "$(sse_snip)" test "$(sse_bytes stdout)" = '"a\\xff\\xfeb\u20ac!"'
+  check exec_stream.base64_only_where_needed "$(sse_snip)" sse_jq '[.[] | select(.event == "stdout") | .data] |
+    (map(select(.encoding == "base64")) | length) == 1 and any(.[]; .data == "\u20ac!")'
+  # 20 MB of output, all of it (the 1 MiB cap of a plain exec does not apply to a stream).
+  sse --timeout 120 --method POST --json '{"cmd":"head -c 20000000 /dev/urandom | base64 -w 0","stream":true,"timeout_ms":120000}' "/v1/sandboxes/$SBX/exec"
+  local n
+  n=$(jq -rs '[.[] | select(.event == "stdout") | .data.data | length] | add' "$T/sse.out" 2>/dev/null)
+  check exec_stream.20MB_whole "stdout $n bytes; last: $(tail -n1 "$T/sse.out" | head -c 200)" \
+    bash -c "[ '$n' = 26666668 ] && tail -n1 '$T/sse.out' | jq -e '.event == \"exit\" and .data.exit_code == 0' >/dev/null"
+  # Errors before the command starts are ordinary answers.
+  apij POST "/v1/sandboxes/$SBX/exec" '{"cmd":"pwd","cwd":"/no/such/dir","stream":true}'
+  expect_error exec_stream.bad_cwd_400 400 invalid_request cwd
+  apij POST /v1/sandboxes/sbx_00000000000000000000000000/exec '{"cmd":"true","stream":true}'
+  expect_error exec_stream.no_sandbox_404 404 sandbox_not_found
+  apij POST "/v1/sandboxes/$SBX/exec" '{"cmd":"true","stream":"yes"}'
+  expect_error exec_stream.stream_not_bool_400 400 invalid_request stream
+  apij POST "/v1/sandboxes/$SBX/exec" '{"cmd":"true","stream":true}' -H 'Idempotency-Key: stream-1'
+  expect_error exec_stream.idempotency_400 400 invalid_request Idempotency-Key
+  # A client that leaves after the start cancels the command (its process group is killed).
+  sse --max-events 1 --method POST --json '{"cmd":"exec sleep 31.5","stream":true}' "/v1/sandboxes/$SBX/exec"
+  check exec_stream.left_started "$(sse_snip)" sse_jq '.[1].event == "start"'
+  check exec_stream.leaving_cancels "a sleep 31.5 is still running" eventually 10 bash -c "curl -s -H 'Authorization: Bearer $KEY' -H 'Content-Type: application/json' \
+    -d '{\"cmd\":\"pgrep -f \\\"sleep 3[1].5\\\" | wc -l\"}' '$URL/v1/sandboxes/$SBX/exec' | jq -e '.stdout == \"0\\n\"' >/dev/null"
+}
+
+# start_proc JSON: POST .../processes on $SBX; PROC is the new process's id ("" when not 201).
+start_proc() {
+  apij POST "/v1/sandboxes/$SBX/processes" "$1"
+  PROC=
+  [ "$ST" = 201 ] && PROC=$(j .id)
+  return 0
+}
+
+s_processes() {
+  start_proc '{"cmd":"for i in 1 2 3; do echo line$i; sleep 0.2; done; echo err >&2; exit 4","tag":"counter"}'
+  check processes.start_201 "$(snip)" okj 201 '.object == "process" and (.id | startswith("proc_")) and (.pid | type) == "number"
+    and .status == "running" and .exit_code == null and .tag == "counter" and (.started_at | type) == "string"'
+  local p1=$PROC pid1
+  pid1=$(j .pid)
+  apij POST "/v1/sandboxes/$SBX/processes/$p1/wait" '{"timeout_ms":20000}'
+  check processes.wait_exited "$(snip)" okj 200 '.exited == true and .process.status == "exited" and .process.exit_code == 4'
+  api GET "/v1/sandboxes/$SBX/processes/$p1"
+  check processes.get "$(snip)" okj 200 '.id == "'"$p1"'" and .exit_code == 4 and .signal == 0 and (.exited_at | type) == "string"'
+  api GET "/v1/sandboxes/$SBX/processes/$pid1"
+  check processes.get_by_pid "$(snip)" okj 200 '.id == "'"$p1"'"'
+  api GET "/v1/sandboxes/$SBX/processes/$p1/output"
+  check processes.output_json "$(snip)" okj 200 '.object == "process_output" and .from == 0 and .dropped == 0 and .next == 22
+    and ([.chunks[] | select(.stream == "stdout") | .data] | add) == "line1\nline2\nline3\n"
+    and ([.chunks[] | select(.stream == "stderr") | .data] | add) == "err\n" and .running == false and .exit_code == 4'
+  api GET "/v1/sandboxes/$SBX/processes/$p1/output?since=6"
+  check processes.output_since "$(snip)" okj 200 '.chunks[0].offset == 6 and (.chunks[0].data | startswith("line2"))'
+  api GET "/v1/sandboxes/$SBX/processes/$p1/output?since=23"
+  expect_error processes.output_past_end_400 400 invalid_request since
+  api GET "/v1/sandboxes/$SBX/processes"
+  check processes.list "$(snip)" okj 200 '.object == "list" and any(.data[]; .id == "'"$p1"'" and .status == "exited")'
+
+  # Follow: events as they come, ids are offsets, the end says the exit.
+  start_proc '{"cmd":"echo a; sleep 1; echo b"}'
+  local p2=$PROC
+  sse "/v1/sandboxes/$SBX/processes/$p2/output?follow=true"
+  check processes.follow "$(sse_snip)" sse_jq '.[0].status == 200 and ([.[] | select(.event == "stdout") | .data.data] | add) == "a\nb\n"
+    and ([.[] | select(.event == "stdout") | .id] == ["2", "4"]) and .[-1].event == "exit" and .[-1].data.exit_code == 0 and .[-1].data.next == 4'
+  sse --header 'Last-Event-ID: 2' "/v1/sandboxes/$SBX/processes/$p2/output?follow=true"
+  check processes.last_event_id_resumes "$(sse_snip)" sse_jq '([.[] | select(.event == "stdout") | .data.data] | add) == "b\n"'
+
+  # Stdin: written, then closed; base64 too.
+  start_proc '{"cmd":"cat","stdin":true}'
+  local p3=$PROC
+  apij POST "/v1/sandboxes/$SBX/processes/$p3/stdin" '{"data":"hello\n"}'
+  check processes.stdin_write "$(snip)" okj 200 '.written == 6 and .process.stdin_open == true'
+  apij POST "/v1/sandboxes/$SBX/processes/$p3/stdin" '{"data":"w6kK","encoding":"base64","eof":true}'
+  check processes.stdin_base64_eof "$(snip)" okj 200 '.written == 3'
+  apij POST "/v1/sandboxes/$SBX/processes/$p3/wait" '{"timeout_ms":10000}'
+  check processes.stdin_eof_ends_cat "$(snip)" okj 200 '.exited == true and .process.exit_code == 0'
+  api GET "/v1/sandboxes/$SBX/processes/$p3/output"
+  check processes.stdin_echoed "$(snip)" okj 200 '([.chunks[].data] | add) == "hello\n\u00e9\n" and all(.chunks[]; has("encoding") | not)'
+  apij POST "/v1/sandboxes/$SBX/processes/$p3/stdin" '{"data":"more"}'
+  expect_error processes.stdin_closed_409 409 conflict stdin
+  apij POST "/v1/sandboxes/$SBX/processes/$p1/stdin" '{"data":"x"}'
+  expect_error processes.stdin_never_opened_409 409 conflict stdin
+  apij POST "/v1/sandboxes/$SBX/processes/$p3/stdin" '{"data":"x","encoding":"hex"}'
+  expect_error processes.stdin_bad_encoding_400 400 invalid_request encoding
+
+  # Signals: by name to the group; out of range and unknown names are 400.
+  start_proc '{"cmd":"sleep 1000"}'
+  local p4=$PROC
+  apij POST "/v1/sandboxes/$SBX/processes/$p4/signal" '{"signal":99}'
+  expect_error processes.signal_99_400 400 invalid_request signal
+  apij POST "/v1/sandboxes/$SBX/processes/$p4/signal" '{"signal":"NOPE"}'
+  expect_error processes.signal_name_400 400 invalid_request NOPE
+  api DELETE "/v1/sandboxes/$SBX/processes/$p4"
+  expect_error processes.forget_running_409 409 conflict running
+  apij POST "/v1/sandboxes/$SBX/processes/$p4/signal" '{"signal":"SIGTERM"}'
+  check processes.signal_delivered "$(snip)" okj 200 '.delivered == true'
+  apij POST "/v1/sandboxes/$SBX/processes/$p4/wait" '{"timeout_ms":10000}'
+  check processes.signal_exit "$(snip)" okj 200 '.exited == true and .process.exit_code == 143 and .process.signal == 15'
+  apij POST "/v1/sandboxes/$SBX/processes/$p4/wait" '{"timeout_ms":0}'
+  expect_error processes.wait_0_400 400 invalid_request timeout_ms
+
+  # The ring keeps the last output_bytes; what fell out is said.
+  start_proc '{"cmd":"head -c 10000 /dev/zero | tr \"\\0\" x","output_bytes":4096}'
+  local p5=$PROC
+  apij POST "/v1/sandboxes/$SBX/processes/$p5/wait" '{"timeout_ms":10000}'
+  api GET "/v1/sandboxes/$SBX/processes/$p5/output"
+  check processes.ring_dropped "$(jq -c 'del(.chunks)' "$RESP" | head -c 300)" okj 200 '.dropped == 5904 and .from == 5904 and .next == 10000
+    and ([.chunks[].data] | add | length) == 4096'
+  start_proc '{"cmd":"true","output_bytes":100}'
+  expect_error processes.ring_too_small_400 400 invalid_request output_bytes
+
+  # Forget: an exited process goes, then it is unknown.
+  api DELETE "/v1/sandboxes/$SBX/processes/$p5"
+  check processes.forget "$(snip)" okj 200 '.deleted == true'
+  api GET "/v1/sandboxes/$SBX/processes/$p5"
+  expect_error processes.forgotten_404 404 process_not_found
+  api GET "/v1/sandboxes/$SBX/processes/proc_999999"
+  expect_error processes.unknown_404 404 process_not_found
+  api GET "/v1/sandboxes/$SBX/processes/nonsense"
+  expect_error processes.malformed_404 404 process_not_found
+  start_proc '{"cmd":"pwd","cwd":"/no/such"}'
+  expect_error processes.bad_cwd_400 400 invalid_request cwd
+  start_proc '{"cmd":"true","stdin":"text"}'
+  expect_error processes.stdin_not_bool_400 400 invalid_request stdin
+  start_proc '{"cmd":"true","timeout_ms":5}'
+  expect_error processes.unknown_field_400 400 invalid_request timeout_ms
+
+  # A process outlives the request that started it, and the sandbox is not idle meanwhile.
+  start_proc '{"cmd":"sleep 2; echo late"}'
+  local p6=$PROC
+  apij POST "/v1/sandboxes/$SBX/processes/$p6/wait" '{"timeout_ms":10000}'
+  api GET "/v1/sandboxes/$SBX/processes/$p6/output"
+  check processes.outlives_request "$(snip)" okj 200 '.chunks[0].data == "late\n"'
+
+  # A background process that forks 10,000 children (each its own memory) is held by the
+  # sandbox's own limits: gVisor's tasks are not host processes, so the node's pids are never
+  # at stake; the sandbox's memory is, and a sandbox that fills it is stopped (failed) with a
+  # message. Either way it ends, and deleting it leaves nothing behind.
+  create_sandbox '{"memory_mib":256}'
+  local fb=$CID
+  apij POST "/v1/sandboxes/$fb/processes" '{"cmd":["python3","-c","import os, signal\nn = 0\nfor i in range(10000):\n    try:\n        pid = os.fork()\n    except OSError as e:\n        print(\"fork failed after\", n, e, flush=True); break\n    if pid == 0:\n        signal.pause(); os._exit(0)\n    n += 1\nprint(\"forked\", n, flush=True)\nsignal.pause()"]}'
+  check processes.fork_flood_started "$(snip)" okj 201 '.status == "running"'
+  local flood=$(j .id) how=""
+  for _ in $(seq 120); do
+    api GET "/v1/sandboxes/$fb"
+    if [ "$(j .status)" = failed ]; then how="failed: $(j .stop_message)"; break; fi
+    api GET "/v1/sandboxes/$fb/processes/$flood/output"
+    if jt '[.chunks[].data] | add // "" | test("fork failed|forked")'; then how="$(j '[.chunks[].data] | add')"; break; fi
+    sleep 0.5
+  done
+  check processes.fork_flood_bounded "ended as: ${how:-not within 60 s}" test -n "$how"
+  api GET "/v1/sandboxes/$fb"
+  info "fork flood: the sandbox is $(j .status): ${how:0:200}"
+  run_exec "$SBX" '{"cmd":"echo other"}'
+  check processes.fork_flood_others_unaffected "$(snip)" okj 200 '.stdout == "other\n"'
+  delete_sandbox "$fb" || true
+  check processes.fork_flood_nothing_left "runsc still lists $fb or its cgroup remains" \
+    eventually 20 bash -c "! runsc --root '$T/run/runsc' list --quiet 2>/dev/null | grep -qx '$fb' && [ -z \"\$(ls -d /sys/fs/cgroup/*/b3os/$fb 2>/dev/null)\" ]"
+}
+
+# A running background process keeps its sandbox in use: timeout_s counts from when it ended.
+s_processes_idle() {
+  create_sandbox '{"timeout_s":2}'
+  local sb=$CID
+  apij POST "/v1/sandboxes/$sb/processes" '{"cmd":"sleep 6"}'
+  check processes_idle.start "$(snip)" okj 201 '.status == "running"'
+  local t0=$SECONDS
+  sleep 4.5
+  api GET "/v1/sandboxes/$sb"
+  check processes_idle.held_past_timeout "4.5 s after the last call with timeout_s 2: $(snip)" okj 200 '.status == "running"'
+  local stopped=""
+  for _ in $(seq 60); do
+    api GET "/v1/sandboxes/$sb"
+    if [ "$(j .status)" = stopped ]; then stopped=$((SECONDS - t0)); break; fi
+    sleep 0.25
+  done
+  check processes_idle.times_out_after "stopped ${stopped:-not within 15 s} s after start: $(snip)" \
+    bash -c "[ -n '$stopped' ] && [ '$stopped' -ge 7 ] && jq -e '.stop_reason == \"timeout\"' '$RESP' >/dev/null"
+  delete_sandbox "$sb" || true
+}
+
+# A background process is carried by a fork (listed there, still writing) and by a snapshot.
+s_processes_fork() {
+  create_sandbox '{"forkable":true}'
+  check processes_fork.create "$(snip)" okj 201 '.forkable == true'
+  local src=$CID
+  apij POST "/v1/sandboxes/$src/processes" '{"cmd":"i=0; while true; do i=$((i+1)); echo $i; sleep 0.1; done","tag":"ticker"}'
+  check processes_fork.start "$(snip)" okj 201 '.status == "running"'
+  local p
+  p=$(j .id)
+  sleep 0.5
+  apij POST "/v1/sandboxes/$src/fork" '{"count":2}'
+  check processes_fork.fork_201 "$(snip)" okj 201 '(.data | length) == 2'
+  local forks f n=0
+  forks=$(j '.data[].id')
+  for f in $forks; do echo "$f" >>"$T/ids"; done
+  for f in $forks; do
+    n=$((n + 1))
+    api GET "/v1/sandboxes/$f/processes"
+    check "processes_fork.$n.listed" "$(snip)" okj 200 'any(.data[]; .id == "'"$p"'" and .tag == "ticker" and .status == "running")'
+    local before after
+    api GET "/v1/sandboxes/$f/processes/$p"
+    before=$(j .output.end)
+    sleep 0.5
+    api GET "/v1/sandboxes/$f/processes/$p"
+    after=$(j .output.end)
+    check "processes_fork.$n.still_writing" "output end $before -> $after" test "${after:-0}" -gt "${before:-0}"
+    apij POST "/v1/sandboxes/$f/processes/$p/signal" '{"signal":"TERM"}'
+    check "processes_fork.$n.signal_in_fork" "$(snip)" okj 200 '.delivered == true'
+  done
+  api GET "/v1/sandboxes/$src/processes/$p"
+  check processes_fork.source_unaffected "$(snip)" okj 200 '.status == "running"'
+  for f in $forks; do delete_sandbox "$f" || true; done
+  delete_sandbox "$src" || true
+}

@@ -1,0 +1,59 @@
+#include "daemon/sandbox/output.h"
+
+#include <gtest/gtest.h>
+
+#include "daemon/sys/codec.h"
+
+namespace b3os::sandbox {
+namespace {
+
+TEST(Utf8Tail, FindsAnIncompleteSequenceAtTheEnd) {
+  EXPECT_EQ(sys::utf8_incomplete_tail(""), 0u);
+  EXPECT_EQ(sys::utf8_incomplete_tail("abc"), 0u);
+  EXPECT_EQ(sys::utf8_incomplete_tail("a\xe2\x82\xac"), 0u);  // complete
+  EXPECT_EQ(sys::utf8_incomplete_tail("a\xe2\x82"), 2u);
+  EXPECT_EQ(sys::utf8_incomplete_tail("a\xe2"), 1u);
+  EXPECT_EQ(sys::utf8_incomplete_tail("\xf0\x9f\x98"), 3u);
+  EXPECT_EQ(sys::utf8_incomplete_tail("\xff"), 0u);  // not a lead byte at all
+}
+
+TEST(OutputEncoder, CarriesACharacterCutBetweenChunks) {
+  OutputEncoder enc;
+  auto a = enc.chunk(false, "price: \xe2\x82");
+  ASSERT_TRUE(a);
+  EXPECT_EQ((*a)["data"], "price: ");
+  EXPECT_FALSE(a->contains("encoding"));
+  EXPECT_EQ(enc.carried(false), 2u);
+  auto b = enc.chunk(false, "\xac!");
+  ASSERT_TRUE(b);
+  EXPECT_EQ((*b)["data"], "\xe2\x82\xac!");
+  EXPECT_EQ(enc.carried(false), 0u);
+}
+
+TEST(OutputEncoder, Base64ForBytesThatAreNotText) {
+  OutputEncoder enc;
+  auto a = enc.chunk(true, std::string("a\xff\xfe", 3));
+  ASSERT_TRUE(a);
+  EXPECT_EQ((*a)["encoding"], "base64");
+  EXPECT_EQ(sys::base64_decode((*a)["data"].get<std::string>()), std::string("a\xff\xfe", 3));
+}
+
+TEST(OutputEncoder, StreamsCarrySeparatelyAndFlushAsBase64) {
+  OutputEncoder enc;
+  EXPECT_FALSE(enc.chunk(false, "\xe2"));  // all carried
+  auto e = enc.chunk(true, "err");
+  ASSERT_TRUE(e);
+  EXPECT_EQ((*e)["data"], "err");
+  auto f = enc.flush(false);
+  ASSERT_TRUE(f);
+  EXPECT_EQ((*f)["encoding"], "base64");
+  EXPECT_FALSE(enc.flush(false));
+}
+
+TEST(Sse, EventsWithAndWithoutId) {
+  EXPECT_EQ(sse_event("exit", nlohmann::json{{"exit_code", 0}}), "event: exit\ndata: {\"exit_code\":0}\n\n");
+  EXPECT_EQ(sse_event("stdout", nlohmann::json{{"data", "a\nb"}}, 4), "id: 4\nevent: stdout\ndata: {\"data\":\"a\\nb\"}\n\n");
+}
+
+}  // namespace
+}  // namespace b3os::sandbox
