@@ -13,6 +13,7 @@
 #include "agent/identity.h"
 #include "agent/log.h"
 #include "agent/port_stream.h"
+#include "agent/pty_stream.h"
 
 namespace b3os::agent {
 
@@ -134,7 +135,11 @@ void Agent::report_idle() {
   channel_.flush();
 }
 
-size_t Agent::open_terminals() const { return 0; }
+size_t Agent::open_terminals() const {
+  size_t n = 0;
+  for (const auto& [id, s] : streams_) n += !s->finished() && s->is_terminal();
+  return n;
+}
 
 void Agent::handle_frame(protocol::Frame& f) {
   if (f.stream == 0) {
@@ -175,6 +180,9 @@ void Agent::handle_frame(protocol::Frame& f) {
       break;
     case FrameType::kCancel:
       s.on_cancel();
+      break;
+    case FrameType::kHeader:
+      s.on_header(f.payload);
       break;
     default:
       log_line("stream %u: unexpected frame type 0x%02x; ignored", f.stream,
@@ -235,6 +243,14 @@ void Agent::open_stream(uint32_t id, std::string_view payload) {
         return;
       }
       s = PortStream::open(channel_, id, *req);
+    } else if (*op == "pty") {
+      if (open_terminals() >= kMaxTerminals) {
+        send_end_error(channel_, id, Error{ErrorCode::kQuotaExceeded,
+                                           "the sandbox has " + std::to_string(kMaxTerminals) +
+                                               " terminals open; close one first"});
+        return;
+      }
+      s = PtyStream::start(channel_, id, *req);
     } else if (*op == "proc_start") {
       auto started = procs_.start(*req);
       channel_.send(FrameType::kEnd, id, dump_json(started ? *started : error_json(started.error())));

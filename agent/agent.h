@@ -19,6 +19,9 @@ namespace b3os::agent {
 
 class Agent {
  public:
+  /// Terminals a sandbox may have open at once.
+  static constexpr size_t kMaxTerminals = 64;
+
   /// `in_fd`/`out_fd` are the channel (nonblocking); `signal_fd` a signalfd for SIGCHLD.
   Agent(int in_fd, int out_fd, UniqueFd signal_fd);
 

@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -31,6 +32,7 @@ struct ChildPlan {
   int stdout_w = -1;
   int stderr_w = -1;
   int close_up_to = -1;  // without close_range: the highest fd to close; else -1
+  bool set_ctty = false;  // stdin is a pty slave: make it the session's controlling terminal
   // The step before execve that failed in the child, and its errno. vfork: the child writes
   // them into this very memory before it exits, and the parent reads them once it resumes;
   // volatile, since the compiler cannot see that the child's stores reach the parent.
@@ -121,6 +123,7 @@ bool try_next(int err) {
   if (::dup2(p.stdin_src, 0) < 0 || ::dup2(p.stdout_w, 1) < 0 || ::dup2(p.stderr_w, 2) < 0) {
     ::_exit(127);
   }
+  if (p.set_ctty && ::ioctl(0, TIOCSCTTY, 0) != 0) ::_exit(127);
   // The ids first, so that the cwd is entered with the command's own permissions.
   if (p.ids != nullptr) take_ids(p);
   if (::chdir(p.cwd) != 0) setup_failed(p, kChdir, errno);
@@ -199,14 +202,18 @@ Result<SpawnedChild> spawn_child(const SpawnSpec& spec) {
 
   SpawnedChild child;
   UniqueFd stdin_r, stdout_w, stderr_w;
-  if (spec.pipe_stdin) {
+  if (spec.tty >= 0) {
+    // The terminal is all three; the caller keeps the master.
+  } else if (spec.pipe_stdin) {
     if (auto r = make_pipe(stdin_r, child.stdin_fd); !r) return fail(r.error());
   } else {
     stdin_r.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
     if (!stdin_r) return fail(errno_error(ErrorCode::kInternal, "open /dev/null", errno));
   }
-  if (auto r = make_pipe(child.stdout_fd, stdout_w); !r) return fail(r.error());
-  if (auto r = make_pipe(child.stderr_fd, stderr_w); !r) return fail(r.error());
+  if (spec.tty < 0) {
+    if (auto r = make_pipe(child.stdout_fd, stdout_w); !r) return fail(r.error());
+    if (auto r = make_pipe(child.stderr_fd, stderr_w); !r) return fail(r.error());
+  }
 
   ChildPlan plan;
   for (const auto& a : spec.argv) plan.argv.push_back(const_cast<char*>(a.c_str()));
@@ -221,9 +228,10 @@ Result<SpawnedChild> spawn_child(const SpawnSpec& spec) {
   plan.exec_prefix = "b3os: exec " + spec.argv[0] + ": ";
   plan.cwd = spec.cwd.c_str();
   if (spec.ids) plan.ids = &*spec.ids;
-  plan.stdin_src = stdin_r.get();
-  plan.stdout_w = stdout_w.get();
-  plan.stderr_w = stderr_w.get();
+  plan.stdin_src = spec.tty >= 0 ? spec.tty : stdin_r.get();
+  plan.stdout_w = spec.tty >= 0 ? spec.tty : stdout_w.get();
+  plan.stderr_w = spec.tty >= 0 ? spec.tty : stderr_w.get();
+  plan.set_ctty = spec.tty >= 0;
   if (!have_close_range()) plan.close_up_to = highest_open_fd();
 
   // vfork: the child borrows the agent's memory until execve instead of copying its page
@@ -242,9 +250,24 @@ Result<SpawnedChild> spawn_child(const SpawnSpec& spec) {
 
   child.pid = pid;
   if (child.stdin_fd) set_nonblocking(child.stdin_fd.get());
-  set_nonblocking(child.stdout_fd.get());
-  set_nonblocking(child.stderr_fd.get());
+  if (child.stdout_fd) set_nonblocking(child.stdout_fd.get());
+  if (child.stderr_fd) set_nonblocking(child.stderr_fd.get());
   return child;
+}
+
+int signal_session(pid_t sid, int sig) {
+  if (sid <= 1) return 0;
+  int n = 0;
+  DIR* d = ::opendir("/proc");
+  if (d == nullptr) return 0;
+  while (const dirent* e = ::readdir(d)) {
+    const pid_t pid = std::atoi(e->d_name);
+    if (pid <= 1) continue;
+    // getsid asks the kernel directly: no parsing of /proc/PID/stat.
+    if (::getsid(pid) == sid && ::kill(pid, sig) == 0) ++n;
+  }
+  ::closedir(d);
+  return n;
 }
 
 void kill_group(pid_t pid) {

@@ -26,15 +26,16 @@ struct SpawnSpec {
   std::vector<std::string> env;
   std::string cwd;
   bool pipe_stdin = false;
+  int tty = -1;  // a pty's slave: the child's stdin, stdout, stderr and controlling terminal
   std::optional<SpawnIds> ids;  // absent: the agent's own (root)
 };
 
 /// A started process and the agent's ends of its pipes (nonblocking).
 struct SpawnedChild {
   pid_t pid = -1;
-  UniqueFd stdin_fd;  // invalid when the child's stdin is /dev/null
-  UniqueFd stdout_fd;
-  UniqueFd stderr_fd;
+  UniqueFd stdin_fd;  // invalid when the child's stdin is /dev/null (or a tty)
+  UniqueFd stdout_fd;  // invalid with a tty
+  UniqueFd stderr_fd;  // invalid with a tty
 };
 
 /// The paths execve tries for `argv0` under `path_var`, in order (argv0 itself if it has '/').
@@ -48,5 +49,8 @@ Result<SpawnedChild> spawn_child(const SpawnSpec& spec);
 
 /// SIGKILLs the process group of `pid` (the process itself if it has no group yet).
 void kill_group(pid_t pid);
+/// Sends `sig` to every process of the session `sid` (a terminal's shell and all its jobs,
+/// which interactive shells put in groups of their own). Returns how many it reached.
+int signal_session(pid_t sid, int sig);
 
 }  // namespace b3os::agent

@@ -37,6 +37,10 @@ class Stream {
   virtual void on_data(std::string_view data) {}
   /// The daemon's EOF: no more DATA.
   virtual void on_eof() {}
+  /// A HEADER from the daemon (a terminal's resize).
+  virtual void on_header(std::string_view payload) {}
+  /// True for a terminal (a sandbox holds at most kMaxTerminals).
+  virtual bool is_terminal() const { return false; }
   /// WINDOW: the daemon grants `credit` more bytes of DATA/STDOUT/STDERR.
   virtual void on_window(uint32_t credit);
   /// CANCEL: abandon the request (exec: kill its process group; END still follows).

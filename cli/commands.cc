@@ -9,6 +9,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "cli/events.h"
+#include "cli/shell.h"
 #include "cli/table.h"
 
 namespace b3os::cli {
@@ -120,6 +122,42 @@ int run_delete(const GlobalOptions& g, const std::string& id, bool json) {
   return 0;
 }
 
+// The output as it comes (server-sent events, docs/api.md "Streamed exec"): each chunk written
+// and flushed at once; the command's exit code becomes ours.
+int run_exec_streamed(HttpClient& client, const ExecOptions& o, Json body) {
+  body["stream"] = true;
+  SseParser sse;
+  std::optional<int> status;
+  std::optional<Error> failure;
+  auto on_body = [&](const HttpResponse& head, std::string_view chunk) {
+    if (head.status / 100 != 2) return;  // an error answer: its body is in the reply
+    sse.feed(chunk, [&](const std::string& event, const std::string& data, const std::string&) {
+      Json j = Json::parse(data, nullptr, false);
+      if (!j.is_object()) return;
+      if (event == "stdout" || event == "stderr") {
+        auto bytes = chunk_bytes(j.value("data", ""), j.value("encoding", "") == "base64");
+        if (!bytes) return;
+        FILE* f = event == "stdout" ? stdout : stderr;
+        std::fwrite(bytes->data(), 1, bytes->size(), f);
+        std::fflush(f);
+      } else if (event == "exit") {
+        if (j.value("timed_out", false)) std::cerr << "b3os: the command timed out\n";
+        status = exec_exit_status(j);
+      } else if (event == "error") {
+        const Json e = j.value("error", Json::object());
+        failure = Error{error_code_from_name(e.value("code", "internal")), e.value("message", "the exec failed"), 0};
+      }
+    });
+  };
+  auto reply = client.exchange("POST", sandbox_path(o.id, "/exec"), body.dump(),
+                               {{"Content-Type", "application/json"}, {"Accept", "text/event-stream"}}, {}, nullptr, on_body);
+  if (!reply) return report_error(reply.error());
+  if (reply->status / 100 != 2) return report_error(api_error(*reply));
+  if (failure) return report_error(*failure);
+  if (!status) return report_error(Error{ErrorCode::kInternal, "the stream ended without the command's exit", 0});
+  return *status;
+}
+
 int run_exec(const GlobalOptions& g, const ExecOptions& o) {
   std::optional<std::string> stdin_text;
   if (o.read_stdin) {
@@ -131,6 +169,7 @@ int run_exec(const GlobalOptions& g, const ExecOptions& o) {
   if (!body) return report_error(body.error());
   auto client = make_client(g);
   if (!client) return report_error(client.error());
+  if (!o.json) return run_exec_streamed(*client, o, *body);
   auto reply = call_api(*client, "POST", sandbox_path(o.id, "/exec"), &*body);
   if (!reply) return report_error(reply.error());
   if (o.json) {
@@ -330,6 +369,24 @@ void add_sandbox_commands(CLI::App& app, const GlobalOptions& g, Action& action)
   e->add_flag("--stdin", exec->read_stdin, "Send all of standard input to the command");
   e->add_flag("--json", exec->json, "Print the whole reply as JSON");
   e->callback([&g, &action, exec] { action = [&g, exec] { return run_exec(g, *exec); }; });
+
+  auto sh = std::make_shared<ShellOptions>();
+  auto* shc = app.add_subcommand("shell", "An interactive terminal in a sandbox: shell ID [--cmd CMD]");
+  shc->footer(
+      "Opens a terminal (a login shell unless --cmd) sized like yours, in raw mode; resizes follow\n"
+      "your window. Exits with the shell's exit code.\n"
+      "Example: b3os shell sbx_01... --user alice");
+  shc->add_option("id", sh->id, "Sandbox id")->required();
+  shc->add_option("--cmd", sh->cmd, "Run this (under /bin/sh -c) instead of a login shell");
+  shc->add_option("--cwd", sh->cwd, "Working directory");
+  shc->add_option("--user", sh->user, "Run as this user (a name, UID or UID:GID)");
+  shc->callback([&g, &action, sh] {
+    action = [&g, sh] {
+      auto url = parse_api_url(g.api_url);
+      if (!url) return report_error(url.error());
+      return run_shell(*url, g.api_key, *sh);
+    };
+  });
 }
 
 }  // namespace b3os::cli

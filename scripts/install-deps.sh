@@ -39,6 +39,7 @@ pkgs=(
   mmdebstrap  # templates: from: debian:bookworm (a fresh minbase root, made once per node)
   dnsmasq-base openssl  # network tests: the fake internet's resolver and its test CA
   curl jq python3 ca-certificates procps psmisc util-linux e2fsprogs
+  tmux  # tests/e2e: `b3os shell` driven in a real terminal (send keys, read the pane)
   dpkg-dev  # tests/fixtures/make_apt_repo.sh: dpkg-scanpackages indexes the template suite's apt repository
   python3-yaml python3-jsonschema  # tests/e2e/openapi_check.py: responses against docs/openapi.yaml
   prometheus  # tests/e2e/operations.sh: a real Prometheus scrapes b3osd (promtool checks the metrics and the alert rules)

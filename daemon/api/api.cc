@@ -1,7 +1,9 @@
 #include "daemon/api/api.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <thread>
 
 #include <spdlog/spdlog.h>
 
@@ -340,6 +342,7 @@ const std::vector<Api::Route>& Api::routes() {
       {"POST", "/v1/sandboxes/{sbx}/resume", &Api::resume, nullptr, "resume"},
       {"POST", "/v1/sandboxes/{sbx}/snapshot", &Api::snapshot, nullptr, "snapshot"},
       {"POST", "/v1/sandboxes/{sbx}/ports/{port}/url", &Api::mint_port_url, nullptr},
+      {"GET", "/v1/sandboxes/{sbx}/pty", nullptr, &Api::terminal, "pty"},
       {"POST", "/v1/sandboxes/{sbx}/processes", &Api::start_process, nullptr, "process_start"},
       {"GET", "/v1/sandboxes/{sbx}/processes", &Api::list_processes, nullptr},
       {"GET", "/v1/sandboxes/{sbx}/processes/{proc}", &Api::get_process, nullptr},
@@ -758,6 +761,94 @@ void Api::process_output(Call& c) {
           : sandbox::sse_event("end", json{{"running", true}, {"next", next}}, next);
   if (write(tail)) (void)c.ex.end_stream();
   else c.ex.abort_stream();
+}
+
+// GET /v1/sandboxes/{id}/pty (docs/api.md, "Terminal"): a WebSocket carrying a terminal made in
+// the sandbox. Binary messages are bytes both ways (typed in, shown); text messages are JSON:
+// from the client {"type":"resize","rows","cols"} and {"type":"input","data"}; from b3osd
+// {"type":"started","pid"} first and {"type":"exit","exit_code","signal"} last, then a close.
+void Api::terminal(Call& c) {
+  auto spec = sandbox::parse_terminal(params_of(c.target));
+  if (!spec) return send_error(c, spec.error());
+  if (auto sb = sandboxes_.get(c.principal, c.target.segments[2]); !sb) return send_error(c, sb.error());
+  if (!c.ex.is_websocket_upgrade())
+    return send_error(c, {ErrorCode::kInvalidRequest,
+                          "this route is a WebSocket: connect with Connection: Upgrade and Upgrade: websocket "
+                          "(b3os shell ID does)",
+                          0});
+  auto t = sandboxes_.exec().open_terminal(c.principal, c.target.segments[2], *spec);
+  if (!t) return send_error(c, t.error());
+  auto& st = *t->stream;
+  std::atomic<bool> stop{false};
+  std::atomic<bool> ended{false};
+  std::thread pump;
+  const auto write_timeout = std::chrono::seconds(10);
+  http::WebSocketHandler h;
+  h.opened = [&](http::WebSocketPeer& peer) {
+    peer.send(json{{"type", "started"}, {"pid", t->pid}}.dump(), false);
+    // What the terminal shows, to the client: its credit goes back once the bytes are queued,
+    // and the queue waits for a slow client, so a flood stops in the sandbox's pty.
+    pump = std::thread([&, peer_ptr = &peer] {
+      while (!stop.load()) {
+        auto f = st.next(std::chrono::steady_clock::now() + std::chrono::milliseconds(250));
+        if (!f) {
+          if (t->sandbox->channel->closed()) {
+            peer_ptr->close(1011, "the sandbox went away");
+            return;
+          }
+          continue;
+        }
+        if (f->type == protocol::FrameType::kStdout) {
+          const size_t n = f->payload.size();
+          if (!peer_ptr->send(std::string(f->payload.data(), n), true)) return;
+          st.grant(static_cast<uint32_t>(n));
+        } else if (f->type == protocol::FrameType::kEnd) {
+          ended = true;
+          json end = json::parse(f->payload, nullptr, false);
+          json ev = {{"type", "exit"}};
+          if (end.is_object() && end.value("ok", false)) {
+            ev["exit_code"] = end.value("exit_code", -1);
+            ev["signal"] = end.value("signal", 0);
+          } else {
+            ev["error"] = end.is_object() && end.contains("error") ? end["error"] : json("the terminal failed");
+          }
+          peer_ptr->send(ev.dump(), false);
+          peer_ptr->close(1000, "exited");
+          return;
+        }
+      }
+    });
+  };
+  h.message = [&](std::string_view msg, bool binary) {
+    if (ended.load()) return;
+    if (binary) {
+      (void)st.send_data(msg, std::chrono::steady_clock::now() + write_timeout);
+      return;
+    }
+    json j = json::parse(msg, nullptr, false);
+    if (!j.is_object()) return;
+    const std::string type = j.value("type", "");
+    if (type == "input" && j.contains("data") && j["data"].is_string()) {
+      (void)st.send_data(j["data"].get<std::string>(), std::chrono::steady_clock::now() + write_timeout);
+    } else if (type == "resize" && j.contains("rows") && j.contains("cols") && j["rows"].is_number_integer() &&
+               j["cols"].is_number_integer()) {
+      const int64_t rows = j["rows"], cols = j["cols"];
+      if (rows >= 1 && rows <= 1000 && cols >= 1 && cols <= 1000) (void)st.send_header({{"rows", rows}, {"cols", cols}});
+    }
+  };
+  h.closed = [&] {
+    // The peer goes with the connection: the pump must be done with it first (a send it is
+    // blocked in returns false now; a wait for the agent ends within 250 ms).
+    stop = true;
+    if (pump.joinable()) pump.join();
+    if (!ended.load()) st.cancel();  // the client left: the shell gets SIGHUP, as a closed terminal
+  };
+  auto r = c.ex.websocket(h, std::chrono::minutes(10));
+  stop = true;
+  if (pump.joinable()) pump.join();
+  if (!ended.load()) st.cancel();
+  sandbox::record_operation(c.operation, "rest", c.timing, c.total.elapsed_ms(),
+                            r ? sandbox::Outcome::kOk : sandbox::Outcome::kClientError);
 }
 
 // ---- stream handlers ----

@@ -1,6 +1,7 @@
 #include "daemon/http/server.h"
 
 #include "daemon/http/proxy.h"
+#include "daemon/http/websocket.h"
 
 #include "daemon/sys/deadline_stream.h"
 
@@ -195,6 +196,15 @@ class BeastExchange final : public Exchange {
       if (!st.reusable) broken_ = true;
     }
     return r;
+  }
+
+  bool is_websocket_upgrade() const override { return detail::is_websocket_upgrade(req()); }
+
+  Result<void> websocket(const WebSocketHandler& handler, std::chrono::milliseconds idle_timeout) override {
+    responded_ = true;
+    status_ = 101;
+    broken_ = true;  // the connection is the WebSocket's now: never another request on it
+    return detail::run_websocket(sock_.native_handle(), req(), handler, idle_timeout);
   }
 
   bool client_gone() const override {

@@ -32,6 +32,30 @@ class Upstream {
   virtual void close_write() = 0;
 };
 
+/// The sending side of a WebSocket connection (Exchange::websocket). Thread-safe.
+class WebSocketPeer {
+ public:
+  /// Messages queued past this many bytes make send() wait: a client that reads slowly holds
+  /// its sender back instead of growing b3osd's memory.
+  static constexpr size_t kMaxQueued = 1u << 20;
+  virtual ~WebSocketPeer() = default;
+  /// Queues one message (binary or text); waits while kMaxQueued bytes are queued. False once
+  /// the connection is closed (nothing more will be sent).
+  virtual bool send(std::string message, bool binary) = 0;
+  /// Closes the connection with a status code (1000: normal) and a reason.
+  virtual void close(uint16_t code, std::string reason) = 0;
+};
+
+/// What runs a WebSocket connection. All three run on the request's own thread.
+struct WebSocketHandler {
+  /// Once, when the upgrade is done: start whatever feeds `peer` (on another thread).
+  std::function<void(WebSocketPeer& peer)> opened;
+  /// Each message from the client, whole (Beast reassembles fragments; at most 1 MiB).
+  std::function<void(std::string_view message, bool binary)> message;
+  /// Once, when the connection has closed (either side, or a time-out): stop feeding it.
+  std::function<void()> closed;
+};
+
 /// How Exchange::proxy changes the request and its answer on the way.
 struct ProxyOptions {
   std::string target;         // the request target to send (the client's, minus the token)
@@ -86,6 +110,15 @@ class Exchange {
   /// until either side ends or `idle_timeout` passes with no byte. Fails without having
   /// responded when the server gave no response head (the caller answers then).
   virtual Result<void> proxy(Upstream& up, const ProxyOptions& opts) = 0;
+
+  /// True when the request asks to be upgraded to a WebSocket.
+  virtual bool is_websocket_upgrade() const { return false; }
+  /// Answers the upgrade (101, Beast's handshake) and runs the connection on this thread until
+  /// it closes: `handler` sees each message; a connection with no frame either way for
+  /// `idle_timeout` (Beast pings it first) is closed. The connection is not reused after.
+  virtual Result<void> websocket(const WebSocketHandler& handler, std::chrono::milliseconds idle_timeout) {
+    return fail(ErrorCode::kNotImplemented, "no WebSocket on this exchange");
+  }
 
   /// The request's id: sent as X-Request-Id on every answer and named by the log lines the
   /// request causes (the client's own X-Request-Id when it is a plain token, else a new one).

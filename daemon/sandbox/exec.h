@@ -40,6 +40,18 @@ class Exec {
   /// Round trip over a sandbox's agent channel (benchmarks).
   Result<double> ping(const Principal& p, const std::string& id);
 
+  // ---- terminals (processes.cc; docs/api.md, "Terminal") ----
+  /// A terminal open in a sandbox: its agent stream (DATA in, STDOUT out, HEADER resizes),
+  /// holding the sandbox awake for as long as it lives.
+  struct Terminal {
+    std::shared_ptr<LiveSandbox> sandbox;
+    Awake awake;
+    std::shared_ptr<agentlink::Stream> stream;
+    int pid = -1;
+  };
+  /// Starts `spec.cmd` (a login shell when empty) on a new terminal of `rows` x `cols`.
+  Result<Terminal> open_terminal(const Principal& p, const std::string& id, const TerminalSpec& spec);
+
   // ---- background processes (processes.cc; docs/api.md, "Background processes") ----
   /// Starts a command detached: the process object ({"id","pid","status",...}).
   Result<nlohmann::json> start_process(const Principal& p, const std::string& id, const ProcessSpec& spec, Timing& t);

@@ -42,6 +42,39 @@ json api_process(json p) {
 }
 }  // namespace
 
+Result<Exec::Terminal> Exec::open_terminal(const Principal& p, const std::string& id, const TerminalSpec& spec) {
+  auto sr = lifecycle_.running(p, id);
+  if (!sr) return fail(sr.error());
+  Terminal t;
+  t.sandbox = *sr;
+  auto& s = **sr;
+  t.awake = lifecycle_.awake(s);
+  const ExecSpec e = with_defaults(s, spec.cmd);
+  json env = command_env(s, e);
+  if (!e.env.count("TERM")) env["TERM"] = spec.term;
+  json req = {{"op", "pty"}, {"argv", e.argv}, {"env", env}, {"cwd", e.cwd}, {"rows", spec.rows}, {"cols", spec.cols}};
+  if (!e.user.empty()) req["user"] = e.user;
+  auto stream = open_stream(s, req);
+  if (!stream) return fail(stream.error());
+  t.stream = *stream;
+  for (;;) {
+    auto f = t.stream->next(Clock::now() + kControlTimeout);
+    if (!f) return fail(lifecycle_.explain(s, f.error()));
+    if (f->type == protocol::FrameType::kHeader) {
+      auto h = parse_json(*f);
+      if (!h) return fail(h.error());
+      t.pid = h->value("pid", -1);
+      lifecycle_.touch(s);
+      return t;
+    }
+    if (f->type == protocol::FrameType::kEnd) {
+      auto end = parse_json(*f);
+      if (!end) return fail(end.error());
+      return fail(ErrorCode::kInternal, "the terminal ended before it started");
+    }
+  }
+}
+
 Result<json> Exec::start_process(const Principal& p, const std::string& id, const ProcessSpec& spec, Timing& t) {
   Stopwatch sw;
   auto sr = lifecycle_.running(p, id);

@@ -56,6 +56,32 @@ bool valid_process_key(const std::string& key) {
   return digits(key);
 }
 
+Result<TerminalSpec> parse_terminal(const Params& params) {
+  TerminalSpec t;
+  json cmd = json::object();
+  for (auto& [k, v] : params) {
+    if (k == "rows" || k == "cols") {
+      auto n = parse_u64(k, v, 1000);
+      if (!n || *n == 0) return fail(ErrorCode::kInvalidRequest, k + ": must be 1 to 1000");
+      (k == "rows" ? t.rows : t.cols) = static_cast<int>(*n);
+    } else if (k == "term") {
+      if (v.empty() || v.size() > 64 || v.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._+-") != std::string::npos)
+        return fail(ErrorCode::kInvalidRequest, "term: 1-64 of A-Z a-z 0-9 . _ + - (such as xterm-256color)");
+      t.term = v;
+    } else if (k == "cmd" || k == "cwd" || k == "user") {
+      cmd[k] = v;
+    } else {
+      return fail(ErrorCode::kInvalidRequest, k + ": unknown parameter (rows, cols, term, cmd, cwd, user)");
+    }
+  }
+  if (!cmd.contains("cmd"))  // a login shell: bash where the sandbox has it
+    cmd["cmd"] = "if [ -x /bin/bash ]; then exec /bin/bash -l; else exec /bin/sh -l; fi";
+  auto e = parse_exec(cmd);
+  if (!e) return fail(e.error());
+  t.cmd = std::move(*e);
+  return t;
+}
+
 Result<SignalRequest> parse_signal(const json& body) {
   if (!body.is_object()) return fail(ErrorCode::kInvalidRequest, "body: must be a JSON object like {\"signal\": \"TERM\"}");
   SignalRequest r;

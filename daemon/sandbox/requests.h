@@ -66,6 +66,9 @@ Result<FileRequest> parse_file_request(const Params& params, bool allow_recursiv
 /// The {proc} of a process route: "proc_N" or a pid; anything else is 404 process_not_found.
 bool valid_process_key(const std::string& key);
 
+/// GET /v1/sandboxes/{id}/pty: ?rows=24&cols=80&term=xterm-256color&cmd=...&cwd=...&user=...
+Result<TerminalSpec> parse_terminal(const Params& params);
+
 /// POST .../processes/{proc}/signal: {"signal": "TERM" | "SIGTERM" | 15, "group": true}.
 struct SignalRequest {
   int signal = 15;

@@ -80,6 +80,15 @@ struct ProcessSpec {
 };
 inline constexpr uint64_t kMaxProcessOutputBytes = 64ull << 20;
 
+/// A terminal to open (GET /v1/sandboxes/{id}/pty): the program (a login shell when `cmd`
+/// gives none), its size and TERM.
+struct TerminalSpec {
+  ExecSpec cmd;  // argv empty: the default shell
+  int rows = 24;
+  int cols = 80;
+  std::string term = "xterm-256color";
+};
+
 /// Validates a create body; errors are 400 invalid_request naming the field.
 Result<SandboxSpec> parse_create(const nlohmann::json& body, const SpecLimits& limits);
 /// Returns 501 not_implemented if the spec needs a feature this build does not have yet.

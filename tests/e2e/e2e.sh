@@ -97,6 +97,8 @@ run_section s_exec_user
 run_section s_exec_stream
 run_section s_processes
 run_section s_processes_idle
+run_section s_terminal
+run_section s_shell_cli
 run_section s_files
 run_section s_errors
 run_section s_idempotency

@@ -663,8 +663,9 @@ def run_crowd(a, api, create, inside, y, urls, result):
     # Each hostile sandbox's tarpit, listening before the crowd starts.
     def start_tarpit(sid):
         st, _, doc, _ = api.call("POST", f"/v1/sandboxes/{sid}/exec", a.key, {
-            "cmd": "nohup python3 /workspace/net_caps.py inside tarpit 600 >/dev/null 2>&1 & "
-                   "for i in $(seq 300); do python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", 8000)).close()' "
+            "cmd": "nohup python3 /workspace/net_caps.py inside tarpit 600 >/tmp/tarpit.log 2>&1 & p=$!; "
+                   "for i in $(seq 300); do kill -0 $p 2>/dev/null || { cat /tmp/tarpit.log; exit 2; }; "
+                   "python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", 8000)).close()' "
                    "2>/dev/null && exit 0; sleep 0.1; done; exit 1", "timeout_ms": 60000}, timeout=90)
         return None if st == 200 and doc.get("exit_code") == 0 else f"{sid}: tarpit: HTTP {st} {json.dumps(doc)[:200]}"
     with ThreadPoolExecutor(4) as ex:
@@ -842,7 +843,7 @@ def main():
     u.add_argument("--answer", action="append", default=[])
     u.add_argument("--drop", required=True)
     i = sub.add_parser("inside")
-    i.add_argument("what", choices=["dnsflood", "query", "http", "hold", "udpflows", "crowd", "quietprobe"])
+    i.add_argument("what", choices=["dnsflood", "query", "http", "hold", "udpflows", "crowd", "quietprobe", "tarpit"])
     i.add_argument("args", nargs="*")
     c = sub.add_parser("check")
     c.add_argument("--url", required=True)

@@ -251,3 +251,89 @@ s_processes_fork() {
   for f in $forks; do delete_sandbox "$f" || true; done
   delete_sandbox "$src" || true
 }
+
+# pty STEPS [QUERY] [SANDBOX]: the node `ws` client on a terminal of $SBX (or SANDBOX); its
+# lines in $T/pty.out.
+pty() {
+  timeout 120 node "$HERE/pty_client.mjs" "$URL" "$KEY" "${3:-$SBX}" "${2:-rows=24&cols=80}" "$1" >"$T/pty.out" 2>"$T/pty.err" || true
+}
+pty_jq() { jq -s -e "$1" "$T/pty.out" >/dev/null 2>&1; }
+pty_snip() { head -c 600 "$T/pty.out" | tr '\n' ' '; cat "$T/pty.err" | head -c 200; }
+
+# Terminals: a WebSocket (Beast's) carrying a pty made in the sandbox, driven by the `ws` client.
+s_terminal() {
+  if ! [ -d "$HERE/../mcp/node_modules/ws" ]; then
+    skip terminal.all "the ws package is not installed (npm ci in tests/mcp failed)"
+    return 0
+  fi
+  pty '[{"send":"echo T=$TERM; stty size\n"},{"expect":"T=xterm-256color"},{"expect":"24 80"},
+        {"text":{"type":"resize","rows":30,"cols":100}},{"send":"stty size; tput cols\n"},{"expect":"30 100\\r?\\n100"},
+        {"send":"sleep 100\n"},{"sleep":0.7},{"send":"\u0003"},{"send":"echo rc=$?\n"},{"expect":"rc=130"},
+        {"send":"top -d 0.5\n"},{"expect":"load average"},{"send":"q"},{"sleep":1},{"send":"echo after-top\n"},{"expect":"after-top\\r?\\n"},
+        {"send":"exit 7\n"},{"wait_exit":10}]'
+  check terminal.started "$(pty_snip)" pty_jq '.[0].started.type == "started" and (.[0].started.pid | type) == "number"'
+  check terminal.term_and_size "$(pty_snip)" pty_jq '.[1].ok and .[2].ok'
+  check terminal.resize "$(pty_snip)" pty_jq '.[3].ok'
+  check terminal.ctrl_c_reaches_the_job "$(pty_snip)" pty_jq '.[4].ok'
+  check terminal.full_screen_top "$(pty_snip)" pty_jq '.[5].ok and .[6].ok'
+  check terminal.exit_code "$(pty_snip)" pty_jq '.[-1].exit.exit_code == 7 and .[-1].closed.code == 1000'
+  # A client that leaves ends its shell and what runs on the terminal (SIGHUP, then KILL).
+  pty '[{"send":"sleep 977\n"},{"sleep":0.5},{"close":true}]'
+  check terminal.left "$(pty_snip)" pty_jq '.[-1].closed.code == 1000'
+  check terminal.leaving_ends_the_shell "a sleep 977 is still running" eventually 10 bash -c "curl -s -H 'Authorization: Bearer $KEY' \
+    -H 'Content-Type: application/json' -d '{\"cmd\":\"pgrep -f \\\"sleep 9[7]7\\\" | wc -l\"}' '$URL/v1/sandboxes/$SBX/exec' | jq -e '.stdout == \"0\\n\"' >/dev/null"
+  # The cap: 64 terminals per sandbox; the 65th is refused (429), the others all work. (cat,
+  # not 64 login shells: the cap is the point, not the sandbox's memory.)
+  create_sandbox '{"memory_mib":1024}'
+  local many=$CID
+  pty '{"many":65}' 'cmd=cat' "$many"
+  check terminal.cap_64 "$(pty_snip)" pty_jq '.[0].counts.started == 64 and .[0].counts["429"] == 1'
+  delete_sandbox "$many" || true
+  # Bad requests get ordinary answers.
+  api GET "/v1/sandboxes/$SBX/pty"
+  expect_error terminal.not_a_websocket_400 400 invalid_request WebSocket
+  api GET "/v1/sandboxes/$SBX/pty?rows=0" -H 'Connection: Upgrade' -H 'Upgrade: websocket'
+  expect_error terminal.rows_0_400 400 invalid_request rows
+  api GET "/v1/sandboxes/$SBX/pty?term=a;b"
+  expect_error terminal.bad_term_400 400 invalid_request term
+  api GET "/v1/sandboxes/$SBX/pty?cwd=/no/such" -H 'Connection: Upgrade' -H 'Upgrade: websocket' -H 'Sec-WebSocket-Version: 13' -H 'Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ=='
+  expect_error terminal.bad_cwd_400 400 invalid_request cwd
+  api GET /v1/sandboxes/sbx_00000000000000000000000000/pty
+  expect_error terminal.no_sandbox_404 404 sandbox_not_found
+}
+
+# `b3os shell` in a real terminal (tmux): raw mode, the window's size, resize on SIGWINCH,
+# Ctrl-C to the foreground job, a full-screen program, and the shell's exit code as its own.
+s_shell_cli() {
+  if ! command -v tmux >/dev/null; then
+    skip shell_cli.all "tmux is not installed (scripts/install-deps.sh installs it)"
+    return 0
+  fi
+  local tm="b3os-e2e-$$" rc="$T/shell.rc"
+  rm -f "$rc"
+  tmux kill-session -t "$tm" 2>/dev/null || true
+  tmux new-session -d -s "$tm" -x 100 -y 30 \
+    "B3OS_API_URL='$URL' B3OS_API_KEY='$KEY' '$B3OS_BIN/b3os' shell '$SBX'; echo EXIT=\$? > '$rc'; sleep 60"
+  pane_has() { tmux capture-pane -p -t "$tm" 2>/dev/null | grep -Eq "$1"; }
+  check shell_cli.prompt "no prompt: $(tmux capture-pane -p -t "$tm" | grep -v '^$' | tail -2)" eventually 15 pane_has '#\s*$'
+  tmux send-keys -t "$tm" 'echo size=$(tput cols)x$(tput lines)' Enter
+  check shell_cli.window_size "$(tmux capture-pane -p -t "$tm" | grep -v '^$' | tail -2)" eventually 10 pane_has '^size=100x30'
+  tmux resize-window -t "$tm" -x 120 -y 40 2>/dev/null || tmux resize-pane -t "$tm" -x 120 -y 40
+  sleep 0.5
+  tmux send-keys -t "$tm" 'echo now=$(tput cols)x$(tput lines)' Enter
+  check shell_cli.resize "$(tmux capture-pane -p -t "$tm" | grep -v '^$' | tail -2)" eventually 10 pane_has '^now=120x40'
+  tmux send-keys -t "$tm" 'sleep 100' Enter
+  sleep 0.7
+  tmux send-keys -t "$tm" C-c
+  tmux send-keys -t "$tm" 'echo rc=$?' Enter
+  check shell_cli.ctrl_c "$(tmux capture-pane -p -t "$tm" | grep -v '^$' | tail -2)" eventually 10 pane_has '^rc=130'
+  tmux send-keys -t "$tm" 'top -d 0.5' Enter
+  check shell_cli.top_opens "$(tmux capture-pane -p -t "$tm" | head -3)" eventually 10 pane_has 'load average'
+  tmux send-keys -t "$tm" q
+  sleep 1
+  tmux send-keys -t "$tm" 'echo back-from-top' Enter
+  check shell_cli.top_quits "$(tmux capture-pane -p -t "$tm" | grep -v '^$' | tail -2)" eventually 10 pane_has '^back-from-top'
+  tmux send-keys -t "$tm" 'exit 9' Enter
+  check shell_cli.exit_code "$(cat "$rc" 2>/dev/null)" eventually 10 grep -qx 'EXIT=9' "$rc"
+  tmux kill-session -t "$tm" 2>/dev/null || true
+}
