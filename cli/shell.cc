@@ -77,7 +77,7 @@ int run_shell(const ApiUrl& url, const std::string& api_key, const ShellOptions&
   auto [rows, cols] = local_size();
   std::string target = url.target("/v1/sandboxes/" + o.id + "/pty") + "?rows=" + std::to_string(rows) +
                        "&cols=" + std::to_string(cols);
-  if (const char* term = std::getenv("TERM"); term && *term) target += "&term=" + std::string(term);
+  if (const char* term = std::getenv("TERM"); term && *term) target += "&term=" + url_encode(term);
   if (!o.cwd.empty()) target += "&cwd=" + url_encode(o.cwd);
   if (!o.user.empty()) target += "&user=" + url_encode(o.user);
   if (!o.cmd.empty()) target += "&cmd=" + url_encode(o.cmd);

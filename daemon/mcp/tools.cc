@@ -3,6 +3,7 @@
 #include <openssl/evp.h>
 
 #include <algorithm>
+#include <cstdint>
 
 #include "daemon/sandbox/requests.h"
 
@@ -272,14 +273,26 @@ Tools::Tools(sandbox::SandboxService& sb, ToolsConfig cfg, tpl::TemplateService*
         Timing& t = ctx.timing;
         const auto start = std::chrono::steady_clock::now();
         auto last = start;
-        auto r = S.exec(ctx.principal, *id, *spec, t, [&] {
+        // Progress notifications carry the output as it comes (at most every 0.5 s, the new
+        // output since the last one, clipped), and "running" when there is none.
+        std::string fresh;
+        auto report = [&](bool force) {
           const auto now = std::chrono::steady_clock::now();
-          if (ctx.progress && now - last >= std::chrono::seconds(1)) {
-            last = now;
-            ctx.progress(std::chrono::duration<double>(now - start).count(), "running");
-          }
+          if (!ctx.progress || (!force && now - last < std::chrono::milliseconds(500))) return;
+          if (fresh.empty() && now - last < std::chrono::seconds(1)) return;
+          last = now;
+          ctx.progress(std::chrono::duration<double>(now - start).count(), fresh.empty() ? "running" : clip(fresh, 2000));
+          fresh.clear();
+        };
+        sandbox::Exec::OutputSink on_output = [&](bool, std::string_view bytes) {
+          if (fresh.size() < 8192) fresh.append(bytes.substr(0, 8192 - fresh.size()));
+          report(false);
+          return true;
+        };
+        auto r = S.exec(ctx.principal, *id, *spec, t, [&] {
+          report(false);
           return ctx.cancelled && ctx.cancelled();
-        });
+        }, on_output);
         if (!r) return fail(r.error());
         json out = {{"exit_code", r->exit_code},
                     {"stdout", r->stdout_data},
@@ -293,6 +306,121 @@ Tools::Tools(sandbox::SandboxService& sb, ToolsConfig cfg, tpl::TemplateService*
         if (!r->stdout_data.empty()) text += "--- stdout\n" + clip(r->stdout_data, 4000) + "\n";
         if (!r->stderr_data.empty()) text += "--- stderr\n" + clip(r->stderr_data, 4000) + "\n";
         return ToolResult{std::move(out), text, r->timed_out};
+      }});
+
+  // ---- background processes (docs/api.md, "Background processes") ----
+  const json process_out = obj({{"id", {{"type", "string"}}}, {"pid", {{"type", "integer"}}}, {"status", {{"type", "string"}}}},
+                               {"id", "pid", "status"}, false);
+  tools_.push_back(Tool{
+      "process_start", "Start a background process",
+      "Start a command in a sandbox and return at once (a dev server, a watcher, a REPL): it runs until it exits or "
+      "is signalled, and its output is kept (the last output_bytes, default 1 MiB) for process_output. Returns its "
+      "id (proc_N) and pid. stdin: true keeps its standard input open for process_stdin.",
+      "sandboxes",
+      obj({{"sandbox_id", kSandboxId},
+           {"cmd", {{"description", "A shell command line, or an argv array."},
+                    {"anyOf", {{{"type", "string"}}, {{"type", "array"}, {"items", {{"type", "string"}}}, {"minItems", 1}}}}}},
+           {"env", string_map("More environment variables for this process.")},
+           {"cwd", str("Working directory; default /workspace.")},
+           {"user", str("Run as this user instead of root.")},
+           {"stdin", boolean("Keep its standard input open for process_stdin.")},
+           {"tag", str("A label of yours, shown in process lists.")},
+           {"output_bytes", integer("Output kept (a ring); 4096 to 67108864.", 4096, 67108864)}},
+          {"sandbox_id", "cmd"}),
+      process_out,
+      [&S](const json& args, CallContext& ctx) -> Result<ToolResult> {
+        auto id = required_string(args, "sandbox_id");
+        if (!id) return fail(id.error());
+        auto spec = sandbox::parse_process(without(args, {"sandbox_id"}), 1u << 20);
+        if (!spec) return fail(spec.error());
+        auto r = S.exec().start_process(ctx.principal, *id, *spec, ctx.timing);
+        if (!r) return fail(r.error());
+        return object_result(*r, "started " + r->value("id", "?") + " (pid " + std::to_string(r->value("pid", -1)) + ")");
+      }});
+  tools_.push_back(Tool{
+      "process_output", "Read a background process's output",
+      "The output of a background process from an offset (0: all it kept). Returns the text since then, `next` "
+      "(the offset to ask from next time, so nothing is missed), whether it still runs, and its exit code once it "
+      "exited. wait_ms waits up to that long for it to exit first (a way to wait for a build or a test run).",
+      "sandboxes",
+      obj({{"sandbox_id", kSandboxId},
+           {"process_id", str("The process id (proc_N) or pid.")},
+           {"since", integer("The offset to read from (the `next` of the last read).", 0, INT64_MAX)},
+           {"wait_ms", integer("Wait up to this long for the process to exit before reading.", 0, 3600000)}},
+          {"sandbox_id", "process_id"}),
+      obj({{"output", {{"type", "string"}}}, {"next", {{"type", "integer"}}}, {"running", {{"type", "boolean"}}}},
+          {"output", "next", "running"}, false),
+      [&S](const json& args, CallContext& ctx) -> Result<ToolResult> {
+        if (auto r = only(args, {"sandbox_id", "process_id", "since", "wait_ms"}); !r) return fail(r.error());
+        auto id = required_string(args, "sandbox_id");
+        if (!id) return fail(id.error());
+        auto proc = required_string(args, "process_id");
+        if (!proc) return fail(proc.error());
+        if (!sandbox::valid_process_key(*proc)) return fail(ErrorCode::kProcessNotFound, "no process \"" + *proc + "\"");
+        const uint64_t since = args.contains("since") && args["since"].is_number_unsigned() ? args["since"].get<uint64_t>() : 0;
+        const int64_t wait_ms = args.contains("wait_ms") && args["wait_ms"].is_number_integer() ? args["wait_ms"].get<int64_t>() : 0;
+        auto cancelled = [&] { return ctx.cancelled && ctx.cancelled(); };
+        if (wait_ms > 0) {
+          auto w = S.exec().wait_process(ctx.principal, *id, *proc, wait_ms, cancelled);
+          if (!w) return fail(w.error());
+        }
+        std::string text;
+        uint64_t dropped = 0;
+        sandbox::Exec::OutputReader reader;
+        reader.begin = [&](const json& h) { dropped = h.value("dropped", uint64_t{0}); return true; };
+        reader.data = [&](uint64_t, bool, std::string_view bytes) { text.append(bytes); return true; };
+        reader.gap = [&](uint64_t from, uint64_t to) { dropped += to - from; return true; };
+        auto r = S.exec().process_output(ctx.principal, *id, *proc, since, false, 60'000, reader, cancelled);
+        if (!r) return fail(r.error());
+        json out = *r;
+        out["output"] = text;  // as text: invalid UTF-8 is replaced in the JSON
+        out["dropped"] = dropped;
+        std::string summary = (r->value("running", false) ? std::string("running") : "exited " + std::to_string(r->value("exit_code", -1))) +
+                              ", next " + std::to_string(r->value("next", uint64_t{0})) +
+                              (dropped ? ", " + std::to_string(dropped) + " bytes dropped before" : "") + "\n" + clip(text, 8000);
+        return object_result(std::move(out), summary);
+      }});
+  tools_.push_back(Tool{
+      "process_stdin", "Write to a background process's stdin",
+      "Write text to the standard input of a background process started with stdin: true; eof: true closes it "
+      "after (a program that reads to the end then finishes).",
+      "sandboxes",
+      obj({{"sandbox_id", kSandboxId}, {"process_id", str("The process id (proc_N) or pid.")},
+           {"data", str("Text to write (a newline is not added).")}, {"eof", boolean("Close its stdin after.")}},
+          {"sandbox_id", "process_id"}),
+      obj({{"written", {{"type", "integer"}}}}, {"written"}, false),
+      [&S](const json& args, CallContext& ctx) -> Result<ToolResult> {
+        auto id = required_string(args, "sandbox_id");
+        if (!id) return fail(id.error());
+        auto proc = required_string(args, "process_id");
+        if (!proc) return fail(proc.error());
+        if (!sandbox::valid_process_key(*proc)) return fail(ErrorCode::kProcessNotFound, "no process \"" + *proc + "\"");
+        auto req = sandbox::parse_stdin(without(args, {"sandbox_id", "process_id"}));
+        if (!req) return fail(req.error());
+        auto r = S.exec().write_process_stdin(ctx.principal, *id, *proc, req->data, req->eof);
+        if (!r) return fail(r.error());
+        return object_result(*r, "wrote " + std::to_string(r->value("written", 0)) + " bytes");
+      }});
+  tools_.push_back(Tool{
+      "process_signal", "Signal a background process",
+      "Send a signal to a background process and what it started (its process group): TERM (default), KILL, INT, "
+      "HUP, ... or a number 1-64.",
+      "sandboxes",
+      obj({{"sandbox_id", kSandboxId}, {"process_id", str("The process id (proc_N) or pid.")},
+           {"signal", {{"description", "A name such as TERM or a number."}, {"anyOf", {{{"type", "string"}}, {{"type", "integer"}}}}}}},
+          {"sandbox_id", "process_id"}),
+      obj({{"delivered", {{"type", "boolean"}}}}, {"delivered"}, false),
+      [&S](const json& args, CallContext& ctx) -> Result<ToolResult> {
+        auto id = required_string(args, "sandbox_id");
+        if (!id) return fail(id.error());
+        auto proc = required_string(args, "process_id");
+        if (!proc) return fail(proc.error());
+        if (!sandbox::valid_process_key(*proc)) return fail(ErrorCode::kProcessNotFound, "no process \"" + *proc + "\"");
+        auto req = sandbox::parse_signal(without(args, {"sandbox_id", "process_id"}));
+        if (!req) return fail(req.error());
+        auto r = S.exec().signal_process(ctx.principal, *id, *proc, req->signal, req->group);
+        if (!r) return fail(r.error());
+        return object_result(*r, r->value("delivered", false) ? "delivered" : "not delivered (it had exited)");
       }});
 
   tools_.push_back(Tool{

@@ -115,6 +115,7 @@ run_section s_fork
 run_section s_fork_failure
 run_section s_fork_big
 run_section s_processes_fork
+run_section s_terminal_fork
 run_section s_pause
 run_section s_snapshot
 run_section s_files_big

@@ -337,3 +337,31 @@ s_shell_cli() {
   check shell_cli.exit_code "$(cat "$rc" 2>/dev/null)" eventually 10 grep -qx 'EXIT=9' "$rc"
   tmux kill-session -t "$tm" 2>/dev/null || true
 }
+
+# A fork while a terminal is open: the source's terminal goes on; in the forks its shell is
+# ended (a fork has no client for it), and nothing of it is left running there.
+s_terminal_fork() {
+  if ! [ -d "$HERE/../mcp/node_modules/ws" ]; then
+    skip terminal_fork.all "the ws package is not installed (npm ci in tests/mcp failed)"
+    return 0
+  fi
+  create_sandbox '{"forkable":true}'
+  local src=$CID
+  timeout 120 node "$HERE/pty_client.mjs" "$URL" "$KEY" "$src" "rows=24&cols=80" \
+    '[{"send":"echo before-fork\n"},{"expect":"before-fork\\r?\\n"},{"sleep":6},{"send":"echo after-fork\n"},{"expect":"after-fork\\r?\\n"},{"send":"exit 4\n"},{"wait_exit":10}]' \
+    >"$T/ptyfork.out" 2>"$T/ptyfork.err" &
+  local client=$!
+  sleep 2.5
+  apij POST "/v1/sandboxes/$src/fork" '{"count":1}'
+  check terminal_fork.fork_201 "$(snip)" okj 201 '(.data | length) == 1'
+  local f
+  f=$(j '.data[0].id')
+  echo "$f" >>"$T/ids"
+  wait "$client" || true
+  check terminal_fork.source_goes_on "$(head -c 600 "$T/ptyfork.out" | tr '\n' ' ')" \
+    jq -s -e '.[1].ok and .[2].ok and .[-1].exit.exit_code == 4' "$T/ptyfork.out"
+  run_exec "$f" '{"cmd":"pgrep -c -x bash || true"}'
+  check terminal_fork.ended_in_fork "$(snip)" okj 200 '.stdout == "0\n"'
+  delete_sandbox "$f" || true
+  delete_sandbox "$src" || true
+}
