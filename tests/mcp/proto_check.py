@@ -180,8 +180,13 @@ body = json.dumps({"jsonrpc": "2.0", "id": 31, "method": "tools/call",
                    "params": {"name": "sandbox_exec", "arguments": {"sandbox_id": sbx, "cmd": "sleep 60"}}})
 s.sendall((f"POST /mcp HTTP/1.1\r\nHost: {HOST}\r\nAuthorization: Bearer {KEY}\r\nMcp-Session-Id: {sid}\r\n"
            f"Content-Type: application/json\r\nAccept: application/json\r\nContent-Length: {len(body)}\r\n\r\n{body}").encode())
-time.sleep(1.5)
-during = running_sleeps()
+# Until the sleep runs (it has started), not a fixed time.
+during = "0"
+for _ in range(100):
+    during = running_sleeps()
+    if during == "1":
+        break
+    time.sleep(0.1)
 s.close()
 after = "?"
 for _ in range(50):
@@ -206,7 +211,12 @@ body = json.dumps({"jsonrpc": "2.0", "id": 35, "method": "tools/call",
                               "cmd": "while true; do echo x; date +%s%N > /tmp/alive; sleep 0.01; done"}}})
 s.sendall((f"POST /mcp HTTP/1.1\r\nHost: {HOST}\r\nAuthorization: Bearer {KEY}\r\nMcp-Session-Id: {sid}\r\n"
            f"Content-Type: application/json\r\nAccept: application/json\r\nContent-Length: {len(body)}\r\n\r\n{body}").encode())
-time.sleep(1.5)
+# Wait for its first stamp (it has started) rather than a fixed time: on a busy machine the
+# start may take longer than any guess.
+for _ in range(100):
+    if stamp() != "none":
+        break
+    time.sleep(0.1)
 a, b = stamp(), (time.sleep(0.3), stamp())[1]
 s.close()
 stopped = False
