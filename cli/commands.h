@@ -102,6 +102,8 @@ Result<Json> call_api(HttpClient& client, std::string_view method, const std::st
 void add_sandbox_commands(CLI::App& app, const GlobalOptions& g, Action& action);
 /// Registers upload, download, ls and rmfile.
 void add_file_commands(CLI::App& app, const GlobalOptions& g, Action& action);
+/// ps, start, kill, logs, attach, fork, pause, resume, snapshot (cli/process_commands.cc).
+void add_process_commands(CLI::App& app, const GlobalOptions& g, Action& action);
 /// `b3os mcp`: the MCP tools over stdio, bridged to b3osd's /mcp (cli/mcp_bridge.cc).
 void add_mcp_command(CLI::App& app, const GlobalOptions& g, Action& action);
 /// Registers `keys create` and `keys list` (local store, no API).

@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   add_key_commands(app, global, action);
   add_sandbox_commands(app, global, action);
   add_file_commands(app, global, action);
+  add_process_commands(app, global, action);
   add_template_commands(app, global, action);
   add_mcp_command(app, global, action);
   add_status_command(app, global, action);

@@ -1,14 +1,14 @@
 # shellcheck shell=bash
 # shellcheck disable=SC2016,SC2015,SC2012 # single-quoted $VAR and $((...)) are for the sandbox's shell or jq
 # e2e section: the root filesystem's writes on a disk of each sandbox's own (docs/design.md,
-# "Disk"): a 3 GB file in a 512 MiB sandbox, byte-exact in a fork and a snapshot restore;
+# "Disk"): a 1.5 GB file (three times its memory) in a 512 MiB sandbox, byte-exact in a fork and a snapshot restore;
 # disk_gib as a hard limit (ENOSPC, the sandbox runs on); the disk across a b3osd SIGKILL;
 # nothing left after delete (directory, mount, loop device).
 
-DISK_BIG_BYTES=3000000000  # what the file holds at least (45 x 64 MiB and numbers)
-# The 3 GB file lives in the source, the fork, the snapshot's image, the restored sandbox and
-# (for a moment) the fork's image: about 15 GB of the data directory's disk.
-DISK_NEED_KB=$((16 * 1024 * 1024))
+DISK_BIG_BYTES=1500000000  # what the file holds at least (23 x 64 MiB and numbers): 3x the memory
+# The 1.5 GB file lives in the source, the fork, the snapshot's image, the restored sandbox and
+# (for a moment) the fork's image: about 8 GB of the data directory's disk.
+DISK_NEED_KB=$((9 * 1024 * 1024))
 
 # disk_left ID: what is left on the host of the disk of ID (directory, mount, loop device).
 disk_left() {
@@ -26,7 +26,7 @@ s_disk_big() {
   local avail
   avail=$(df -Pk "$T/data" | awk 'NR==2 {print $4}')
   if [ "${avail:-0}" -lt "$DISK_NEED_KB" ]; then
-    skip disk.big "only $((avail / 1024 / 1024)) GiB free under $T/data; the 3 GB file test needs 16 GiB"
+    skip disk.big "only $((avail / 1024 / 1024)) GiB free under $T/data; the 1.5 GB file test needs 9 GiB"
     return 0
   fi
   if [ "${E2E_ROOT_OVERLAY:-disk}" = memory ]; then
@@ -39,11 +39,11 @@ s_disk_big() {
   [ -n "$src" ] || return 0
   check disk.big_mounted "no ext4 mount at $T/data/disks/$src/mnt" disk_mounted "$src"
   t0=$(now_ms)
-  # 64 MiB of random bytes, written 45 times each behind its number: every page of the 3 GB
+  # 64 MiB of random bytes, written 23 times each behind its number: every page of the 1.5 GB
   # differs (the chunks shift against page boundaries), at the cost of writing, not of urandom.
-  run_exec "$src" '{"cmd":"head -c 67108864 /dev/urandom > /tmp/r && for i in $(seq 1 45); do echo $i; cat /tmp/r; done > /workspace/big && rm /tmp/r && stat -c %s /workspace/big >&2 && sha256sum /workspace/big | cut -c1-64","timeout_ms":600000}'
-  info "3 GB written and summed in $(( ($(now_ms) - t0) / 1000 )) s"
-  check disk.big_written "$(snip)" jt '.exit_code == 0 and (.stdout | length) == 65 and (.stderr | tonumber) > 3000000000'
+  run_exec "$src" '{"cmd":"head -c 67108864 /dev/urandom > /tmp/r && for i in $(seq 1 23); do echo $i; cat /tmp/r; done > /workspace/big && rm /tmp/r && stat -c %s /workspace/big >&2 && sha256sum /workspace/big | cut -c1-64","timeout_ms":600000}'
+  info "1.5 GB written and summed in $(( ($(now_ms) - t0) / 1000 )) s"
+  check disk.big_written "$(snip)" jt '.exit_code == 0 and (.stdout | length) == 65 and (.stderr | tonumber) > 1500000000'
   sum=$(j .stdout)
   api GET "/v1/sandboxes/$src"
   check disk.big_512mib_running "$(snip)" okj 200 '.status == "running" and .memory_mib == 512'
@@ -54,7 +54,7 @@ s_disk_big() {
 
   t0=$(now_ms)
   apij POST "/v1/sandboxes/$src/fork" '{"count":1}'
-  info "fork of a sandbox with 3 GB on its disk: $(( $(now_ms) - t0 )) ms"
+  info "fork of a sandbox with 1.5 GB on its disk: $(( $(now_ms) - t0 )) ms"
   check disk.big_fork_201 "$(snip)" okj 201 '.data | length == 1'
   local f
   f=$(j '.data[0].id')
@@ -66,7 +66,7 @@ s_disk_big() {
   check disk.big_fork_isolated "$(snip)" jt '.stdout == "isolated\n"'
 
   apij POST "/v1/sandboxes/$src/snapshot" '{}'
-  check disk.big_snapshot_201 "$(snip)" okj 201 '.size_bytes > 3000000000'
+  check disk.big_snapshot_201 "$(snip)" okj 201 '.size_bytes > 1500000000'
   local snp r
   snp=$(j .id)
   create_sandbox '{"snapshot":"'"$snp"'","timeout_s":600}'

@@ -365,3 +365,45 @@ s_terminal_fork() {
   delete_sandbox "$f" || true
   delete_sandbox "$src" || true
 }
+
+# The CLI's commands for processes, forks, pause and snapshots (tables by default, --json).
+s_cli_processes() {
+  local cli="$B3OS_BIN/b3os" out rc
+  export B3OS_API_URL=$URL B3OS_API_KEY=$KEY
+  out=$("$cli" start "$SBX" --tag cli-tick -- 'for i in 1 2 3; do echo tick$i; sleep 0.3; done; exit 6' 2>&1)
+  check cli_processes.start "$out" bash -c "[[ '$out' == proc_* ]]"
+  local p=$out
+  out=$("$cli" ps "$SBX" 2>&1)
+  check cli_processes.ps_table "$out" bash -c "grep -q '^ID ' <<<'$out' && grep -q '$p .* cli-tick' <<<'$out'"
+  out=$("$cli" ps "$SBX" --json 2>&1)
+  check cli_processes.ps_json "$(head -c 200 <<<"$out")" bash -c "jq -e '.data | any(.id == \"$p\")' <<<'$out' >/dev/null"
+  out=$("$cli" logs -f "$SBX" "$p" 2>&1); rc=$?
+  check cli_processes.logs_follow_exit "rc=$rc: $out" bash -c "[ $rc = 6 ] && [ '$(printf 'tick1\ntick2\ntick3')' = '$out' ]"
+  out=$("$cli" logs "$SBX" "$p" --since 6 2>&1)
+  check cli_processes.logs_since "$out" test "$out" = "$(printf 'tick2\ntick3')"
+  out=$("$cli" start "$SBX" -- sleep 300 2>&1)
+  out=$("$cli" kill "$SBX" "$out" -s KILL 2>&1)
+  check cli_processes.kill "$out" test "$out" = delivered
+  "$cli" kill "$SBX" proc_999999 >/dev/null 2>&1; rc=$?
+  check cli_processes.kill_unknown_fails "rc=$rc" test "$rc" != 0
+  create_sandbox '{"forkable":true}'
+  local src=$CID
+  out=$("$cli" fork "$src" -n 2 2>&1)
+  check cli_processes.fork_ids "$out" bash -c "[ \$(grep -c '^sbx_' <<<'$out') = 2 ]"
+  for f in $out; do echo "$f" >>"$T/ids"; done
+  out=$("$cli" pause "$src" 2>&1)
+  check cli_processes.pause "$out" bash -c "grep -q ' paused$' <<<'$out'"
+  out=$("$cli" resume "$src" 2>&1)
+  check cli_processes.resume "$out" bash -c "grep -q ' running$' <<<'$out'"
+  out=$("$cli" snapshot create "$src" 2>&1)
+  check cli_processes.snapshot_create "$out" bash -c "[[ '$out' == snp_* ]]"
+  local snp=$out
+  out=$("$cli" snapshot list 2>&1)
+  check cli_processes.snapshot_list "$out" bash -c "grep -q '^$snp ' <<<'$out'"
+  out=$("$cli" snapshot rm "$snp" 2>&1)
+  check cli_processes.snapshot_rm "$out" bash -c "grep -q 'deleted' <<<'$out'"
+  for f in $("$cli" list --json 2>/dev/null | jq -r '.data[]? | select(.forked_from == "'"$src"'") | .id' 2>/dev/null); do
+    delete_sandbox "$f" || true
+  done
+  delete_sandbox "$src" || true
+}
