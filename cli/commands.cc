@@ -134,13 +134,8 @@ int run_exec_streamed(HttpClient& client, const ExecOptions& o, Json body) {
     sse.feed(chunk, [&](const std::string& event, const std::string& data, const std::string&) {
       Json j = Json::parse(data, nullptr, false);
       if (!j.is_object()) return;
-      if (event == "stdout" || event == "stderr") {
-        auto bytes = chunk_bytes(j.value("data", ""), j.value("encoding", "") == "base64");
-        if (!bytes) return;
-        FILE* f = event == "stdout" ? stdout : stderr;
-        std::fwrite(bytes->data(), 1, bytes->size(), f);
-        std::fflush(f);
-      } else if (event == "exit") {
+      if (write_output_event(event, j)) return;
+      if (event == "exit") {
         if (j.value("timed_out", false)) std::cerr << "b3os: the command timed out\n";
         status = exec_exit_status(j);
       } else if (event == "error") {

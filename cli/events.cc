@@ -2,6 +2,8 @@
 
 #include <openssl/evp.h>
 
+#include <cstdio>
+
 namespace b3os::cli {
 
 void SseParser::feed(std::string_view bytes, const Handler& on_event) {
@@ -28,6 +30,16 @@ void SseParser::feed(std::string_view bytes, const Handler& on_event) {
     buf_.erase(0, end + 2);
     if (!data.empty()) on_event(event, data, id);
   }
+}
+
+bool write_output_event(const std::string& event, const nlohmann::json& chunk) {
+  if (event != "stdout" && event != "stderr") return false;
+  auto bytes = chunk_bytes(chunk.value("data", ""), chunk.value("encoding", "") == "base64");
+  if (!bytes) return true;
+  std::FILE* f = event == "stdout" ? stdout : stderr;
+  std::fwrite(bytes->data(), 1, bytes->size(), f);
+  std::fflush(f);
+  return true;
 }
 
 Result<std::string> chunk_bytes(const std::string& data, bool base64) {

@@ -6,6 +6,8 @@
 #include <string>
 #include <string_view>
 
+#include <nlohmann/json.hpp>
+
 #include "common/result.h"
 
 namespace b3os::cli {
@@ -22,5 +24,9 @@ class SseParser {
 
 /// The bytes of an output chunk {"data", "encoding"?}: base64 decoded where it says so.
 Result<std::string> chunk_bytes(const std::string& data, bool base64);
+
+/// Writes a `stdout` or `stderr` event's chunk (its parsed data) to the CLI's own stdout or
+/// stderr, flushed; false for another event.
+bool write_output_event(const std::string& event, const nlohmann::json& chunk);
 
 }  // namespace b3os::cli

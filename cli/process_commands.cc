@@ -66,14 +66,8 @@ int run_logs(const GlobalOptions& g, const ProcOptions& o) {
       print_json(*reply);
       return 0;
     }
-    for (const auto& c : reply->value("chunks", Json::array())) {
-      if (!c.contains("data")) continue;
-      auto bytes = chunk_bytes(c["data"].get<std::string>(), c.value("encoding", "") == "base64");
-      if (!bytes) continue;
-      FILE* f = c.value("stream", "stdout") == "stderr" ? stderr : stdout;
-      std::fwrite(bytes->data(), 1, bytes->size(), f);
-    }
-    std::fflush(stdout);
+    for (const auto& c : reply->value("chunks", Json::array()))
+      if (c.contains("data")) write_output_event(c.value("stream", "stdout"), c);
     return 0;
   }
   SseParser sse;
@@ -83,13 +77,8 @@ int run_logs(const GlobalOptions& g, const ProcOptions& o) {
     sse.feed(chunk, [&](const std::string& event, const std::string& data, const std::string&) {
       Json j = Json::parse(data, nullptr, false);
       if (!j.is_object()) return;
-      if (event == "stdout" || event == "stderr") {
-        auto bytes = chunk_bytes(j.value("data", ""), j.value("encoding", "") == "base64");
-        if (!bytes) return;
-        FILE* f = event == "stdout" ? stdout : stderr;
-        std::fwrite(bytes->data(), 1, bytes->size(), f);
-        std::fflush(f);
-      } else if (event == "gap") {
+      if (write_output_event(event, j)) return;
+      if (event == "gap") {
         std::cerr << "b3os: " << (j.value("to", uint64_t{0}) - j.value("from", uint64_t{0}))
                   << " bytes of output were dropped before they were read (the process's ring is full)\n";
       } else if (event == "exit") {

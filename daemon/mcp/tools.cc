@@ -80,6 +80,16 @@ json without(const json& args, std::initializer_list<const char*> drop) {
 
 ToolResult object_result(json structured, const std::string& text) { return ToolResult{std::move(structured), text, false}; }
 
+// The sandbox and the process a process tool names (sandbox_id, process_id: proc_N or a pid).
+Result<std::pair<std::string, std::string>> process_args(const json& args) {
+  auto id = required_string(args, "sandbox_id");
+  if (!id) return fail(id.error());
+  auto proc = required_string(args, "process_id");
+  if (!proc) return fail(proc.error());
+  if (!sandbox::valid_process_key(*proc)) return fail(ErrorCode::kProcessNotFound, "no process \"" + *proc + "\"");
+  return std::pair{std::move(*id), std::move(*proc)};
+}
+
 std::string sandbox_line(const json& s) {
   std::string line = s.value("id", "?") + " " + s.value("status", "?");
   if (s.contains("template") && s["template"].is_object()) line += " template=" + s["template"].value("name", "?");
@@ -352,16 +362,14 @@ Tools::Tools(sandbox::SandboxService& sb, ToolsConfig cfg, tpl::TemplateService*
           {"output", "next", "running"}, false),
       [&S](const json& args, CallContext& ctx) -> Result<ToolResult> {
         if (auto r = only(args, {"sandbox_id", "process_id", "since", "wait_ms"}); !r) return fail(r.error());
-        auto id = required_string(args, "sandbox_id");
-        if (!id) return fail(id.error());
-        auto proc = required_string(args, "process_id");
-        if (!proc) return fail(proc.error());
-        if (!sandbox::valid_process_key(*proc)) return fail(ErrorCode::kProcessNotFound, "no process \"" + *proc + "\"");
+        auto ids = process_args(args);
+        if (!ids) return fail(ids.error());
+        const std::string &id = ids->first, &proc = ids->second;
         const uint64_t since = args.contains("since") && args["since"].is_number_unsigned() ? args["since"].get<uint64_t>() : 0;
         const int64_t wait_ms = args.contains("wait_ms") && args["wait_ms"].is_number_integer() ? args["wait_ms"].get<int64_t>() : 0;
         auto cancelled = [&] { return ctx.cancelled && ctx.cancelled(); };
         if (wait_ms > 0) {
-          auto w = S.exec().wait_process(ctx.principal, *id, *proc, wait_ms, cancelled);
+          auto w = S.exec().wait_process(ctx.principal, id, proc, wait_ms, cancelled);
           if (!w) return fail(w.error());
         }
         std::string text;
@@ -370,7 +378,7 @@ Tools::Tools(sandbox::SandboxService& sb, ToolsConfig cfg, tpl::TemplateService*
         reader.begin = [&](const json& h) { dropped = h.value("dropped", uint64_t{0}); return true; };
         reader.data = [&](uint64_t, bool, std::string_view bytes) { text.append(bytes); return true; };
         reader.gap = [&](uint64_t from, uint64_t to) { dropped += to - from; return true; };
-        auto r = S.exec().process_output(ctx.principal, *id, *proc, since, false, 60'000, reader, cancelled);
+        auto r = S.exec().process_output(ctx.principal, id, proc, since, false, 60'000, reader, cancelled);
         if (!r) return fail(r.error());
         json out = *r;
         out["output"] = text;  // as text: invalid UTF-8 is replaced in the JSON
@@ -390,14 +398,12 @@ Tools::Tools(sandbox::SandboxService& sb, ToolsConfig cfg, tpl::TemplateService*
           {"sandbox_id", "process_id"}),
       obj({{"written", {{"type", "integer"}}}}, {"written"}, false),
       [&S](const json& args, CallContext& ctx) -> Result<ToolResult> {
-        auto id = required_string(args, "sandbox_id");
-        if (!id) return fail(id.error());
-        auto proc = required_string(args, "process_id");
-        if (!proc) return fail(proc.error());
-        if (!sandbox::valid_process_key(*proc)) return fail(ErrorCode::kProcessNotFound, "no process \"" + *proc + "\"");
+        auto ids = process_args(args);
+        if (!ids) return fail(ids.error());
+        const std::string &id = ids->first, &proc = ids->second;
         auto req = sandbox::parse_stdin(without(args, {"sandbox_id", "process_id"}));
         if (!req) return fail(req.error());
-        auto r = S.exec().write_process_stdin(ctx.principal, *id, *proc, req->data, req->eof);
+        auto r = S.exec().write_process_stdin(ctx.principal, id, proc, req->data, req->eof);
         if (!r) return fail(r.error());
         return object_result(*r, "wrote " + std::to_string(r->value("written", 0)) + " bytes");
       }});
@@ -411,14 +417,12 @@ Tools::Tools(sandbox::SandboxService& sb, ToolsConfig cfg, tpl::TemplateService*
           {"sandbox_id", "process_id"}),
       obj({{"delivered", {{"type", "boolean"}}}}, {"delivered"}, false),
       [&S](const json& args, CallContext& ctx) -> Result<ToolResult> {
-        auto id = required_string(args, "sandbox_id");
-        if (!id) return fail(id.error());
-        auto proc = required_string(args, "process_id");
-        if (!proc) return fail(proc.error());
-        if (!sandbox::valid_process_key(*proc)) return fail(ErrorCode::kProcessNotFound, "no process \"" + *proc + "\"");
+        auto ids = process_args(args);
+        if (!ids) return fail(ids.error());
+        const std::string &id = ids->first, &proc = ids->second;
         auto req = sandbox::parse_signal(without(args, {"sandbox_id", "process_id"}));
         if (!req) return fail(req.error());
-        auto r = S.exec().signal_process(ctx.principal, *id, *proc, req->signal, req->group);
+        auto r = S.exec().signal_process(ctx.principal, id, proc, req->signal, req->group);
         if (!r) return fail(r.error());
         return object_result(*r, r->value("delivered", false) ? "delivered" : "not delivered (it had exited)");
       }});

@@ -27,14 +27,15 @@ Error agent_error(const json& end) {
   err.err_no = e.value("errno", 0);
   return err;
 }
+}  // namespace
 
-Result<json> parse_end(const protocol::Frame& f) {
+Result<json> parse_agent_json(const protocol::Frame& f) {
   json j = json::parse(f.payload, nullptr, false);
   if (j.is_discarded() || !j.is_object()) return fail(ErrorCode::kInternal, "unreadable answer from the agent");
-  if (!j.value("ok", false)) return fail(agent_error(j));
+  // END always says "ok"; a HEADER may not (a gap of process output), and is then no error.
+  if (j.contains("ok") && !j.value("ok", false)) return fail(agent_error(j));
   return j;
 }
-}  // namespace
 
 Result<std::shared_ptr<agentlink::Stream>> Exec::open_stream(LiveSandbox& s, const json& request) {
   {
@@ -169,7 +170,7 @@ Result<ExecResult> Exec::run_live(LiveSandbox& s, const ExecSpec& spec, const Ca
       // it at timeout_ms; what it wrote before is still owed.
       if (spec.stream) deadline = std::max(deadline, Clock::now() + kExecGrace);
     } else if (f->type == protocol::FrameType::kEnd) {
-      auto end = parse_end(*f);
+      auto end = parse_agent_json(*f);
       if (!end) return fail(end.error());
       res.exit_code = end->value("exit_code", -1);
       res.timed_out = end->value("timed_out", false);
@@ -214,7 +215,7 @@ Result<json> Exec::write_file(const Principal& p, const std::string& id, const s
     auto f = st.next(Clock::now() + kFileIdleTimeout);
     if (!f) return fail(lifecycle_.explain(**sr, f.error()));
     if (f->type != protocol::FrameType::kEnd) continue;
-    auto end = parse_end(*f);
+    auto end = parse_agent_json(*f);
     if (!end) return fail(end.error());
     lifecycle_.touch(**sr);
     t.lap("write", sw);
@@ -248,7 +249,7 @@ Result<void> Exec::read_file(const Principal& p, const std::string& id, const st
         st.grant(static_cast<uint32_t>(f->payload.size()));
         break;
       case protocol::FrameType::kEnd: {
-        auto end = parse_end(*f);
+        auto end = parse_agent_json(*f);
         if (!end) return fail(end.error());
         lifecycle_.touch(**sr);
         t.lap("read", sw);
@@ -270,7 +271,7 @@ Result<json> Exec::call_agent(const Principal& p, const std::string& id, const j
   for (;;) {
     auto f = (*stream)->next(Clock::now() + kFileIdleTimeout);
     if (!f) return fail(lifecycle_.explain(**sr, f.error()));
-    if (f->type == protocol::FrameType::kEnd) return parse_end(*f);
+    if (f->type == protocol::FrameType::kEnd) return parse_agent_json(*f);
   }
 }
 

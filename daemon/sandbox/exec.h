@@ -12,6 +12,9 @@
 
 namespace b3os::sandbox {
 
+/// The JSON of an agent's END or HEADER; an END {"ok":false} is its error (code and message).
+Result<nlohmann::json> parse_agent_json(const protocol::Frame& f);
+
 class Exec {
  public:
   Exec(const Config& cfg, Lifecycle& lifecycle) : cfg_(cfg), lifecycle_(lifecycle) {}

@@ -15,22 +15,6 @@ using namespace std::chrono_literals;
 namespace {
 constexpr auto kControlTimeout = 30s;
 
-Error agent_error(const json& end) {
-  const json& e = end.contains("error") ? end["error"] : json::object();
-  Error err;
-  err.code = error_code_from_name(e.value("code", "internal"));
-  err.message = e.value("message", "the agent reported an error");
-  err.err_no = e.value("errno", 0);
-  return err;
-}
-
-Result<json> parse_json(const protocol::Frame& f) {
-  json j = json::parse(f.payload, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) return fail(ErrorCode::kInternal, "unreadable answer from the agent");
-  if (j.contains("ok") && !j.value("ok", false)) return fail(agent_error(j));
-  return j;
-}
-
 /// The agent's answer with times as the API writes them.
 json api_process(json p) {
   if (p.contains("started_at_ms")) p["started_at"] = format_rfc3339(p["started_at_ms"].get<int64_t>());
@@ -61,14 +45,14 @@ Result<Exec::Terminal> Exec::open_terminal(const Principal& p, const std::string
     auto f = t.stream->next(Clock::now() + kControlTimeout);
     if (!f) return fail(lifecycle_.explain(s, f.error()));
     if (f->type == protocol::FrameType::kHeader) {
-      auto h = parse_json(*f);
+      auto h = parse_agent_json(*f);
       if (!h) return fail(h.error());
       t.pid = h->value("pid", -1);
       lifecycle_.touch(s);
       return t;
     }
     if (f->type == protocol::FrameType::kEnd) {
-      auto end = parse_json(*f);
+      auto end = parse_agent_json(*f);
       if (!end) return fail(end.error());
       return fail(ErrorCode::kInternal, "the terminal ended before it started");
     }
@@ -97,7 +81,7 @@ Result<json> Exec::start_process(const Principal& p, const std::string& id, cons
     auto f = (*stream)->next(Clock::now() + kControlTimeout);
     if (!f) return fail(lifecycle_.explain(s, f.error()));
     if (f->type != protocol::FrameType::kEnd) continue;
-    auto end = parse_json(*f);
+    auto end = parse_agent_json(*f);
     if (!end) return fail(end.error());
     if (end->value("ok", false) == false || !end->contains("process"))
       return fail(ErrorCode::kInternal, "the agent did not say which process it started (an agent too old for processes?)");
@@ -157,7 +141,7 @@ Result<json> Exec::write_process_stdin(const Principal& p, const std::string& id
     auto f = st.next(deadline);
     if (!f) return fail(lifecycle_.explain(s, f.error()));
     if (f->type != protocol::FrameType::kEnd) continue;
-    auto end = parse_json(*f);
+    auto end = parse_agent_json(*f);
     if (!end) return fail(end.error());
     lifecycle_.touch(s);
     return json{{"written", end->value("written", uint64_t{0})}, {"process", api_process((*end)["process"])}};
@@ -185,7 +169,7 @@ Result<json> Exec::wait_process(const Principal& p, const std::string& id, const
       continue;
     }
     if (f->type != protocol::FrameType::kEnd) continue;
-    auto end = parse_json(*f);
+    auto end = parse_agent_json(*f);
     if (!end) return fail(end.error());
     return json{{"exited", end->value("exited", false)}, {"process", api_process((*end)["process"])}};
   }
@@ -225,7 +209,7 @@ Result<json> Exec::process_output(const Principal& p, const std::string& id, con
     idle_deadline = Clock::now() + kControlTimeout;
     switch (f->type) {
       case protocol::FrameType::kHeader: {
-        auto h = parse_json(*f);
+        auto h = parse_agent_json(*f);
         if (!h) return fail(h.error());
         if (!begun) {
           begun = true;
@@ -258,7 +242,7 @@ Result<json> Exec::process_output(const Principal& p, const std::string& id, con
         break;
       }
       case protocol::FrameType::kEnd: {
-        auto end = parse_json(*f);
+        auto end = parse_agent_json(*f);
         if (!end) return fail(end.error());
         json out = {{"next", end->value("next", offset)}, {"running", end->value("running", false)}};
         if (end->contains("exit_code")) {
