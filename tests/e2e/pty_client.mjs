@@ -19,14 +19,26 @@ const steps = JSON.parse(stepsJson || "[]");
 const wsUrl = url.replace(/^http/, "ws") + `/v1/sandboxes/${sbx}/pty` + (query ? `?${query}` : "");
 const out = (o) => process.stdout.write(JSON.stringify(o) + "\n");
 
-// {"many": N}: N terminals at once; prints {"started": n, "refused": {status: n}} and closes all.
+// {"many": N, "keys": [K2, ...]}: N terminals at once, their keys taken in turn (one key alone
+// meets its own cap of requests in flight first); prints {"counts": {"started": n,
+// "STATUS:CODE": n}} and closes all.
 if (!Array.isArray(steps) && steps.many) {
+  const keys = [key, ...(steps.keys || [])];
   const results = await Promise.all(
-    Array.from({ length: steps.many }, () =>
+    Array.from({ length: steps.many }, (_, i) =>
       new Promise((resolve) => {
-        const c = new WebSocket(wsUrl, { headers: { Authorization: `Bearer ${key}` } });
+        const c = new WebSocket(wsUrl, { headers: { Authorization: `Bearer ${keys[i % keys.length]}` } });
         const t = setTimeout(() => resolve({ c, r: "timeout" }), 60000);
-        c.on("unexpected-response", (req, res) => { clearTimeout(t); resolve({ c: null, r: String(res.statusCode) }); });
+        c.on("unexpected-response", (req, res) => {
+          let body = "";
+          res.on("data", (d) => (body += d));
+          res.on("end", () => {
+            clearTimeout(t);
+            let code = "?";
+            try { code = JSON.parse(body).error.code; } catch {}
+            resolve({ c: null, r: `${res.statusCode}:${code}` });
+          });
+        });
         c.on("error", () => { clearTimeout(t); resolve({ c: null, r: "error" }); });
         c.on("message", (d, bin) => {
           if (!bin && JSON.parse(d.toString()).type === "started") { clearTimeout(t); resolve({ c, r: "started" }); }

@@ -282,12 +282,15 @@ s_terminal() {
   check terminal.left "$(pty_snip)" pty_jq '.[-1].closed.code == 1000'
   check terminal.leaving_ends_the_shell "a sleep 977 is still running" eventually 10 bash -c "curl -s -H 'Authorization: Bearer $KEY' \
     -H 'Content-Type: application/json' -d '{\"cmd\":\"pgrep -f \\\"sleep 9[7]7\\\" | wc -l\"}' '$URL/v1/sandboxes/$SBX/exec' | jq -e '.stdout == \"0\\n\"' >/dev/null"
-  # The cap: 64 terminals per sandbox; the 65th is refused (429), the others all work. (cat,
-  # not 64 login shells: the cap is the point, not the sandbox's memory.)
+  # The cap: 64 terminals per sandbox; the 65th is refused (429 quota_exceeded), the others all
+  # work. Two keys: one key's 65th request would meet its own cap of 64 requests in flight
+  # first (concurrency_limited), which an open terminal counts in. (cat, not 64 login shells:
+  # the cap is the point, not the sandbox's memory.)
   create_sandbox '{"memory_mib":1024}'
-  local many=$CID
-  pty '{"many":65}' 'cmd=cat' "$many"
-  check terminal.cap_64 "$(pty_snip)" pty_jq '.[0].counts.started == 64 and .[0].counts["429"] == 1'
+  local many=$CID key2
+  key2=$("$B3OS_BIN/b3os" keys create --project default --data-dir "$T/data" 2>/dev/null)
+  pty '{"many":65,"keys":["'"$key2"'"]}' 'cmd=cat' "$many"
+  check terminal.cap_64 "$(pty_snip)" pty_jq '.[0].counts.started == 64 and .[0].counts["429:quota_exceeded"] == 1'
   delete_sandbox "$many" || true
   # Bad requests get ordinary answers.
   api GET "/v1/sandboxes/$SBX/pty"
