@@ -80,6 +80,11 @@ CROWD_DNS = 16             # 40 x 16 = 640 questions > 512
 CROWD_CONNS = 64           # 40 x 64 = 2,560 connections > 2,048
 PREVIEW_PER_HOSTILE = 8    # 40 x 8 = 320 requests > 256 threads
 UPSTREAM_TIMEOUT_S = 1.5  # Resolver::kUpstreamTimeout
+# How much longer than --seconds the crowd holds everything: its window (from 3 s after the first
+# hostile sandbox started to 1 s before the first ended) must hold several of the quiet
+# sandbox's probes, each of which may take seconds on two cores shared with 40 busy sandboxes
+# (6 left a window of about 7 s, and one or two probes in it).
+CROWD_EXTRA_S = 16
 
 
 # ---- DNS wire format (just A questions) -----------------------------------------------------
@@ -699,7 +704,7 @@ def run_crowd(a, api, create, inside, y, urls, result):
 
     # One process in the quiet sandbox asks and GETs every 0.2 s from before the crowd starts
     # until after it ends (its records carry their own times; the window picks them).
-    quiet_for = a.seconds + 6 + 2 * UPSTREAM_TIMEOUT_S + 10
+    quiet_for = a.seconds + CROWD_EXTRA_S + 2 * UPSTREAM_TIMEOUT_S + 10
 
     def quiet():
         r = inside(y, "quietprobe", quiet_for, a.name_a, f"http://{a.name_a}/", timeout_s=quiet_for + 30)
@@ -708,7 +713,7 @@ def run_crowd(a, api, create, inside, y, urls, result):
         print(f"# crowd: the quiet sandbox's prober: {len(r.get('dns', []))} questions, {len(r.get('http', []))} GETs"
               + (f"; {str(r)[:300]}" if "error" in r else ""), flush=True)
 
-    def quiet_preview():
+    def quiet_preview():  # two of these (the sandbox's floor): one GET may take seconds
         while not stop.is_set():
             prev_seen.append(preview_get(z_url))
             stop.wait(0.2)
@@ -800,13 +805,13 @@ def run_crowd(a, api, create, inside, y, urls, result):
         # 40 pythons starting at once on two cores: the exec may take several times its own
         # seconds on a busy machine (37 s seen for 11 s of work); a time-out here would say
         # nothing of the caps.
-        lambda sid: inside(sid, "crowd", a.seconds + 6, suffix, a.host_a, CROWD_DNS, CROWD_CONNS,
+        lambda sid: inside(sid, "crowd", a.seconds + CROWD_EXTRA_S, suffix, a.host_a, CROWD_DNS, CROWD_CONNS,
                            timeout_s=a.seconds + 120), hostile)))
     attack.start()
     pc = threading.Thread(target=preview_crowd)
     pc.start()
     time.sleep(4.0)  # every hostile sandbox has its questions, connections and requests out
-    probes = [threading.Thread(target=f) for f in (quiet_preview, host_probe)]
+    probes = [threading.Thread(target=f) for f in (quiet_preview, quiet_preview, host_probe)]
     for t in probes:
         t.start()
     attack.join()
