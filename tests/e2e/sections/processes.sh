@@ -395,7 +395,9 @@ s_cli_processes() {
   local src=$CID
   out=$("$cli" fork "$src" -n 2 2>&1)
   check cli_processes.fork_ids "$out" bash -c "[ \$(grep -c '^sbx_' <<<'$out') = 2 ]"
-  for f in $out; do echo "$f" >>"$T/ids"; done
+  local forks f
+  forks=$(grep -o '^sbx_[0-9a-z]*' <<<"$out" || true)
+  for f in $forks; do echo "$f" >>"$T/ids"; done
   out=$("$cli" pause "$src" 2>&1)
   check cli_processes.pause "$out" bash -c "grep -q ' paused$' <<<'$out'"
   out=$("$cli" resume "$src" 2>&1)
@@ -407,8 +409,9 @@ s_cli_processes() {
   check cli_processes.snapshot_list "$out" bash -c "grep -q '^$snp ' <<<'$out'"
   out=$("$cli" snapshot rm "$snp" 2>&1)
   check cli_processes.snapshot_rm "$out" bash -c "grep -q 'deleted' <<<'$out'"
-  for f in $("$cli" list --json 2>/dev/null | jq -r '.data[]? | select(.forked_from == "'"$src"'") | .id' 2>/dev/null); do
-    delete_sandbox "$f" || true
-  done
+  for f in $forks; do delete_sandbox "$f" || true; done
   delete_sandbox "$src" || true
+  local left
+  left=$(runsc_list | grep -F "$forks" | tr '\n' ' ' || true)
+  check cli_processes.forks_deleted "runsc still lists: [$left]" test -z "$left"
 }
