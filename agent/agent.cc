@@ -14,6 +14,7 @@
 #include "agent/log.h"
 #include "agent/port_stream.h"
 #include "agent/pty_stream.h"
+#include "agent/watch_stream.h"
 
 namespace b3os::agent {
 
@@ -141,6 +142,12 @@ size_t Agent::open_terminals() const {
   return n;
 }
 
+size_t Agent::open_watches() const {
+  size_t n = 0;
+  for (const auto& [id, s] : streams_) n += !s->finished() && s->is_watch();
+  return n;
+}
+
 void Agent::handle_frame(protocol::Frame& f) {
   if (f.stream == 0) {
     handle_control(f);
@@ -251,6 +258,14 @@ void Agent::open_stream(uint32_t id, std::string_view payload) {
         return;
       }
       s = PtyStream::start(channel_, id, *req);
+    } else if (*op == "watch") {
+      if (open_watches() >= kMaxWatchStreams) {
+        send_end_error(channel_, id, Error{ErrorCode::kQuotaExceeded,
+                                           "the sandbox has " + std::to_string(kMaxWatchStreams) +
+                                               " file watches open; close one first"});
+        return;
+      }
+      s = WatchStream::open(channel_, id, *req);
     } else if (*op == "proc_start") {
       auto started = procs_.start(*req);
       channel_.send(FrameType::kEnd, id, dump_json(started ? *started : error_json(started.error())));

@@ -21,6 +21,8 @@ class Agent {
  public:
   /// Terminals a sandbox may have open at once.
   static constexpr size_t kMaxTerminals = 64;
+  /// File watches a sandbox may have open at once (each holds an inotify instance).
+  static constexpr size_t kMaxWatchStreams = 64;
 
   /// `in_fd`/`out_fd` are the channel (nonblocking); `signal_fd` a signalfd for SIGCHLD.
   Agent(int in_fd, int out_fd, UniqueFd signal_fd);
@@ -59,6 +61,8 @@ class Agent {
   bool reported_held_ = false;
   /// Terminals (pty streams) open now.
   size_t open_terminals() const;
+  /// File watches open now.
+  size_t open_watches() const;
 };
 
 }  // namespace b3os::agent

@@ -41,6 +41,8 @@ class Stream {
   virtual void on_header(std::string_view payload) {}
   /// True for a terminal (a sandbox holds at most kMaxTerminals).
   virtual bool is_terminal() const { return false; }
+  /// True for a file watch (a sandbox holds at most kMaxWatchStreams).
+  virtual bool is_watch() const { return false; }
   /// WINDOW: the daemon grants `credit` more bytes of DATA/STDOUT/STDERR.
   virtual void on_window(uint32_t credit);
   /// CANCEL: abandon the request (exec: kill its process group; END still follows).

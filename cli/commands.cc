@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -43,14 +44,12 @@ void write_verbatim(std::FILE* f, const std::string& text) {
   std::fflush(f);
 }
 
-std::string string_field(const Json& obj, const char* key) {
-  if (!obj.is_object() || !obj.contains(key)) return "-";
-  return format_cell(obj[key]);
-}
-
 int run_create(const GlobalOptions& g, const CreateOptions& o) {
   auto body = build_create_body(o);
-  if (!body) return report_error(body.error());
+  if (!body) {
+    report_error(body.error());
+    return kExitUsage;  // options that do not go together, or a malformed K=V or --port
+  }
   auto client = make_client(g);
   if (!client) return report_error(client.error());
   auto reply = call_api(*client, "POST", "/v1/sandboxes", &*body);
@@ -185,6 +184,22 @@ int run_exec(const GlobalOptions& g, const ExecOptions& o) {
 
 }  // namespace
 
+std::string field(const Json& o, const char* k) {
+  if (!o.is_object() || !o.contains(k) || o[k].is_null()) return "-";
+  return format_cell(o[k]);
+}
+
+int simple(const GlobalOptions& g, std::string_view method, const std::string& path, const Json* body, bool json,
+           const std::function<void(const Json&)>& human) {
+  auto client = make_client(g);
+  if (!client) return report_error(client.error());
+  auto reply = call_api(*client, method, path, body);
+  if (!reply) return report_error(reply.error());
+  if (json) print_json(*reply);
+  else human(*reply);
+  return 0;
+}
+
 Result<Json> build_create_body(const CreateOptions& o) {
   Json body = Json::object();
   if (o.template_name) body["template"] = *o.template_name;
@@ -200,6 +215,32 @@ Result<Json> build_create_body(const CreateOptions& o) {
   if (!env->empty()) body["env"] = std::move(*env);
   if (!secrets->empty()) body["secrets"] = std::move(*secrets);
   if (!metadata->empty()) body["metadata"] = std::move(*metadata);
+  if (o.snapshot) {
+    if (o.template_name) return fail(ErrorCode::kInvalidRequest, "--from-snapshot and --template do not go together");
+    body["snapshot"] = *o.snapshot;
+  }
+  if (o.disk_gib) body["disk_gib"] = *o.disk_gib;
+  if (o.forkable) body["forkable"] = true;
+  if (!o.allow.empty() && o.egress.value_or("allowlist") != "allowlist")
+    return fail(ErrorCode::kInvalidRequest, "--allow needs --egress allowlist (or no --egress)");
+  if (o.egress || !o.allow.empty()) {
+    body["egress"] = {{"mode", o.egress.value_or("allowlist")}};
+    if (!o.allow.empty()) body["egress"]["allow"] = o.allow;
+  }
+  if (!o.ports.empty()) {
+    Json ports = Json::array();
+    for (const auto& p : o.ports) {
+      const auto colon = p.find(':');
+      const std::string num = p.substr(0, colon);
+      const std::string kind = colon == std::string::npos ? "" : p.substr(colon + 1);
+      char* end = nullptr;
+      const long n = std::strtol(num.c_str(), &end, 10);
+      if (num.empty() || *end != '\0' || n < 1 || n > 65535 || (kind != "" && kind != "public" && kind != "private"))
+        return fail(ErrorCode::kInvalidRequest, "--port " + p + ": must be PORT, PORT:public or PORT:private (1-65535)");
+      ports.push_back({{"port", n}, {"public", kind == "public"}});
+    }
+    body["ports"] = std::move(ports);
+  }
   return body;
 }
 
@@ -251,9 +292,9 @@ std::string render_sandbox_table(const Json& sandboxes) {
     std::string tpl = "-";
     if (s.contains("template")) {
       const auto& v = s["template"];
-      tpl = v.is_object() ? string_field(v, "name") : format_cell(v);
+      tpl = v.is_object() ? field(v, "name") : format_cell(v);
     }
-    t.add_row({string_field(s, "id"), string_field(s, "status"), tpl,
+    t.add_row({field(s, "id"), field(s, "status"), tpl,
                format_time(s.value("created_at", Json())), format_time(s.value("expires_at", Json()))});
   }
   return t.render();
@@ -274,7 +315,7 @@ std::string render_sandbox_details(const Json& sandbox) {
 std::string render_file_table(const Json& entries) {
   Table t({"NAME", "TYPE", "SIZE", "MODE", "MODIFIED"});
   for (const auto& e : entries) {
-    t.add_row({string_field(e, "name"), string_field(e, "type"), string_field(e, "size"),
+    t.add_row({field(e, "name"), field(e, "type"), field(e, "size"),
                format_mode(e.value("mode", Json())), format_time(e.value("modified_at", Json()))});
   }
   return t.render();
@@ -310,6 +351,15 @@ void add_sandbox_commands(CLI::App& app, const GlobalOptions& g, Action& action)
   auto create = std::make_shared<CreateOptions>();
   auto* c = app.add_subcommand("create", "Create and start a sandbox; prints its id");
   c->add_option("--template", create->template_name, "Template name or id (default: base)");
+  c->add_option("--from-snapshot", create->snapshot, "Start from a snapshot (snp_...) instead of a template");
+  c->add_option("--disk", create->disk_gib, "Disk in GiB (default 1)");
+  c->add_flag("--forkable", create->forkable, "Allow forks of it (POST .../fork)");
+  c->add_option("--egress", create->egress, "Network: deny (default), public or allowlist")
+      ->check(CLI::IsMember({"deny", "public", "allowlist"}));
+  c->add_option("--allow", create->allow, "Allowlist entry: a host name, *.domain or a CIDR (repeatable)")
+      ->allow_extra_args(false);
+  c->add_option("--port", create->ports, "Expose a port: PORT (private: mint URLs with `b3os url`) or PORT:public (repeatable)")
+      ->allow_extra_args(false);
   c->add_option("--timeout", create->timeout_s, "Idle timeout in seconds (default 300)");
   c->add_option("--vcpu", create->vcpu, "Virtual CPUs (default 1)");
   c->add_option("--memory", create->memory_mib, "Memory in MiB (default 512)");

@@ -39,6 +39,12 @@ inline constexpr int kExitTimedOut = 124;
 
 struct CreateOptions {
   std::optional<std::string> template_name;
+  std::optional<std::string> snapshot;
+  std::optional<int64_t> disk_gib;
+  bool forkable = false;
+  std::optional<std::string> egress;   // public | allowlist | deny
+  std::vector<std::string> allow;      // allowlist entries
+  std::vector<std::string> ports;      // PORT or PORT:public
   std::optional<int64_t> timeout_s;
   std::optional<int64_t> vcpu;
   std::optional<int64_t> memory_mib;
@@ -98,12 +104,24 @@ Result<HttpClient> make_client(const GlobalOptions& g);
 Result<Json> call_api(HttpClient& client, std::string_view method, const std::string& path,
                       const Json* body = nullptr);
 
+/// A field of an API object as a table cell ("-" when absent or null).
+std::string field(const Json& o, const char* k);
+/// One request; the reply printed as JSON (--json) or by `human`. Exit 0, or the error's.
+int simple(const GlobalOptions& g, std::string_view method, const std::string& path, const Json* body, bool json,
+           const std::function<void(const Json&)>& human);
+
 /// Registers create, list, get, rm/delete and exec (templates: cli/templates.h).
 void add_sandbox_commands(CLI::App& app, const GlobalOptions& g, Action& action);
 /// Registers upload, download, ls and rmfile.
 void add_file_commands(CLI::App& app, const GlobalOptions& g, Action& action);
 /// ps, start, kill, logs, attach, fork, pause, resume, snapshot (cli/process_commands.cc).
 void add_process_commands(CLI::App& app, const GlobalOptions& g, Action& action);
+/// watch, ports, url, egress (cli/sandbox_commands.cc).
+void add_more_sandbox_commands(CLI::App& app, const GlobalOptions& g, Action& action);
+/// `b3os completion bash|zsh`: a completion script made from the commands registered in `app`.
+void add_completion_command(CLI::App& app, Action& action);
+/// The completion script for `shell` ("bash" or "zsh") of `app`'s commands and options.
+Result<std::string> completion_script(const CLI::App& app, const std::string& shell);
 /// `b3os mcp`: the MCP tools over stdio, bridged to b3osd's /mcp (cli/mcp_bridge.cc).
 void add_mcp_command(CLI::App& app, const GlobalOptions& g, Action& action);
 /// Registers `keys create` and `keys list` (local store, no API).

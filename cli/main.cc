@@ -26,6 +26,8 @@ int main(int argc, char** argv) {
   add_template_commands(app, global, action);
   add_mcp_command(app, global, action);
   add_status_command(app, global, action);
+  add_more_sandbox_commands(app, global, action);
+  add_completion_command(app, action);
 
   try {
     app.parse(argc, argv);

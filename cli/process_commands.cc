@@ -15,23 +15,6 @@ namespace b3os::cli {
 
 namespace {
 
-std::string field(const Json& o, const char* k) {
-  if (!o.is_object() || !o.contains(k) || o[k].is_null()) return "-";
-  return format_cell(o[k]);
-}
-
-// One request; the reply printed as JSON (--json) or by `human`. Exit 0, or the error's.
-int simple(const GlobalOptions& g, std::string_view method, const std::string& path, const Json* body, bool json,
-           const std::function<void(const Json&)>& human) {
-  auto client = make_client(g);
-  if (!client) return report_error(client.error());
-  auto reply = call_api(*client, method, path, body);
-  if (!reply) return report_error(reply.error());
-  if (json) print_json(*reply);
-  else human(*reply);
-  return 0;
-}
-
 std::string process_table(const Json& list) {
   Table t({"ID", "PID", "STATUS", "EXIT", "TAG", "COMMAND"});
   for (const auto& p : list) {

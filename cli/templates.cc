@@ -2,16 +2,12 @@
 
 #include <cstdio>
 
+#include "cli/commands.h"
 #include "cli/table.h"
 
 namespace b3os::cli {
 
 namespace {
-
-std::string field(const Json& obj, const char* key) {
-  if (!obj.is_object() || !obj.contains(key)) return "-";
-  return format_cell(obj[key]);
-}
 
 // "ready, 512 MiB", "building", "none", "off" (a built-in template's pool is off).
 std::string checkpoint_cell(const Json& tpl) {

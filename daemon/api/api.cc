@@ -337,6 +337,7 @@ const std::vector<Api::Route>& Api::routes() {
       {"GET", "/v1/sandboxes/{sbx}/files", nullptr, &Api::download, "download"},
       {"DELETE", "/v1/sandboxes/{sbx}/files", &Api::remove_file, nullptr},
       {"GET", "/v1/sandboxes/{sbx}/files/list", &Api::list_files, nullptr},
+      {"GET", "/v1/sandboxes/{sbx}/files/watch", nullptr, &Api::watch_files},
       {"POST", "/v1/sandboxes/{sbx}/fork", &Api::fork, nullptr, "fork"},
       {"POST", "/v1/sandboxes/{sbx}/pause", &Api::pause, nullptr, "pause"},
       {"POST", "/v1/sandboxes/{sbx}/resume", &Api::resume, nullptr, "resume"},
@@ -760,6 +761,47 @@ void Api::process_output(Call& c) {
           ? sandbox::sse_event("exit", json{{"exit_code", (*r)["exit_code"]}, {"signal", (*r)["signal"]}, {"next", next}}, next)
           : sandbox::sse_event("end", json{{"running", true}, {"next", next}}, next);
   if (write(tail)) (void)c.ex.end_stream();
+  else c.ex.abort_stream();
+}
+
+// GET .../files/watch (docs/api.md, "Watching files"): server-sent events, `start` first (what
+// is watched), then one event per change named by its type (create, modify, delete, rename,
+// attrib; overflow and limit where events were lost), comments as keep-alives while nothing
+// happens, and `end` {"reason": "deleted" | "timeout"} last.
+void Api::watch_files(Call& c) {
+  auto req = sandbox::parse_watch_request(params_of(c.target));
+  if (!req) return send_error(c, req.error());
+  bool begun = false;
+  auto write = [&](const std::string& s) { return static_cast<bool>(c.ex.write(s)); };
+  sandbox::Exec::WatchReader reader;
+  reader.begin = [&](const json& h) {
+    http::Headers hs = {{"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"}};
+    if (!c.ex.begin_stream(200, "text/event-stream", http::Exchange::kUnknownLength, hs)) return false;
+    begun = true;
+    return write(sandbox::sse_event("start", h));
+  };
+  reader.events = [&](std::string_view lines) {
+    std::string out;
+    while (!lines.empty()) {
+      const size_t nl = lines.find('\n');
+      const std::string_view line = lines.substr(0, nl);
+      lines.remove_prefix(nl == std::string_view::npos ? lines.size() : nl + 1);
+      json ev = json::parse(line, nullptr, false);
+      if (!ev.is_object()) continue;
+      out += sandbox::sse_event(ev.value("type", "change"), ev);
+    }
+    return out.empty() || write(out);
+  };
+  reader.quiet = [&] { return write(": keep-alive\n\n"); };
+  auto r = sandboxes_.exec().watch_files(c.principal, c.target.segments[2], req->path, req->recursive,
+                                         req->timeout_ms, reader, [&] { return c.ex.client_gone(); });
+  if (!r && !begun) return send_error(c, r.error());
+  if (!r) {
+    (void)write(sandbox::sse_event("error", json{{"error", {{"code", std::string(error_code_name(r.error().code))},
+                                                            {"message", r.error().message}}}}));
+    return c.ex.abort_stream();
+  }
+  if (write(sandbox::sse_event("end", *r))) (void)c.ex.end_stream();
   else c.ex.abort_stream();
 }
 

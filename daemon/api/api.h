@@ -92,6 +92,7 @@ class Api {
   Result<Reply> signal_process(Call& c);
   Result<Reply> wait_process(Call& c);
   void process_output(Call& c);
+  void watch_files(Call& c);
   void terminal(Call& c);
   Result<Reply> remove_file(Call& c);
   Result<Reply> list_files(Call& c);

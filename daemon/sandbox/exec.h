@@ -86,6 +86,21 @@ class Exec {
                                         uint64_t since, bool follow, int64_t max_ms, const OutputReader& reader,
                                         const CancelCheck& cancelled);
 
+  // ---- file watches (watch.cc; docs/api.md, "Watching files") ----
+  struct WatchReader {
+    /// Once, first: what is watched ({"path","is_dir","recursive","watches","truncated"}).
+    std::function<bool(const nlohmann::json& header)> begin;
+    /// Events, as whole JSON lines, in order; false stops the watch.
+    std::function<bool(std::string_view lines)> events;
+    /// Nothing happened for a while (a keep-alive is due); false stops the watch.
+    std::function<bool()> quiet;
+  };
+  /// Follows changes under `path` until it is removed ({"reason":"deleted"}), `max_ms` passed
+  /// ({"reason":"timeout"}) or the reader stops.
+  Result<nlohmann::json> watch_files(const Principal& p, const std::string& id, const std::string& path,
+                                     bool recursive, int64_t max_ms, const WatchReader& reader,
+                                     const CancelCheck& cancelled);
+
  private:
   Result<std::shared_ptr<agentlink::Stream>> open_stream(LiveSandbox& s, const nlohmann::json& request);
   /// The command with its template's defaults (workdir, user) where it gives none.

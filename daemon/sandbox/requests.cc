@@ -182,6 +182,31 @@ Result<OutputRequest> parse_output_request(const Params& params, const std::stri
   return r;
 }
 
+Result<WatchRequest> parse_watch_request(const Params& params) {
+  WatchRequest r;
+  bool have_path = false;
+  for (auto& [k, v] : params) {
+    if (k == "path") {
+      auto path = resolve_path(v);
+      if (!path) return fail(path.error());
+      r.path = std::move(*path);
+      have_path = true;
+    } else if (k == "recursive") {
+      if (v != "true" && v != "false") return fail(ErrorCode::kInvalidRequest, "recursive: must be true or false");
+      r.recursive = v == "true";
+    } else if (k == "timeout_ms") {
+      auto n = parse_u64("timeout_ms", v, 3'600'000);
+      if (!n) return fail(n.error());
+      if (*n == 0) return fail(ErrorCode::kInvalidRequest, "timeout_ms: must be 1 to 3600000");
+      r.timeout_ms = static_cast<int64_t>(*n);
+    } else {
+      return fail(ErrorCode::kInvalidRequest, k + ": unknown parameter (path, recursive, timeout_ms)");
+    }
+  }
+  if (!have_path) return fail(ErrorCode::kInvalidRequest, "path: query parameter is required (?path=/workspace)");
+  return r;
+}
+
 Result<ForkRequest> parse_fork(const json& body) {
   if (!body.is_object()) return fail(ErrorCode::kInvalidRequest, "body: must be a JSON object");
   for (auto& [k, v] : body.items())

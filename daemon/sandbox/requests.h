@@ -96,4 +96,12 @@ struct OutputRequest {
 };
 Result<OutputRequest> parse_output_request(const Params& params, const std::string& last_event_id);
 
+/// GET /v1/sandboxes/{id}/files/watch?path=...&recursive=true&timeout_ms=T.
+struct WatchRequest {
+  std::string path;
+  bool recursive = false;
+  int64_t timeout_ms = 3'600'000;  // how long a watch lasts before it ends (open another)
+};
+Result<WatchRequest> parse_watch_request(const Params& params);
+
 }  // namespace b3os::sandbox

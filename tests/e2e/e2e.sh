@@ -101,6 +101,7 @@ run_section s_terminal
 run_section s_shell_cli
 run_section s_cli_processes
 run_section s_files
+run_section s_files_watch
 run_section s_errors
 run_section s_idempotency
 run_section s_rate_limit

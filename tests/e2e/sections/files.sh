@@ -112,3 +112,85 @@ s_files_big() {
   rm -f "$T/big.bin" "$RESP"
   delete_sandbox "$id" || fail files_big.delete "$(snip)"
 }
+
+# GET .../files/watch: changes under a path as server-sent events, from inotify in the sandbox;
+# ends when the path goes or the timeout passes; bad input; 64 watches per sandbox, freed when
+# their clients leave; `b3os watch`.
+s_files_watch() {
+  local auth=(-H "Authorization: Bearer $KEY") w="$URL/v1/sandboxes/$SBX/files/watch"
+  run_exec "$SBX" '{"cmd":"rm -rf /workspace/wt && mkdir -p /workspace/wt/keep && echo 1 > /workspace/wt/f1"}'
+  curl -sN -m 30 "${auth[@]}" "$w?path=/workspace/wt&recursive=true" >"$T/watch1.out" 2>&1 &
+  local c1=$!
+  check watch.started "$(head -c 300 "$T/watch1.out")" eventually 10 grep -q '^event: start' "$T/watch1.out"
+  check watch.start_event "$(grep -A1 '^event: start' "$T/watch1.out" | tail -1)" bash -c \
+    "grep -A1 '^event: start' '$T/watch1.out' | tail -1 | sed 's/^data: //' | jq -e '.path == \"/workspace/wt\" and .recursive and .is_dir and .watches == 2' >/dev/null"
+  run_exec "$SBX" '{"cmd":"cd /workspace/wt && mkdir -p a/b && echo hi > a/b/f && echo x >> a/b/f && mv a/b/f a/g && chmod 600 a/g && rm a/g && echo y >> keep/../f1"}'
+  sleep 1
+  local events
+  events=$(sed -n 's/^data: //p' "$T/watch1.out" | jq -c 'select(.type != null) | [.type, .path, .is_dir] + (if .from then [.from] else [] end)' 2>/dev/null | tr '\n' ' ')
+  local want
+  for want in '["create","/workspace/wt/a",true]' '["create","/workspace/wt/a/b",true]' '["create","/workspace/wt/a/b/f",false]' \
+    '["modify","/workspace/wt/a/b/f",false]' '["rename","/workspace/wt/a/g",false,"/workspace/wt/a/b/f"]' \
+    '["attrib","/workspace/wt/a/g",false]' '["delete","/workspace/wt/a/g",false]' '["modify","/workspace/wt/f1",false]'; do
+    check "watch.event.$(jq -r '.[0]' <<<"$want")_$(jq -r '.[1] | ltrimstr("/workspace/wt/")' <<<"$want")" "got: $events" \
+      grep -qF -- "$want" <<<"$events"
+  done
+  # The watched directory removed: a delete for it, then `end` {"reason":"deleted"} and the stream ends.
+  run_exec "$SBX" '{"cmd":"rm -rf /workspace/wt"}'
+  local rc=0
+  wait "$c1" || rc=$?
+  check watch.root_gone_ends "curl rc=$rc, tail: $(tail -c 200 "$T/watch1.out" | tr '\n' ' ')" bash -c \
+    "[ $rc = 0 ] && grep -A1 '^event: end' '$T/watch1.out' | grep -q '\"reason\":\"deleted\"'"
+  # timeout_ms ends it with reason timeout; a file may be watched.
+  run_exec "$SBX" '{"cmd":"echo 1 > /workspace/wf"}'
+  curl -sN -m 20 "${auth[@]}" "$w?path=wf&timeout_ms=1500" >"$T/watch2.out" 2>&1
+  check watch.timeout_ends "$(tr '\n' ' ' <"$T/watch2.out" | head -c 300)" bash -c \
+    "grep -A1 '^event: end' '$T/watch2.out' | grep -q '\"reason\":\"timeout\"' && grep -q '\"is_dir\":false,\"path\":\"/workspace/wf\"' '$T/watch2.out'"
+  # Bad input, before any stream.
+  api GET "/v1/sandboxes/$SBX/files/watch"
+  expect_error watch.no_path_400 400 invalid_request path
+  api GET "/v1/sandboxes/$SBX/files/watch?path=/no/such/dir"
+  expect_error watch.missing_404 404 file_not_found
+  api GET "/v1/sandboxes/$SBX/files/watch?path=/workspace/wf&recursive=true"
+  expect_error watch.recursive_file_400 400 invalid_request recursive
+  api GET "/v1/sandboxes/$SBX/files/watch?path=/workspace&depth=3"
+  expect_error watch.unknown_param_400 400 invalid_request depth
+  api GET "/v1/sandboxes/$SBX/files/watch?path=/workspace&timeout_ms=0"
+  expect_error watch.timeout_0_400 400 invalid_request timeout_ms
+  api GET "/v1/sandboxes/$SBX/files/watch?path=/workspace/../etc"
+  expect_error watch.dotdot_400 400 invalid_request path
+  KEY=$OTHER api GET "/v1/sandboxes/$SBX/files/watch?path=/workspace"
+  expect_error watch.other_project_404 404 sandbox_not_found
+  # 64 watches at once (from two keys: a key has 64 requests in flight), the 65th refused; once
+  # their clients leave, the sandbox's watches are free again.
+  local pids=() i
+  for i in $(seq 1 64); do
+    local k=$KEY
+    [ $((i % 2)) = 0 ] && k=$SAME
+    curl -sN -m 60 -H "Authorization: Bearer $k" "$w?path=/workspace" >"$T/watchcap.$i" 2>&1 &
+    pids+=($!)
+  done
+  eventually 30 bash -c "[ \$(grep -l '^event: start' $T/watchcap.* 2>/dev/null | wc -l) = 64 ]" || true
+  api GET "/v1/sandboxes/$SBX/files/watch?path=/workspace" -m 10
+  expect_error watch.cap_64_429 429 quota_exceeded watches
+  kill "${pids[@]}" 2>/dev/null || true
+  wait "${pids[@]}" 2>/dev/null || true
+  rm -f "$T"/watchcap.*
+  check watch.freed_after_clients_left "a new watch after the 64 clients left: $(head -c 200 "$T/watch3.out" 2>/dev/null)" \
+    eventually 20 bash -c "curl -sN -m 3 -H 'Authorization: Bearer $KEY' '$w?path=/workspace&timeout_ms=500' >'$T/watch3.out' 2>&1; grep -q '^event: start' '$T/watch3.out'"
+  # The CLI: one line per change.
+  local cli="$B3OS_BIN/b3os"
+  run_exec "$SBX" '{"cmd":"mkdir -p /workspace/cw"}'
+  B3OS_API_URL=$URL B3OS_API_KEY=$KEY "$cli" watch "$SBX" cw -r --timeout 4 >"$T/cliwatch.out" 2>"$T/cliwatch.err" &
+  local cw=$!
+  eventually 10 grep -q '^watching /workspace/cw' "$T/cliwatch.err" || true
+  run_exec "$SBX" '{"cmd":"echo a > /workspace/cw/new.txt"}'
+  rc=0
+  wait "$cw" || rc=$?
+  check watch.cli_lines "rc=$rc: $(tr '\n' '|' <"$T/cliwatch.out") / $(tr '\n' '|' <"$T/cliwatch.err")" bash -c \
+    "[ $rc = 0 ] && grep -qx 'create  /workspace/cw/new.txt' '$T/cliwatch.out' && grep -q 'watch ended: timeout' '$T/cliwatch.err'"
+  rc=0
+  B3OS_API_URL=$URL B3OS_API_KEY=$KEY "$cli" watch "$SBX" /no/such >/dev/null 2>"$T/cliwatch.err" || rc=$?
+  check watch.cli_missing_fails "rc=$rc: $(cat "$T/cliwatch.err")" bash -c "[ $rc = 1 ] && grep -q file_not_found '$T/cliwatch.err'"
+  run_exec "$SBX" '{"cmd":"rm -rf /workspace/cw /workspace/wf"}'
+}

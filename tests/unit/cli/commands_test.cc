@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <CLI/CLI.hpp>
+
 #include "cli/http_client.h"
 
 namespace b3os::cli {
@@ -35,6 +37,58 @@ TEST(BuildCreateBody, BadPairNamesFlag) {
   auto body = build_create_body(o);
   ASSERT_FALSE(body);
   EXPECT_EQ(body.error().message.rfind("--secret: ", 0), 0u);
+}
+
+TEST(BuildCreateBody, SnapshotPortsEgress) {
+  CreateOptions o;
+  o.snapshot = "snp_1";
+  o.disk_gib = 2;
+  o.forkable = true;
+  o.allow = {"pypi.org", "10.0.0.0/8"};
+  o.ports = {"8000:public", "9000"};
+  auto body = build_create_body(o);
+  ASSERT_TRUE(body);
+  EXPECT_EQ(*body, Json::parse(R"({"snapshot": "snp_1", "disk_gib": 2, "forkable": true,
+    "egress": {"mode": "allowlist", "allow": ["pypi.org", "10.0.0.0/8"]},
+    "ports": [{"port": 8000, "public": true}, {"port": 9000, "public": false}]})"));
+}
+
+TEST(BuildCreateBody, RefusesWhatDoesNotGoTogether) {
+  CreateOptions a;
+  a.snapshot = "snp_1";
+  a.template_name = "base";
+  EXPECT_FALSE(build_create_body(a));
+  CreateOptions b;
+  b.egress = "public";
+  b.allow = {"pypi.org"};
+  EXPECT_FALSE(build_create_body(b));
+  for (const char* bad : {"0", "65536", "80:open", "x", ":public", "80x"}) {
+    CreateOptions c;
+    c.ports = {bad};
+    auto body = build_create_body(c);
+    ASSERT_FALSE(body) << bad;
+    EXPECT_NE(body.error().message.find("--port"), std::string::npos) << bad;
+  }
+}
+
+TEST(CompletionScript, ListsEveryCommandAndOption) {
+  CLI::App app{"t"};
+  GlobalOptions g;
+  Action action;
+  add_sandbox_commands(app, g, action);
+  add_process_commands(app, g, action);
+  add_more_sandbox_commands(app, g, action);
+  add_completion_command(app, action);
+  auto bash = completion_script(app, "bash");
+  ASSERT_TRUE(bash);
+  for (const char* want : {"[\".\"]=\"", " exec ", " shell ", " watch ", " egress ", "[\"egress\"]=\"get set",
+                           "[\"egress set\"]=\"--help -h --mode --allow --json", "[\"watch\"]=",
+                           "--recursive -r", "complete -F _b3os b3os"})
+    EXPECT_NE(bash->find(want), std::string::npos) << want << "\n" << *bash;
+  auto zsh = completion_script(app, "zsh");
+  ASSERT_TRUE(zsh);
+  EXPECT_NE(zsh->find("bashcompinit"), std::string::npos);
+  EXPECT_FALSE(completion_script(app, "fish"));
 }
 
 TEST(BuildListPath, Plain) {
