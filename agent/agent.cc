@@ -128,7 +128,7 @@ void Agent::report_idle() {
   if (!idle_reports_) return;
   const bool now_idle = idle();
   // Held: a background process runs (a terminal's shell is one too, kept by its stream).
-  const bool now_held = procs_.running() > 0 || open_terminals() > 0;
+  const bool now_held = procs_.running() > 0 || open_terminals() > 0 || open_watches() > 0;
   if (reported_idle_ == now_idle && reported_held_ == now_held) return;
   reported_idle_ = now_idle;
   reported_held_ = now_held;

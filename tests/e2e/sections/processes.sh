@@ -202,10 +202,21 @@ s_processes_idle() {
   local sb=$CID
   apij POST "/v1/sandboxes/$sb/processes" '{"cmd":"sleep 6"}'
   check processes_idle.start "$(snip)" okj 201 '.status == "running"'
+  # A file watch holds a sandbox the same way (for its 6 s here), in a second sandbox alongside.
+  create_sandbox '{"timeout_s":2}'
+  local sw=$CID
+  curl -sN -m 20 -H "Authorization: Bearer $KEY" "$URL/v1/sandboxes/$sw/files/watch?path=/workspace&timeout_ms=6000" \
+    >"$T/idlewatch.out" 2>&1 &
+  local wpid=$!
   local t0=$SECONDS
   sleep 4.5
   api GET "/v1/sandboxes/$sb"
   check processes_idle.held_past_timeout "4.5 s after the last call with timeout_s 2: $(snip)" okj 200 '.status == "running"'
+  api GET "/v1/sandboxes/$sw"
+  check processes_idle.watch_held_past_timeout "4.5 s after the last call with timeout_s 2: $(snip)" okj 200 '.status == "running"'
+  wait "$wpid" || true
+  check processes_idle.watch_ended_by_its_timeout "$(tail -c 200 "$T/idlewatch.out" | tr '\n' ' ')" \
+    grep -q '"reason":"timeout"' "$T/idlewatch.out"
   local stopped=""
   for _ in $(seq 60); do
     api GET "/v1/sandboxes/$sb"
@@ -215,6 +226,9 @@ s_processes_idle() {
   check processes_idle.times_out_after "stopped ${stopped:-not within 15 s} s after start: $(snip)" \
     bash -c "[ -n '$stopped' ] && [ '$stopped' -ge 7 ] && jq -e '.stop_reason == \"timeout\"' '$RESP' >/dev/null"
   delete_sandbox "$sb" || true
+  check processes_idle.watch_then_times_out "$(snip)" eventually 15 bash -c \
+    "curl -s -H 'Authorization: Bearer $KEY' '$URL/v1/sandboxes/$sw' | jq -e '.status == \"stopped\" and .stop_reason == \"timeout\"' >/dev/null"
+  delete_sandbox "$sw" || true
 }
 
 # A background process is carried by a fork (listed there, still writing) and by a snapshot.
