@@ -77,8 +77,9 @@ Result<Frame> Stream::next(Clock::time_point deadline) {
   }
 }
 
-Result<void> Stream::send_data(std::string_view bytes, Clock::time_point deadline) {
-  while (!bytes.empty()) {
+Result<size_t> Stream::send_some(std::string_view bytes, Clock::time_point deadline) {
+  size_t sent = 0;
+  while (sent < bytes.size()) {
     size_t n;
     {
       std::unique_lock lk(mu_);
@@ -86,14 +87,24 @@ Result<void> Stream::send_data(std::string_view bytes, Clock::time_point deadlin
         if (closed_) return fail(channel_error(ch_->name(), *closed_));
         if (ended_) return fail(ErrorCode::kConflict, "the agent ended the stream");
         if (credit_ > 0) break;
-        if (cv_.wait_until(lk, deadline) == std::cv_status::timeout && credit_ <= 0)
-          return fail(ErrorCode::kInternal, "agent channel " + ch_->name() + ": the agent stopped reading");
+        if (sent > 0) return sent;
+        if (cv_.wait_until(lk, deadline) == std::cv_status::timeout && credit_ <= 0) return sent;
       }
-      n = std::min<size_t>({bytes.size(), static_cast<size_t>(credit_), protocol::kMaxData});
+      n = std::min<size_t>({bytes.size() - sent, static_cast<size_t>(credit_), protocol::kMaxData});
       credit_ -= static_cast<int64_t>(n);
     }
-    if (auto r = ch_->write_frame(FrameType::kData, id_, bytes.substr(0, n), deadline); !r) return r;
-    bytes.remove_prefix(n);
+    if (auto r = ch_->write_frame(FrameType::kData, id_, bytes.substr(sent, n), deadline); !r) return fail(r.error());
+    sent += n;
+  }
+  return sent;
+}
+
+Result<void> Stream::send_data(std::string_view bytes, Clock::time_point deadline) {
+  while (!bytes.empty()) {
+    auto n = send_some(bytes, deadline);
+    if (!n) return fail(n.error());
+    if (*n == 0) return fail(ErrorCode::kInternal, "agent channel " + ch_->name() + ": the agent stopped reading");
+    bytes.remove_prefix(*n);
   }
   return {};
 }

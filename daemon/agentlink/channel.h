@@ -36,6 +36,9 @@ class Stream {
   Result<protocol::Frame> next(std::chrono::steady_clock::time_point deadline);
   /// Sends data bytes (chunked, waiting for credit). Fails if the stream ended or the channel closed.
   Result<void> send_data(std::string_view bytes, std::chrono::steady_clock::time_point deadline);
+  /// Sends what the agent's credit allows of `bytes`, waiting (until `deadline`) only while
+  /// nothing has gone yet: the bytes sent, 0 if the deadline passed first. Fails as send_data.
+  Result<size_t> send_some(std::string_view bytes, std::chrono::steady_clock::time_point deadline);
   Result<void> send_eof();
   /// Tells the agent to abandon the stream (kills an exec's process group).
   void cancel();

@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
 #include <thread>
 
 #include <spdlog/spdlog.h>
@@ -823,11 +826,55 @@ void Api::terminal(Call& c) {
   auto& st = *t->stream;
   std::atomic<bool> stop{false};
   std::atomic<bool> ended{false};
-  std::thread pump;
-  const auto write_timeout = std::chrono::seconds(10);
+  std::thread pump, feeder;
+  // What the client typed, on its way to the sandbox: the WebSocket's thread only queues it
+  // (it also carries the screen's bytes out, and must never wait for the sandbox). Past
+  // kInputHigh queued bytes the client is not read until the feeder is below kInputLow, so a
+  // paste into a program that reads nothing holds the client back, and nothing is dropped.
+  constexpr size_t kInputHigh = 256u << 10, kInputLow = 64u << 10;
+  struct Input {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::deque<std::string> queue;
+    size_t bytes = 0;
+    bool paused = false;
+  } in;
+  auto wake_feeder = [&] {
+    { std::lock_guard g(in.mu); }
+    in.cv.notify_all();
+  };
   http::WebSocketHandler h;
   h.opened = [&](http::WebSocketPeer& peer) {
     peer.send(json{{"type", "started"}, {"pid", t->pid}}.dump(), false);
+    feeder = std::thread([&, peer_ptr = &peer] {
+      bool dead = false;  // the terminal ended or the channel closed: what is typed is dropped
+      for (;;) {
+        std::string chunk;
+        {
+          std::unique_lock lk(in.mu);
+          in.cv.wait(lk, [&] { return stop.load() || !in.queue.empty(); });
+          if (stop.load()) return;
+          chunk = std::move(in.queue.front());
+          in.queue.pop_front();
+        }
+        std::string_view rest = chunk;
+        while (!rest.empty() && !dead && !stop.load()) {
+          auto n = st.send_some(rest, std::chrono::steady_clock::now() + std::chrono::milliseconds(250));
+          if (!n) dead = true;
+          else rest.remove_prefix(*n);
+        }
+        bool resume = false;
+        {
+          std::lock_guard g(in.mu);
+          in.bytes -= chunk.size();
+          if (in.paused && in.bytes <= kInputLow) {
+            in.paused = false;
+            resume = true;
+          }
+        }
+        if (resume) peer_ptr->resume_reading();
+      }
+    });
     // What the terminal shows, to the client: its credit goes back once the bytes are queued,
     // and the queue waits for a slow client, so a flood stops in the sandbox's pty.
     pump = std::thread([&, peer_ptr = &peer] {
@@ -861,34 +908,42 @@ void Api::terminal(Call& c) {
       }
     });
   };
+  auto typed = [&](std::string data) {
+    std::lock_guard g(in.mu);
+    in.bytes += data.size();
+    in.queue.push_back(std::move(data));
+    in.cv.notify_all();
+    if (in.bytes < kInputHigh) return true;
+    in.paused = true;
+    return false;
+  };
   h.message = [&](std::string_view msg, bool binary) {
-    if (ended.load()) return;
-    if (binary) {
-      (void)st.send_data(msg, std::chrono::steady_clock::now() + write_timeout);
-      return;
-    }
+    if (ended.load()) return true;
+    if (binary) return typed(std::string(msg));
     json j = json::parse(msg, nullptr, false);
-    if (!j.is_object()) return;
+    if (!j.is_object()) return true;
     const std::string type = j.value("type", "");
-    if (type == "input" && j.contains("data") && j["data"].is_string()) {
-      (void)st.send_data(j["data"].get<std::string>(), std::chrono::steady_clock::now() + write_timeout);
-    } else if (type == "resize" && j.contains("rows") && j.contains("cols") && j["rows"].is_number_integer() &&
-               j["cols"].is_number_integer()) {
+    if (type == "input" && j.contains("data") && j["data"].is_string()) return typed(j["data"].get<std::string>());
+    if (type == "resize" && j.contains("rows") && j.contains("cols") && j["rows"].is_number_integer() &&
+        j["cols"].is_number_integer()) {
       const int64_t rows = j["rows"], cols = j["cols"];
       if (rows >= 1 && rows <= 1000 && cols >= 1 && cols <= 1000) (void)st.send_header({{"rows", rows}, {"cols", cols}});
     }
+    return true;
   };
-  h.closed = [&] {
-    // The peer goes with the connection: the pump must be done with it first (a send it is
-    // blocked in returns false now; a wait for the agent ends within 250 ms).
+  auto shut = [&] {
+    // The peer goes with the connection: the pump and the feeder must be done with it first
+    // (a send the pump is blocked in returns false now; each wait for the agent ends within
+    // 250 ms).
     stop = true;
+    wake_feeder();
     if (pump.joinable()) pump.join();
+    if (feeder.joinable()) feeder.join();
     if (!ended.load()) st.cancel();  // the client left: the shell gets SIGHUP, as a closed terminal
   };
+  h.closed = shut;
   auto r = c.ex.websocket(h, std::chrono::minutes(10));
-  stop = true;
-  if (pump.joinable()) pump.join();
-  if (!ended.load()) st.cancel();
+  shut();
   sandbox::record_operation(c.operation, "rest", c.timing, c.total.elapsed_ms(),
                             r ? sandbox::Outcome::kOk : sandbox::Outcome::kClientError);
 }

@@ -44,14 +44,18 @@ class WebSocketPeer {
   virtual bool send(std::string message, bool binary) = 0;
   /// Closes the connection with a status code (1000: normal) and a reason.
   virtual void close(uint16_t code, std::string reason) = 0;
+  /// Reads the client's messages again after `message` returned false (from any thread).
+  virtual void resume_reading() = 0;
 };
 
 /// What runs a WebSocket connection. All three run on the request's own thread.
 struct WebSocketHandler {
   /// Once, when the upgrade is done: start whatever feeds `peer` (on another thread).
   std::function<void(WebSocketPeer& peer)> opened;
-  /// Each message from the client, whole (Beast reassembles fragments; at most 1 MiB).
-  std::function<void(std::string_view message, bool binary)> message;
+  /// Each message from the client, whole (Beast reassembles fragments; at most 1 MiB). It
+  /// must not block: false stops reading the client (its messages wait in the socket, and the
+  /// client's sends in turn) until peer.resume_reading().
+  std::function<bool(std::string_view message, bool binary)> message;
   /// Once, when the connection has closed (either side, or a time-out): stop feeding it.
   std::function<void()> closed;
 };

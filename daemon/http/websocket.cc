@@ -70,6 +70,14 @@ class Session final : public WebSocketPeer, public std::enable_shared_from_this<
     });
   }
 
+  void resume_reading() override {
+    asio::post(ioc_, [self = shared_from_this()] {
+      if (!self->paused_ || self->done_) return;
+      self->paused_ = false;
+      self->read_next();
+    });
+  }
+
   bool was_open() const { return open_; }
 
  private:
@@ -77,10 +85,13 @@ class Session final : public WebSocketPeer, public std::enable_shared_from_this<
     ws_.async_read(buf_, [self = shared_from_this()](beast::error_code ec, size_t) {
       if (ec) return self->finish(ec);
       const auto data = self->buf_.data();
+      bool more = true;
       if (self->h_.message)
-        self->h_.message(std::string_view(static_cast<const char*>(data.data()), data.size()), self->ws_.got_binary());
+        more = self->h_.message(std::string_view(static_cast<const char*>(data.data()), data.size()),
+                                self->ws_.got_binary());
       self->buf_.consume(self->buf_.size());
-      self->read_next();
+      if (more) self->read_next();
+      else self->paused_ = true;  // resume_reading() reads on
     });
   }
 
@@ -153,6 +164,7 @@ class Session final : public WebSocketPeer, public std::enable_shared_from_this<
   bool close_sent_ = false;
   bool done_ = false;
   bool open_ = false;
+  bool paused_ = false;
   uint16_t close_code_ = 1000;
   std::string close_reason_;
 };

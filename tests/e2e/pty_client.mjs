@@ -6,7 +6,8 @@
 // Steps: {"send": "text"} (typed, binary), {"text": {...}} (a JSON control message),
 // {"expect": "regex", "timeout": S} (waits until the screen output matches; prints
 // {"expect", "ok"}), {"sleep": S}, {"close": true} (leaves without exiting the shell),
-// {"wait_exit": S} (waits for the exit message).
+// {"wait_exit": S} (waits for the exit message), {"send_bytes": N} (N bytes of "x", typed in
+// 64 KiB messages as fast as the socket takes them: a paste).
 import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -21,7 +22,8 @@ const out = (o) => process.stdout.write(JSON.stringify(o) + "\n");
 
 // {"many": N, "keys": [K2, ...]}: N terminals at once, their keys taken in turn (one key alone
 // meets its own cap of requests in flight first); prints {"counts": {"started": n,
-// "STATUS:CODE": n}} and closes all.
+// "STATUS:CODE": n}} and closes all (after "hold" seconds if given: a benchmark measures
+// memory meanwhile).
 if (!Array.isArray(steps) && steps.many) {
   const keys = [key, ...(steps.keys || [])];
   const results = await Promise.all(
@@ -47,6 +49,7 @@ if (!Array.isArray(steps) && steps.many) {
   const counts = {};
   for (const { r } of results) counts[r] = (counts[r] || 0) + 1;
   out({ counts });
+  if (steps.hold) await new Promise((r) => setTimeout(r, steps.hold * 1000));
   for (const { c } of results) if (c) c.close(1000, "bye");
   await new Promise((r) => setTimeout(r, 500));
   process.exit(0);
@@ -98,6 +101,14 @@ out({ started });
 let mark = 0; // expectations look at the output since the last one matched
 for (const step of steps) {
   if (step.send !== undefined) ws.send(Buffer.from(step.send, "utf8"), { binary: true });
+  else if (step.send_bytes) {
+    const chunk = Buffer.alloc(65536, "x");
+    for (let left = step.send_bytes; left > 0; left -= chunk.length) {
+      ws.send(left >= chunk.length ? chunk : chunk.subarray(0, left), { binary: true });
+      while (ws.bufferedAmount > (1 << 20)) await sleep(0.01);
+    }
+    out({ sent_bytes: step.send_bytes });
+  }
   else if (step.text) ws.send(JSON.stringify(step.text));
   else if (step.sleep) await sleep(step.sleep);
   else if (step.expect) {

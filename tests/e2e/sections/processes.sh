@@ -291,6 +291,12 @@ s_terminal() {
   check terminal.ctrl_c_reaches_the_job "$(pty_snip)" pty_jq '.[4].ok'
   check terminal.full_screen_top "$(pty_snip)" pty_jq '.[5].ok and .[6].ok'
   check terminal.exit_code "$(pty_snip)" pty_jq '.[-1].exit.exit_code == 7 and .[-1].closed.code == 1000'
+  # A paste of 6 MB into a program that reads nothing for 11 s (more than the agent's 4 MiB
+  # window and b3osd's queue, and longer than b3osd once waited before dropping typed bytes):
+  # the client is held back and nothing is dropped.
+  pty '[{"send":"stty raw -echo; echo ready; sleep 11; head -c 6000000 | wc -c; stty sane\n"},{"expect":"ready\\n"},
+        {"send_bytes":6000000},{"expect":"6000000","timeout":60},{"send":"exit 3\n"},{"wait_exit":10}]'
+  check terminal.paste_nothing_dropped "$(pty_snip)" pty_jq '.[1].ok and .[3].ok and .[-1].exit.exit_code == 3'
   # A client that leaves ends its shell and what runs on the terminal (SIGHUP, then KILL).
   pty '[{"send":"sleep 977\n"},{"sleep":0.5},{"close":true}]'
   check terminal.left "$(pty_snip)" pty_jq '.[-1].closed.code == 1000'
