@@ -3,6 +3,7 @@
 #include <openssl/evp.h>
 
 #include <cctype>
+#include <cstring>
 
 namespace b3os::sys {
 
@@ -10,6 +11,10 @@ bool valid_utf8(std::string_view s) {
   size_t i = 0;
   const auto* p = reinterpret_cast<const unsigned char*>(s.data());
   while (i < s.size()) {
+    // Eight ASCII bytes at a time (most output is ASCII).
+    uint64_t w;
+    while (i + 8 <= s.size() && (std::memcpy(&w, p + i, 8), (w & 0x8080808080808080ull) == 0)) i += 8;
+    if (i >= s.size()) break;
     const unsigned char c = p[i];
     size_t n;
     uint32_t cp;

@@ -55,5 +55,21 @@ TEST(Sse, EventsWithAndWithoutId) {
   EXPECT_EQ(sse_event("stdout", nlohmann::json{{"data", "a\nb"}}, 4), "id: 4\nevent: stdout\ndata: {\"data\":\"a\\nb\"}\n\n");
 }
 
+TEST(JsonText, SameBytesAsNlohmannDump) {
+  using nlohmann::json;
+  std::string every;  // every byte value that is valid alone in UTF-8, and some characters
+  for (int c = 0; c < 0x80; ++c) every += static_cast<char>(c);
+  every += "\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80 \\ \" / \x7f";
+  const json cases[] = {
+      json{{"data", every}, {"offset", 12}, {"encoding", nullptr}},
+      json::array({1, -2, 3.5, true, false, nullptr, "x", json::object(), json::array()}),
+      json{{"nested", {{"a", {1, 2, {{"b", "c\td"}}}}}}, {"empty", ""}},
+      json("\xff\xfe not UTF-8"),  // nlohmann's replacement characters, as before
+      json{{"k\"ey\n", "v"}},
+      json(std::string(300000, 'z') + "\n" + std::string(5, '"')),
+  };
+  for (const auto& j : cases) EXPECT_EQ(json_text(j), j.dump(-1, ' ', false, json::error_handler_t::replace));
+}
+
 }  // namespace
 }  // namespace b3os::sandbox
