@@ -10,13 +10,16 @@
 #include <termios.h>
 #include <unistd.h>
 
-#include <boost/asio.hpp>
-#include <boost/beast/core.hpp>
-#include <boost/beast/websocket.hpp>
 #include <cstdio>
 #include <deque>
 #include <iostream>
 #include <optional>
+
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/websocket.hpp>
+
+#include "cli/commands.h"
 
 namespace b3os::cli {
 
@@ -88,10 +91,16 @@ int run_shell(const ApiUrl& url, const std::string& api_key, const ShellOptions&
   ws::response_type res;
   sock.handshake(res, url.host_header(), target, ec);
   if (ec) {
-    // Refused before the upgrade: the API's JSON error is in the body.
-    std::string body = res.body();
-    std::cerr << "b3os: " << (body.empty() ? ec.message() : body) << "\n";
-    return res.result_int() == 404 ? 3 : 1;
+    // Refused before the upgrade: the API's JSON error is in the body, said as every command
+    // says one (and the same exit status, kExitFailure).
+    const Json body = Json::parse(res.body(), nullptr, false);
+    if (body.is_object() && body.contains("error") && body["error"].is_object()) {
+      const Json& e = body["error"];
+      std::cerr << "error: " << e.value("code", std::string("error")) << ": " << e.value("message", std::string()) << "\n";
+    } else {
+      std::cerr << "error: " << (res.body().empty() ? ec.message() : res.body()) << "\n";
+    }
+    return kExitFailure;
   }
 
   RawMode raw;

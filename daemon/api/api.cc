@@ -821,6 +821,15 @@ void Api::terminal(Call& c) {
                           "this route is a WebSocket: connect with Connection: Upgrade and Upgrade: websocket "
                           "(b3os shell ID does)",
                           0});
+  // What Beast's accept would refuse is refused here, before a shell is started for nothing:
+  // version 13 and a key of 16 random bytes in base64 (RFC 6455, 4.2.1).
+  if (c.ex.header("Sec-WebSocket-Version") != "13")
+    return send_error(c, {ErrorCode::kInvalidRequest, "Sec-WebSocket-Version: must be 13", 0});
+  if (const std::string_view key = c.ex.header("Sec-WebSocket-Key");
+      key.size() != 24 || key.substr(22) != "==" ||
+      key.substr(0, 22).find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/") !=
+          std::string_view::npos)
+    return send_error(c, {ErrorCode::kInvalidRequest, "Sec-WebSocket-Key: must be 16 bytes in base64", 0});
   auto t = sandboxes_.exec().open_terminal(c.principal, c.target.segments[2], *spec);
   if (!t) return send_error(c, t.error());
   auto& st = *t->stream;

@@ -323,6 +323,19 @@ s_terminal() {
   expect_error terminal.bad_cwd_400 400 invalid_request cwd
   api GET /v1/sandboxes/sbx_00000000000000000000000000/pty
   expect_error terminal.no_sandbox_404 404 sandbox_not_found
+  # A handshake Beast would refuse is refused before any shell starts.
+  local shells_before
+  run_exec "$SBX" '{"cmd":"pgrep -c -x bash || true"}'
+  shells_before=$(j .stdout)
+  api GET "/v1/sandboxes/$SBX/pty" -H 'Connection: Upgrade' -H 'Upgrade: websocket' -H 'Sec-WebSocket-Version: 13' -H 'Sec-WebSocket-Key: not-a-key'
+  expect_error terminal.bad_ws_key_400 400 invalid_request Sec-WebSocket-Key
+  api GET "/v1/sandboxes/$SBX/pty" -H 'Connection: Upgrade' -H 'Upgrade: websocket' -H 'Sec-WebSocket-Version: 8' -H 'Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ=='
+  expect_error terminal.bad_ws_version_400 400 invalid_request Sec-WebSocket-Version
+  run_exec "$SBX" '{"cmd":"pgrep -c -x bash || true"}'
+  check terminal.bad_handshake_started_nothing "bash processes before ${shells_before} after $(j .stdout)" [ "$(j .stdout)" = "$shells_before" ]
+  local rc=0
+  B3OS_API_URL=$URL B3OS_API_KEY=$KEY "$B3OS_BIN/b3os" shell sbx_00000000000000000000000000 </dev/null >/dev/null 2>"$T/shell404.err" || rc=$?
+  check terminal.cli_unknown_sandbox_exit_1 "rc=$rc: $(cat "$T/shell404.err")" bash -c "[ $rc = 1 ] && grep -q '^error: sandbox_not_found' '$T/shell404.err'"
 }
 
 # `b3os shell` in a real terminal (tmux): raw mode, the window's size, resize on SIGWINCH,
