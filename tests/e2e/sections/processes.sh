@@ -440,6 +440,25 @@ s_cli_processes() {
   local snp=$out
   out=$("$cli" snapshot list 2>&1)
   check cli_processes.snapshot_list "$out" bash -c "grep -q '^$snp ' <<<'$out'"
+  out=$("$cli" create --from-snapshot "$snp" --port 8000:public --port 9000 2>&1)
+  check cli_processes.create_from_snapshot "$out" bash -c "[[ '$out' == sbx_* ]]"
+  local restored=$out
+  echo "$restored" >>"$T/ids"
+  out=$("$cli" ports "$restored" 2>&1)
+  check cli_processes.ports_table "$out" bash -c "grep -q '^PORT ' <<<'$out' && grep -qE '^8000 +true +http://8000-' <<<'$out' && grep -qE '^9000 +false +-' <<<'$out'"
+  out=$("$cli" url "$restored" 9000 --ttl 60 2>&1)
+  check cli_processes.url "$out" bash -c "[[ '$out' == http://9000-* ]] && grep -q 'b3os_token=' <<<'$out'"
+  out=$("$cli" egress get "$restored" 2>&1)
+  check cli_processes.egress_get "$out" test "$out" = "mode: deny"
+  rc=0
+  out=$("$cli" egress set "$restored" --mode public 2>&1) || rc=$?
+  check cli_processes.egress_set_deny_refused "rc=$rc: $out" bash -c "[ $rc = 1 ] && grep -q '^error: conflict:' <<<'$out'"
+  rc=0
+  out=$("$cli" create --from-snapshot "$snp" --template base 2>&1) || rc=$?
+  check cli_processes.create_usage_error_2 "rc=$rc: $out" test "$rc" = 2
+  delete_sandbox "$restored" || true
+  out=$("$cli" completion bash 2>&1)
+  check cli_processes.completion_bash "$(head -c 200 <<<"$out")" bash -c "bash -n <<<'$out' && grep -q 'complete -F _b3os b3os' <<<'$out' && grep -q '\[\"egress set\"\]' <<<'$out'"
   out=$("$cli" snapshot rm "$snp" 2>&1)
   check cli_processes.snapshot_rm "$out" bash -c "grep -q 'deleted' <<<'$out'"
   for f in $forks; do delete_sandbox "$f" || true; done
