@@ -36,6 +36,7 @@ namespace {
 constexpr size_t kHeaderLimit = 64 * 1024;
 constexpr auto kWriteStall = std::chrono::seconds(60);  // a response write that makes no progress
 constexpr auto kWorkerIdle = std::chrono::seconds(60);  // an idle worker thread ends after this
+constexpr size_t kBodyReadSize = 256 * 1024;  // what one read of a request body may take
 
 tl::unexpected<Error> too_large(uint64_t limit) {
   return fail(ErrorCode::kPayloadTooLarge, "the request body is larger than this operation's limit of " +
@@ -91,6 +92,10 @@ class BeastExchange final : public Exchange {
     // Each read waits at most body_timeout for a byte: a client that stops sending mid-body
     // must not hold a worker (and its key's requests in flight) for ever.
     sys::DeadlineStream in(sock_.native_handle(), sock_.get_executor());
+    // Beast reads at most the buffer's free capacity (at least 512 bytes) per read_some, and
+    // the buffer is as small as the request head left it: without room, a body came through
+    // in 512-byte pieces, each one a frame to the agent (an upload ran at 50 MB/s).
+    if (buf_.capacity() - buf_.size() < kBodyReadSize) buf_.reserve(buf_.size() + kBodyReadSize);
     beast::error_code ec;
     while (!ec && body.size == cap && !parser_.is_done()) {
       in.arm(std::chrono::steady_clock::now() + body_timeout_, nullptr);
@@ -435,6 +440,9 @@ void Server::Impl::wait_head(const ConnPtr& c) {
   c->in_line = line.insert(line.end(), c);
   c->waiting = true;
   if (c->buf.size() > 0) return read_head(c);  // the next request came with the last one
+  // A body read with room to spare (read_chunk) leaves the buffer large; a connection that
+  // waits idle gives it back.
+  if (c->buf.capacity() > kHeaderLimit) c->buf.shrink_to_fit();
   arm(c, cfg.idle_timeout);
   c->sock.async_wait(tcp::socket::wait_read, [this, c](beast::error_code ec) {
     if (c->closed) return;
