@@ -38,6 +38,20 @@ Result<uint64_t> parse_u64(const std::string& field, const std::string& v, uint6
   return static_cast<uint64_t>(n);
 }
 
+// A query parameter that is "true" or "false".
+Result<bool> parse_flag(const std::string& field, const std::string& v) {
+  if (v != "true" && v != "false") return fail(ErrorCode::kInvalidRequest, field + ": must be true or false");
+  return v == "true";
+}
+
+// How long a followed stream (process output, a file watch) may last: 1 ms to 1 hour.
+Result<int64_t> parse_stream_timeout(const std::string& v) {
+  auto n = parse_u64("timeout_ms", v, 3'600'000);
+  if (!n) return fail(n.error());
+  if (*n == 0) return fail(ErrorCode::kInvalidRequest, "timeout_ms: must be 1 to 3600000");
+  return static_cast<int64_t>(*n);
+}
+
 // Signal names as kill(1) takes them, without the SIG prefix.
 const std::map<std::string, int> kSignals = {
     {"HUP", 1},   {"INT", 2},   {"QUIT", 3},  {"ILL", 4},    {"TRAP", 5},   {"ABRT", 6},   {"BUS", 7},
@@ -163,13 +177,13 @@ Result<OutputRequest> parse_output_request(const Params& params, const std::stri
       r.since = *n;
       since_given = true;
     } else if (k == "follow") {
-      if (v != "true" && v != "false") return fail(ErrorCode::kInvalidRequest, "follow: must be true or false");
-      r.follow = v == "true";
+      auto f = parse_flag(k, v);
+      if (!f) return fail(f.error());
+      r.follow = *f;
     } else if (k == "timeout_ms") {
-      auto n = parse_u64("timeout_ms", v, 3'600'000);
-      if (!n) return fail(n.error());
-      if (*n == 0) return fail(ErrorCode::kInvalidRequest, "timeout_ms: must be 1 to 3600000");
-      r.timeout_ms = static_cast<int64_t>(*n);
+      auto t = parse_stream_timeout(v);
+      if (!t) return fail(t.error());
+      r.timeout_ms = *t;
     } else {
       return fail(ErrorCode::kInvalidRequest, k + ": unknown parameter (since, follow, timeout_ms)");
     }
@@ -192,13 +206,13 @@ Result<WatchRequest> parse_watch_request(const Params& params) {
       r.path = std::move(*path);
       have_path = true;
     } else if (k == "recursive") {
-      if (v != "true" && v != "false") return fail(ErrorCode::kInvalidRequest, "recursive: must be true or false");
-      r.recursive = v == "true";
+      auto f = parse_flag(k, v);
+      if (!f) return fail(f.error());
+      r.recursive = *f;
     } else if (k == "timeout_ms") {
-      auto n = parse_u64("timeout_ms", v, 3'600'000);
-      if (!n) return fail(n.error());
-      if (*n == 0) return fail(ErrorCode::kInvalidRequest, "timeout_ms: must be 1 to 3600000");
-      r.timeout_ms = static_cast<int64_t>(*n);
+      auto t = parse_stream_timeout(v);
+      if (!t) return fail(t.error());
+      r.timeout_ms = *t;
     } else {
       return fail(ErrorCode::kInvalidRequest, k + ": unknown parameter (path, recursive, timeout_ms)");
     }
@@ -291,8 +305,9 @@ Result<FileRequest> parse_file_request(const Params& params, bool allow_recursiv
   r.path = std::move(*path);
   if (allow_recursive) {
     if (const std::string* rec = find(params, "recursive")) {
-      if (*rec != "true" && *rec != "false") return fail(ErrorCode::kInvalidRequest, "recursive: must be true or false");
-      r.recursive = *rec == "true";
+      auto f = parse_flag("recursive", *rec);
+      if (!f) return fail(f.error());
+      r.recursive = *f;
     }
   }
   return r;
