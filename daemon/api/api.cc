@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include <spdlog/spdlog.h>
@@ -857,6 +858,11 @@ void Api::terminal(Call& c) {
     peer.send(json{{"type", "started"}, {"pid", t->pid}}.dump(), false);
     feeder = std::thread([&, peer_ptr = &peer] {
       bool dead = false;  // the terminal ended or the channel closed: what is typed is dropped
+      // While the client is not read (paused) nothing notices it leave, so a program that reads
+      // no input must not hold the connection and this thread for ever: after kInputStall with
+      // the client paused and nothing taken, the connection is closed (the shell gets SIGHUP).
+      constexpr auto kInputStall = std::chrono::seconds(60);
+      std::optional<std::chrono::steady_clock::time_point> stalled_since;
       for (;;) {
         std::string chunk;
         {
@@ -868,9 +874,19 @@ void Api::terminal(Call& c) {
         }
         std::string_view rest = chunk;
         while (!rest.empty() && !dead && !stop.load()) {
-          auto n = st.send_some(rest, std::chrono::steady_clock::now() + std::chrono::milliseconds(250));
-          if (!n) dead = true;
-          else rest.remove_prefix(*n);
+          const auto now = std::chrono::steady_clock::now();
+          auto n = st.send_some(rest, now + std::chrono::milliseconds(250));
+          if (!n) {
+            dead = true;
+          } else if (*n > 0) {
+            rest.remove_prefix(*n);
+            stalled_since.reset();
+          } else if (!stalled_since) {
+            stalled_since = now;
+          } else if (now - *stalled_since >= kInputStall && [&] { std::lock_guard g(in.mu); return in.paused; }()) {
+            peer_ptr->close(1011, "the terminal's program read no input for 60 s");
+            dead = true;
+          }
         }
         bool resume = false;
         {
