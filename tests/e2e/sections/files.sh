@@ -125,7 +125,8 @@ s_files_watch() {
   check watch.start_event "$(grep -A1 '^event: start' "$T/watch1.out" | tail -1)" bash -c \
     "grep -A1 '^event: start' '$T/watch1.out' | tail -1 | sed 's/^data: //' | jq -e '.path == \"/workspace/wt\" and .recursive and .is_dir and .watches == 2' >/dev/null"
   run_exec "$SBX" '{"cmd":"cd /workspace/wt && mkdir -p a/b && echo hi > a/b/f && echo x >> a/b/f && mv a/b/f a/g && chmod 600 a/g && rm a/g && echo y >> keep/../f1"}'
-  sleep 1
+  # The last change's event has come (not a fixed wait: a loaded machine may take longer).
+  eventually 15 grep -qF '"path":"/workspace/wt/f1","type":"modify"' "$T/watch1.out" || true
   local events
   events=$(sed -n 's/^data: //p' "$T/watch1.out" | jq -c 'select(.type != null) | [.type, .path, .is_dir] + (if .from then [.from] else [] end)' 2>/dev/null | tr '\n' ' ')
   local want
@@ -181,16 +182,19 @@ s_files_watch() {
   # The CLI: one line per change.
   local cli="$B3OS_BIN/b3os"
   run_exec "$SBX" '{"cmd":"mkdir -p /workspace/cw"}'
-  B3OS_API_URL=$URL B3OS_API_KEY=$KEY "$cli" watch "$SBX" cw -r --timeout 4 >"$T/cliwatch.out" 2>"$T/cliwatch.err" &
+  B3OS_API_URL=$URL B3OS_API_KEY=$KEY "$cli" watch "$SBX" cw -r --timeout 60 >"$T/cliwatch.out" 2>"$T/cliwatch.err" &
   local cw=$!
-  eventually 10 grep -q '^watching /workspace/cw' "$T/cliwatch.err" || true
+  eventually 15 grep -q '^watching /workspace/cw' "$T/cliwatch.err" || true
   run_exec "$SBX" '{"cmd":"echo a > /workspace/cw/new.txt"}'
+  eventually 15 grep -q 'new.txt' "$T/cliwatch.out" || true
+  # Removing the watched directory ends the watch (reason deleted) and the CLI with it.
+  run_exec "$SBX" '{"cmd":"rm -rf /workspace/cw"}'
   rc=0
   wait "$cw" || rc=$?
   check watch.cli_lines "rc=$rc: $(tr '\n' '|' <"$T/cliwatch.out") / $(tr '\n' '|' <"$T/cliwatch.err")" bash -c \
-    "[ $rc = 0 ] && grep -qx 'create  /workspace/cw/new.txt' '$T/cliwatch.out' && grep -q 'watch ended: timeout' '$T/cliwatch.err'"
+    "[ $rc = 0 ] && grep -qx 'create  /workspace/cw/new.txt' '$T/cliwatch.out' && grep -q 'watch ended: deleted' '$T/cliwatch.err'"
   rc=0
   B3OS_API_URL=$URL B3OS_API_KEY=$KEY "$cli" watch "$SBX" /no/such >/dev/null 2>"$T/cliwatch.err" || rc=$?
   check watch.cli_missing_fails "rc=$rc: $(cat "$T/cliwatch.err")" bash -c "[ $rc = 1 ] && grep -q file_not_found '$T/cliwatch.err'"
-  run_exec "$SBX" '{"cmd":"rm -rf /workspace/cw /workspace/wf"}'
+  run_exec "$SBX" '{"cmd":"rm -rf /workspace/wf"}'
 }
