@@ -286,8 +286,8 @@ Result<NetSlot> HostNetwork::recover(const std::string& sandbox_id) {
   NetSlot slot = cfg_.layout.slot(sandbox_id, *index);
   // The firewall was made anew at this start and holds nothing for it, but conntrack still
   // holds the connections its previous policy let through: has_policy makes the first apply
-  // forget them (and the proxy judge its own again), so a policy stored and not applied
-  // before a crash takes effect on them too.
+  // mark them to be judged again at their next packet (and the proxy judge its own again), so
+  // a policy stored and not applied before a crash takes effect on them too.
   sandboxes_[sandbox_id] = Sandbox{slot, {}, true};
   return slot;
 }

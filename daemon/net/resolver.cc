@@ -271,6 +271,9 @@ void Resolver::resolve(const std::string& name, Addresses done) {
   const auto now = Clock::now();
   if (auto hit = cache_.get(name, now)) {
     const auto left = std::chrono::duration_cast<std::chrono::seconds>(hit->left).count();
+    // Judged again on the way out: an address the host has taken since it was cached (or a
+    // range an operator denied since) is not handed out for the rest of its TTL.
+    std::erase_if(hit->addrs, [this](uint32_t ip) { return withheld(ip); });
     return done(std::move(hit->addrs), static_cast<uint32_t>(std::max<int64_t>(left, kMinTtl)), "");
   }
   auto& waiting = resolving_[name];

@@ -53,6 +53,7 @@ on_exit() {
   "$FAKENET" down "$FN" >/dev/null 2>&1
   [ -z "$FAKENET_LOCK_PID" ] || kill "$FAKENET_LOCK_PID" 2>/dev/null
   [ -z "${SELF_PID:-}" ] || kill "$SELF_PID" 2>/dev/null
+  ip addr del "${B3T_HOST_LATE:-198.51.100.78}/32" dev lo 2>/dev/null  # s_node_self's, if it stopped midway
   finish_private_suite "$rc"
 }
 trap on_exit EXIT
@@ -374,7 +375,7 @@ s_allowlist() {
 # internet's link, where a service of the host listens): the proxy dials from the host, so it
 # would reach that service, or b3osd's own listeners, on the entry's port.
 s_node_self() {
-  create_sandbox "{\"egress\": {\"mode\": \"allowlist\", \"allow\": [\"$B3T_NAME_SELF:$SELF_PORT\", \"$B3T_NAME_SELF\"]}}"
+  create_sandbox "{\"egress\": {\"mode\": \"allowlist\", \"allow\": [\"$B3T_NAME_SELF:$SELF_PORT\", \"$B3T_NAME_SELF\", \"$B3T_NAME_LATE:$SELF_PORT\"]}}"
   local id=$CID
   upload_tools "$id"
   : >"$SELF_LOG"
@@ -404,6 +405,37 @@ try: s.connect((sys.argv[1], int(sys.argv[2]))); print("connected")
 except OSError as e: print("refused", e.errno)' "$B3T_HOST_SELF" "$SELF_PORT")
   check self.firewall_refuses_marked "want a socket with the proxy's mark refused by the host ($B3T_HOST_SELF) and one without it connected, got marked: $marked, unmarked: $unmarked" \
     test "$marked/$unmarked" = "refused 111/connected"
+  # An address the host takes while b3osd runs (a new interface, an address moved to it): the
+  # name resolving to it resolves while it is not the host's, then (b3osd re-reads the host's
+  # addresses each second) is withheld, even as a hit of the resolver's cache, and the proxy
+  # does not dial it.
+  probe "$id" resolve "$B3T_NAME_LATE"
+  check self.late.resolved_before "want $B3T_NAME_LATE to resolve to $B3T_HOST_LATE while no interface has it, got $P" \
+    pj ".ok and .addrs == [\"$B3T_HOST_LATE\"]"
+  local late_log=$T/late.log
+  : >"$late_log"
+  ip addr add "$B3T_HOST_LATE/32" dev lo
+  python3 -c '
+import socket, sys, time
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind((sys.argv[1], int(sys.argv[2]))); s.listen(8)
+log = open(sys.argv[3], "a", buffering=1)
+while True:
+    c, peer = s.accept()
+    log.write(f"{time.time():.3f} from {peer[0]}:{peer[1]}\n")
+    c.close()
+' "$B3T_HOST_LATE" "$SELF_PORT" "$late_log" &
+  local late_pid=$!
+  sleep 2.5  # past b3osd's one-second re-read of the host's addresses
+  probe "$id" resolve "$B3T_NAME_LATE"
+  check self.late.withheld_after "want $B3T_NAME_LATE not to resolve once the host has $B3T_HOST_LATE, got $P" pj '.ok == false'
+  probe "$id" http "http://$B3T_NAME_LATE:$SELF_PORT/" --connect "$B3T_HOST_LATE"
+  check self.late.http_refused "want http://$B3T_NAME_LATE:$SELF_PORT/ refused, got $P" \
+    pj '.status == 403 and .body.error.code == "egress_denied"'
+  check self.late.never_reached "the service on the new address saw: $(head -2 "$late_log")" test ! -s "$late_log"
+  kill "$late_pid" 2>/dev/null || true
+  wait "$late_pid" 2>/dev/null || true
+  ip addr del "$B3T_HOST_LATE/32" dev lo 2>/dev/null || true
   delete_sandbox "$id"
 }
 

@@ -47,6 +47,7 @@ RECORDS=(
   "opdeny.$ZONE 198.51.100.77"
   "azure.$ZONE 168.63.129.16"
   "self.$ZONE 198.51.100.1"
+  "late.$ZONE 198.51.100.78"
 )
 WILD="wild.$ZONE"
 WILD_ADDR=203.0.113.11
@@ -321,6 +322,7 @@ cmd_env() {
     B3T_HOST_AZURE 168.63.129.16
     B3T_HOST_OPDENY 198.51.100.77
     B3T_HOST_SELF 198.51.100.1
+    B3T_HOST_LATE 198.51.100.78
     B3T_NAME_A "a.$ZONE"
     B3T_NAME_B "b.$ZONE"
     B3T_NAME_C "c.$ZONE"
@@ -333,6 +335,7 @@ cmd_env() {
     B3T_NAME_AZURE "azure.$ZONE"
     B3T_NAME_OPDENY "opdeny.$ZONE"
     B3T_NAME_SELF "self.$ZONE"
+    B3T_NAME_LATE "late.$ZONE"
     B3T_NAME_LOOP "loop.$ZONE"
     B3T_NAME_MULTI "multi.$ZONE"
   )
