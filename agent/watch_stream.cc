@@ -48,7 +48,13 @@ Result<std::unique_ptr<Stream>> WatchStream::open(Channel& channel, uint32_t id,
   } else {
     s->add_watch(root, false);
   }
-  if (s->root_wd_ < 0) return fail(fs_error("watch", root, errno));
+  if (s->root_wd_ < 0) {
+    const int err = errno;
+    // inotify's own limits (fs.inotify.max_user_watches), not the disk's: say which.
+    if (err == ENOSPC || err == ENOMEM)
+      return fail(ErrorCode::kQuotaExceeded, "watch " + root + ": the sandbox's inotify watches are all in use");
+    return fail(fs_error("watch", root, err));
+  }
   s->send(protocol::FrameType::kHeader, dump_json(Json{{"ok", true},
                                                        {"path", root},
                                                        {"is_dir", is_dir},
@@ -66,7 +72,11 @@ bool WatchStream::add_watch(const std::string& path, bool is_dir) {
     }
     return false;
   }
-  const int wd = ::inotify_add_watch(fd_.get(), path.c_str(), is_dir ? kDirMask : kFileMask);
+  // The root may be a symlink the user named (a watch of /app where /app -> /srv/app): it is
+  // followed; below it nothing is, so a link inside the tree cannot lead the watch out of it.
+  uint32_t mask = is_dir ? kDirMask : kFileMask;
+  if (root_wd_ < 0) mask &= ~uint32_t(IN_DONT_FOLLOW);
+  const int wd = ::inotify_add_watch(fd_.get(), path.c_str(), mask);
   if (wd < 0) return false;  // gone already, or not a directory any more
   if (root_wd_ < 0) root_wd_ = wd;
   dirs_[wd] = path;  // a directory moved within the tree keeps its wd: the path is updated

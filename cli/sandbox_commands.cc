@@ -180,13 +180,11 @@ void add_more_sandbox_commands(CLI::App& app, const GlobalOptions& g, Action& ac
   p->footer("Ports are set at create: b3os create --port 8000:public --port 9000");
   p->callback([&g, &action, o] {
     action = [&g, o] {
-      auto client = make_client(g);
-      if (!client) return report_error(client.error());
-      auto reply = call_api(*client, "GET", sandbox_path(o->id, ""), nullptr);
-      if (!reply) return report_error(reply.error());
-      if (o->json) print_json(reply->value("ports", Json::array()));
-      else std::cout << ports_table(*reply);
-      return 0;
+      // The sandbox's own answer carries its ports: one GET, the part of it asked for printed.
+      return simple(g, "GET", sandbox_path(o->id, ""), nullptr, false, [o](const Json& r) {
+        if (o->json) print_json(r.value("ports", Json::array()));
+        else std::cout << ports_table(r);
+      });
     };
   });
 
@@ -212,18 +210,12 @@ void add_more_sandbox_commands(CLI::App& app, const GlobalOptions& g, Action& ac
   eg->add_flag("--json", o->json, "Print it as JSON");
   eg->callback([&g, &action, o] {
     action = [&g, o] {
-      auto client = make_client(g);
-      if (!client) return report_error(client.error());
-      auto reply = call_api(*client, "GET", sandbox_path(o->id, ""), nullptr);
-      if (!reply) return report_error(reply.error());
-      const Json eg = reply->value("egress", Json::object());
-      if (o->json) {
-        print_json(eg);
-        return 0;
-      }
-      std::cout << "mode: " << eg.value("mode", std::string("-")) << "\n";
-      for (const auto& a : eg.value("allow", Json::array())) std::cout << "allow: " << format_cell(a) << "\n";
-      return 0;
+      return simple(g, "GET", sandbox_path(o->id, ""), nullptr, false, [o](const Json& r) {
+        const Json eg = r.value("egress", Json::object());
+        if (o->json) return print_json(eg);
+        std::cout << "mode: " << eg.value("mode", std::string("-")) << "\n";
+        for (const auto& a : eg.value("allow", Json::array())) std::cout << "allow: " << format_cell(a) << "\n";
+      });
     };
   });
   auto* es = e->add_subcommand("set", "Change a running sandbox's egress (public or allowlist)");

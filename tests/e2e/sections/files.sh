@@ -147,6 +147,18 @@ s_files_watch() {
   curl -sN -m 20 "${auth[@]}" "$w?path=wf&timeout_ms=1500" >"$T/watch2.out" 2>&1
   check watch.timeout_ends "$(tr '\n' ' ' <"$T/watch2.out" | head -c 300)" bash -c \
     "grep -A1 '^event: end' '$T/watch2.out' | grep -q '\"reason\":\"timeout\"' && grep -q '\"is_dir\":false,\"path\":\"/workspace/wf\"' '$T/watch2.out'"
+  # A symlink named as the root is followed (events carry the path asked for).
+  run_exec "$SBX" '{"cmd":"rm -rf /workspace/wl /workspace/wlink && mkdir /workspace/wl && ln -s wl /workspace/wlink"}'
+  curl -sN -m 20 "${auth[@]}" "$w?path=/workspace/wlink&timeout_ms=8000" >"$T/watch4.out" 2>&1 &
+  local c4=$!
+  eventually 10 grep -q '^event: start' "$T/watch4.out" || true
+  run_exec "$SBX" '{"cmd":"echo z > /workspace/wl/inlink"}'
+  eventually 10 grep -qF '"path":"/workspace/wlink/inlink"' "$T/watch4.out" || true
+  kill "$c4" 2>/dev/null || true
+  wait "$c4" 2>/dev/null || true
+  check watch.symlinked_root "$(tr '\n' ' ' <"$T/watch4.out" | head -c 400)" \
+    grep -qF '"is_dir":false,"path":"/workspace/wlink/inlink","type":"create"' "$T/watch4.out"
+  run_exec "$SBX" '{"cmd":"rm -rf /workspace/wl /workspace/wlink"}'
   # Bad input, before any stream.
   api GET "/v1/sandboxes/$SBX/files/watch"
   expect_error watch.no_path_400 400 invalid_request path
