@@ -1,5 +1,6 @@
 #include "agent/channel.h"
 
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -60,7 +61,24 @@ std::optional<protocol::Frame> Channel::next_frame() {
 
 void Channel::send(protocol::FrameType type, uint32_t stream, std::string_view payload) {
   if (!writable_) return;
-  protocol::encode_frame(out_, type, stream, payload);
+  if (out_pos_ < out_.size() || payload.size() < kDirectBytes) {
+    protocol::encode_frame(out_, type, stream, payload);
+    return;
+  }
+  // Nothing queued and a large payload (a fast command's output): header and payload go out
+  // in one writev from where they are, and only what the socket did not take is queued.
+  char h[protocol::kHeaderSize];
+  protocol::encode_header(h, type, stream, static_cast<uint32_t>(payload.size()));
+  iovec iov[2] = {{h, sizeof h}, {const_cast<char*>(payload.data()), payload.size()}};
+  ssize_t n;
+  do {
+    n = ::writev(out_fd_, iov, 2);
+  } while (n < 0 && errno == EINTR);
+  size_t done = n > 0 ? static_cast<size_t>(n) : 0;
+  if (done < sizeof h) out_.append(h + done, sizeof h - done);
+  const size_t from = done > sizeof h ? done - sizeof h : 0;
+  out_.append(payload.data() + from, payload.size() - from);
+  // An error other than a full socket is met again (and reported) by the next flush.
 }
 
 void Channel::flush() {

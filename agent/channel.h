@@ -39,6 +39,8 @@ class Channel {
   void close_read() { readable_ = false; }
 
  private:
+  /// Payloads at least this large skip the queue when it is empty (Channel::send).
+  static constexpr size_t kDirectBytes = 16 * 1024;
   int in_fd_;
   int out_fd_;
   bool readable_ = true;

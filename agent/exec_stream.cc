@@ -189,7 +189,9 @@ void ExecStream::on_fd_ready(int fd, short revents) {
 }
 
 void ExecStream::read_output(Output& o) {
-  static char buf[protocol::kMaxData];
+  // A frame as large as the channel takes (1 MiB, not kMaxData's 256 KiB): a command that
+  // writes fast fills its 1 MiB pipe, and one read and one frame then carry all of it.
+  static char buf[protocol::kMaxPayload];
   const bool fwd = forwarding(o);
   size_t want = sizeof(buf);
   if (fwd) want = static_cast<size_t>(std::min<uint64_t>({want, credit_, max_output_ - o.sent}));

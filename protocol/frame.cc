@@ -21,14 +21,18 @@ bool known_type(uint8_t t) {
   return (t >= 0x01 && t <= 0x08) || (t >= 0x10 && t <= 0x18);
 }
 
-void encode_frame(std::string& out, FrameType type, uint32_t stream, std::string_view payload) {
-  char h[kHeaderSize];
+void encode_header(char* h, FrameType type, uint32_t stream, uint32_t len) {
   h[0] = static_cast<char>(kMagic0);
   h[1] = static_cast<char>(kMagic1);
   h[2] = static_cast<char>(kVersion);
   h[3] = static_cast<char>(type);
   put_u32(h + 4, stream);
-  put_u32(h + 8, static_cast<uint32_t>(payload.size()));
+  put_u32(h + 8, len);
+}
+
+void encode_frame(std::string& out, FrameType type, uint32_t stream, std::string_view payload) {
+  char h[kHeaderSize];
+  encode_header(h, type, stream, static_cast<uint32_t>(payload.size()));
   out.append(h, kHeaderSize);
   out.append(payload.data(), payload.size());
 }

@@ -65,6 +65,8 @@ struct Frame {
 
 /// Appends the encoded frame to `out`.
 void encode_frame(std::string& out, FrameType type, uint32_t stream, std::string_view payload);
+/// The kHeaderSize bytes of a frame header, written at `h`.
+void encode_header(char* h, FrameType type, uint32_t stream, uint32_t len);
 /// Returns the encoded frame.
 std::string encode_frame(FrameType type, uint32_t stream, std::string_view payload);
 /// Encodes a u32 little endian (WINDOW payloads).

@@ -599,10 +599,11 @@ Result<Reply> Api::exec_streamed(Call& c, sandbox::ExecSpec& spec) {
     begun = true;
     return static_cast<bool>(c.ex.write(sandbox::sse_event("start", json{{"pid", pid}})));
   };
+  std::string event;  // one buffer for every chunk's event: its capacity is kept
   auto on_output = [&](bool is_stderr, std::string_view bytes) {
-    auto chunk = enc.chunk(is_stderr, bytes);
-    if (!chunk) return true;
-    return static_cast<bool>(c.ex.write(sandbox::sse_event(is_stderr ? "stderr" : "stdout", *chunk)));
+    event.clear();
+    if (!enc.append_event(event, is_stderr, bytes)) return true;
+    return static_cast<bool>(c.ex.write(event));
   };
   auto r = sandboxes_.exec(c.principal, c.target.segments[2], spec, c.timing, [&] { return c.ex.client_gone(); },
                            on_output, on_start);

@@ -22,6 +22,7 @@ using nlohmann::json;
 namespace {
 constexpr auto kHelloTimeout = 15s;
 constexpr auto kControlTimeout = 5s;
+constexpr int kChannelSendBuffer = 1 << 20;  // the agent's end of the channel (SO_SNDBUF; the kernel doubles it)
 }  // namespace
 
 std::shared_ptr<agentlink::AgentChannel> Launcher::attach(UniqueFd fd, const std::shared_ptr<LiveSandbox>& s) {
@@ -181,6 +182,11 @@ Result<Precreated> Launcher::precreate(const LaunchRequest& l, Timing& t, Stopwa
     return undo(errno_error(ErrorCode::kInternal, "socketpair", errno));
   UniqueFd agent_end(sp[1]);
   pc.daemon_end.reset(sp[0]);
+  // What the agent may have in flight towards b3osd: the default (~200 KiB) made a command that
+  // writes fast wait on the socket between b3osd's reads. The window (4 MiB per stream) still
+  // bounds what b3osd holds; this bounds the kernel's memory per sandbox (twice this, at most).
+  const int sndbuf = kChannelSendBuffer;
+  (void)::setsockopt(sp[1], SOL_SOCKET, SO_SNDBUFFORCE, &sndbuf, sizeof sndbuf);
   // The sandbox's stderr goes to a pipe the shim drains into a capped log, never to a file
   // that code inside could grow through /proc/1/fd/2.
   int lp[2];

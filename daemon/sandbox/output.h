@@ -18,6 +18,11 @@ class OutputEncoder {
   std::optional<nlohmann::json> chunk(bool is_stderr, std::string_view bytes);
   /// What is still carried of that stream (bytes that never became a character), as base64.
   std::optional<nlohmann::json> flush(bool is_stderr);
+  /// The server-sent event of these bytes, "event: stdout|stderr\ndata: CHUNK\n\n", appended to
+  /// `out`: the same bytes as sse_event(name, *chunk(...)), written without building the JSON
+  /// (one UTF-8 check and one escaping pass over the bytes: a fast command's stream costs b3osd
+  /// little more than the copy). False, and nothing appended, when every byte was carried.
+  bool append_event(std::string& out, bool is_stderr, std::string_view bytes);
   /// How many bytes of that stream are carried (0-3).
   size_t carried(bool is_stderr) const { return carry_[is_stderr ? 1 : 0].size(); }
 

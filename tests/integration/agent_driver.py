@@ -423,9 +423,11 @@ def test_exec(ch):
     end, out, _, _ = ch.run(["head", "-c", "3000000", "/dev/zero"], max_output=1 << 20)
     check("exec max_output truncates", len(out) == 1 << 20 and end["stdout_bytes"] == 1 << 20
           and end["stdout_truncated"] is True and end["exit_code"] == 0, end)
-    end, out, _, max_out = ch.run(["head", "-c", "4000000", "/dev/zero"], grant_every=300 * 1024)
-    check("exec output respects the window", len(out) == 4000000 and max_out <= INITIAL_WINDOW,
-          (end, max_out))
+    # Credit is given back 3 MiB at a time: the agent may have up to its 4 MiB window unanswered,
+    # never more (its output frames are up to 1 MiB each).
+    end, out, _, max_out = ch.run(["head", "-c", "12000000", "/dev/zero"], grant_every=3 << 20)
+    check("exec output respects the window", len(out) == 12000000 and (3 << 20) <= max_out <= AGENT_WINDOW,
+          (end, max_out, len(out)))
     t0 = time.monotonic()
     sids = [ch.open({"op": "exec", "argv": ["sh", "-c", "sleep 0.5; echo %d" % i], "env": ENV,
                      "cwd": "/"}) for i in range(4)]

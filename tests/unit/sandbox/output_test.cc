@@ -50,6 +50,31 @@ TEST(OutputEncoder, StreamsCarrySeparatelyAndFlushAsBase64) {
   EXPECT_FALSE(enc.flush(false));
 }
 
+// append_event writes what sse_event(name, *chunk(...)) writes, whatever the bytes and however
+// they are cut: text, escapes, characters cut at every place, bytes that are not UTF-8.
+TEST(OutputEncoder, AppendEventMatchesTheJsonPath) {
+  std::string sample = "plain \"quoted\" back\\slash\ttab\nline\r\x01\x1f end ";
+  sample += "\xe2\x82\xac euro \xf0\x9f\x98\x80 smile \xc3\xa9";
+  std::string bad = sample + std::string("\xff\xfe", 2) + sample;
+  for (const std::string& input : {sample, bad, std::string(300000, 'x') + "\xe2\x82\xac"}) {
+    for (size_t step : {size_t{1}, size_t{2}, size_t{3}, size_t{5}, size_t{7}, size_t{64}, input.size()}) {
+      OutputEncoder a, b;
+      for (size_t at = 0; at < input.size(); at += step) {
+        const bool err = (at / step) % 3 == 2;
+        const std::string_view part = std::string_view(input).substr(at, step);
+        auto j = a.chunk(err, part);
+        std::string got;
+        const bool any = b.append_event(got, err, part);
+        ASSERT_EQ(any, j.has_value()) << "step " << step << " at " << at;
+        if (j) {
+          ASSERT_EQ(got, sse_event(err ? "stderr" : "stdout", *j)) << "step " << step << " at " << at;
+        }
+        ASSERT_EQ(a.carried(err), b.carried(err));
+      }
+    }
+  }
+}
+
 TEST(Sse, EventsWithAndWithoutId) {
   EXPECT_EQ(sse_event("exit", nlohmann::json{{"exit_code", 0}}), "event: exit\ndata: {\"exit_code\":0}\n\n");
   EXPECT_EQ(sse_event("stdout", nlohmann::json{{"data", "a\nb"}}, 4), "id: 4\nevent: stdout\ndata: {\"data\":\"a\\nb\"}\n\n");
