@@ -734,10 +734,24 @@ std::vector<std::string> Lifecycle::orphans() {
     for (auto& id : *disks) take(id);
   if (launcher_.network())
     for (auto& id : launcher_.network()->list()) take(id);
+  // What the last pass removed, once more: a `runsc create` the dead b3osd started outlives
+  // it, and when it was removed mid-way it can still make the container's cgroups after (with
+  // no container, directory or disk left for a pass to find them by). Removing a container or
+  // cgroups that are gone is a no-op.
+  std::lock_guard lk(orphans_mu_);
+  for (const auto& id : released_last_) take(id);
   return {found.begin(), found.end()};
 }
 
 void Lifecycle::release_orphans(const std::vector<std::string>& ids) {
+  {
+    // Each orphan is removed by two passes (10 s apart at start), not more.
+    std::lock_guard lk(orphans_mu_);
+    std::set<std::string> now;
+    for (const auto& id : ids)
+      if (!released_last_.count(id)) now.insert(id);
+    released_last_ = std::move(now);
+  }
   std::atomic<size_t> next{0};
   std::vector<std::thread> workers;
   for (size_t w = 0; w < std::min<size_t>(kReattachThreads, ids.size()); ++w)

@@ -4,6 +4,8 @@
 // helpers to find a running sandbox, move it between states and keep its record.
 
 #include <functional>
+#include <mutex>
+#include <set>
 #include <map>
 #include <memory>
 #include <optional>
@@ -118,6 +120,9 @@ class Lifecycle {
   SpendLookup spent_;
   const PortUrls* port_urls_;  // public ports' URLs in the sandbox object (null: none)
   TemplateCatalog* templates_ = nullptr;
+  /// Orphans the last pass removed, which the next pass removes once more (orphans()).
+  std::mutex orphans_mu_;
+  std::set<std::string> released_last_;
 };
 
 /// b3os_sandbox_failures_total{kind}: a sandbox failed (kinds in docs/operations.md).
