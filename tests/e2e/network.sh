@@ -160,12 +160,11 @@ exec "\$real" "\$@" <<<"\$tx"
 EOF_NFT
 chmod +x "$T/nftwrap/nft"
 export PATH=$T/nftwrap:$PATH
-# A service of the host itself, on its end of the fake internet's link: what an allowed name
-# resolving to the node would reach (self.b3t.test). It logs every connection it accepts.
-SELF_PORT=18080
-SELF_LOG=$T/self.log
-: >"$SELF_LOG"
-python3 -c '
+# host_service ADDR PORT LOG: a TCP service of the host on ADDR:PORT, in the background, that
+# logs every connection it accepts to LOG and answers it a short HTTP 200 ("self").
+host_service() {
+  : >"$3"
+  python3 -c '
 import socket, sys, time
 s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 s.bind((sys.argv[1], int(sys.argv[2]))); s.listen(64)
@@ -175,7 +174,13 @@ while True:
     log.write(f"{time.time():.3f} from {peer[0]}:{peer[1]}\n")
     c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\nConnection: close\r\n\r\nself")
     c.close()
-' "$B3T_HOST_SELF" "$SELF_PORT" "$SELF_LOG" &
+' "$1" "$2" "$3" &
+}
+# A service of the host itself, on its end of the fake internet's link: what an allowed name
+# resolving to the node would reach (self.b3t.test).
+SELF_PORT=18080
+SELF_LOG=$T/self.log
+host_service "$B3T_HOST_SELF" "$SELF_PORT" "$SELF_LOG"
 SELF_PID=$!
 B3OS_E2E_DAEMON_ARGS="--net-uplinks $UPLINKS --dns-upstream $B3T_DNS --net-warm-pool 1 --net-fork-pool 1 --deny-cidr $B3T_HOST_OPDENY"
 export B3OS_E2E_DAEMON_ARGS
@@ -413,18 +418,8 @@ except OSError as e: print("refused", e.errno)' "$B3T_HOST_SELF" "$SELF_PORT")
   check self.late.resolved_before "want $B3T_NAME_LATE to resolve to $B3T_HOST_LATE while no interface has it, got $P" \
     pj ".ok and .addrs == [\"$B3T_HOST_LATE\"]"
   local late_log=$T/late.log
-  : >"$late_log"
   ip addr add "$B3T_HOST_LATE/32" dev lo
-  python3 -c '
-import socket, sys, time
-s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind((sys.argv[1], int(sys.argv[2]))); s.listen(8)
-log = open(sys.argv[3], "a", buffering=1)
-while True:
-    c, peer = s.accept()
-    log.write(f"{time.time():.3f} from {peer[0]}:{peer[1]}\n")
-    c.close()
-' "$B3T_HOST_LATE" "$SELF_PORT" "$late_log" &
+  host_service "$B3T_HOST_LATE" "$SELF_PORT" "$late_log"
   local late_pid=$!
   sleep 2.5  # past b3osd's one-second re-read of the host's addresses
   probe "$id" resolve "$B3T_NAME_LATE"
