@@ -1,14 +1,12 @@
 #pragma once
-// Store: everything that must outlive b3osd, in SQLite (WAL): projects, API keys (hashed),
-// sandboxes, their secrets, and idempotency records.
-
-#include <sqlite3.h>
+// Store: everything that must outlive b3osd: projects, API keys (hashed), sandboxes, their
+// secrets, snapshots, templates, budgets and idempotency records. The interface; SQLite
+// implements it (sqlite_store.h).
 
 #include <concepts>
 #include <cstdint>
 #include <memory>
 #include <functional>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -134,93 +132,82 @@ class TemplateStore {
   virtual Result<std::vector<std::string>> snapshot_rootfs() = 0;
 };
 
+/// Everything that must outlive b3osd, behind one interface: SQLite on a single node
+/// (SqliteStore, daemon/store/sqlite_store.h), Postgres in a cluster (docs/cluster.md).
 class Store : public SandboxStore, public TemplateStore {
  public:
-  /// Opens (creating if needed) the database at `path`, in WAL mode, and brings its schema
-  /// to the latest version (each migration step in one transaction; a no-op when current).
-  /// Fails on a database newer than this build.
+  /// A single node's store: the SQLite database at `path`, opened (created if needed) in WAL
+  /// mode with its schema brought to the latest version (each migration step in one
+  /// transaction; a no-op when current). Fails on a database newer than this build.
   static Result<std::unique_ptr<Store>> open(const std::string& path);
-  /// The schema version this build writes (PRAGMA user_version after open).
+  /// The SQLite schema version this build writes (PRAGMA user_version after open).
   static int latest_schema_version();
-  ~Store();
+  ~Store() override = default;
 
   /// Creates a key for project `project_name` (the project is created if new).
-  Result<NewApiKey> create_api_key(const std::string& project_name);
+  virtual Result<NewApiKey> create_api_key(const std::string& project_name) = 0;
   /// Looks a plain key up by its hash; nullopt if unknown or revoked.
-  Result<std::optional<ApiKeyRecord>> find_api_key(std::string_view plain_key);
+  virtual Result<std::optional<ApiKeyRecord>> find_api_key(std::string_view plain_key) = 0;
   /// Lists keys (no secrets), for `b3os keys list`.
-  Result<std::vector<ApiKeyRecord>> list_api_keys(bool include_revoked = false);
+  virtual Result<std::vector<ApiKeyRecord>> list_api_keys(bool include_revoked = false) = 0;
   /// Notes that a key was used now (the API calls it at most once a minute per key).
-  Result<void> touch_api_key(const std::string& key_id, int64_t now_ms);
+  virtual Result<void> touch_api_key(const std::string& key_id, int64_t now_ms) = 0;
   /// Revokes a key: every request with it is refused from now on (401), MCP sessions it opened
   /// included. False when no key in force has that id.
-  Result<bool> revoke_api_key(const std::string& key_id, int64_t now_ms);
+  virtual Result<bool> revoke_api_key(const std::string& key_id, int64_t now_ms) = 0;
 
-  Result<void> put_sandbox(const SandboxRecord& rec) override;
+  virtual Result<void> put_sandbox(const SandboxRecord& rec) = 0;
   /// In one transaction: all saved, or none.
-  Result<void> put_sandboxes(const std::vector<SandboxRecord>& recs) override;
-  Result<std::optional<SandboxRecord>> get_sandbox(const std::string& project_id, const std::string& id) override;
-  Result<std::vector<SandboxRecord>> list_sandboxes(const SandboxQuery& q) override;
-  Result<std::vector<SandboxRecord>> active_sandboxes() override;
+  virtual Result<void> put_sandboxes(const std::vector<SandboxRecord>& recs) = 0;
+  virtual Result<std::optional<SandboxRecord>> get_sandbox(const std::string& project_id, const std::string& id) = 0;
+  virtual Result<std::vector<SandboxRecord>> list_sandboxes(const SandboxQuery& q) = 0;
+  virtual Result<std::vector<SandboxRecord>> active_sandboxes() = 0;
 
-  Result<void> put_snapshot(const SnapshotRecord& rec) override;
-  Result<std::optional<SnapshotRecord>> get_snapshot(const std::string& project_id, const std::string& id) override;
-  Result<std::vector<SnapshotRecord>> list_snapshots(const std::string& project_id,
-                                                     const std::optional<std::string>& after_id, int limit) override;
-  Result<void> delete_snapshot(const std::string& project_id, const std::string& id) override;
-  Result<std::vector<std::string>> snapshot_ids() override;
-  Result<void> put_port_token(const PortTokenRecord& rec, int64_t now_ms) override;
-  Result<std::optional<PortTokenRecord>> find_port_token(const std::string& token_sha256) override;
-  Result<void> delete_port_tokens(const std::string& sandbox_id) override;
+  virtual Result<void> put_snapshot(const SnapshotRecord& rec) = 0;
+  virtual Result<std::optional<SnapshotRecord>> get_snapshot(const std::string& project_id, const std::string& id) = 0;
+  virtual Result<std::vector<SnapshotRecord>> list_snapshots(const std::string& project_id,
+                                                     const std::optional<std::string>& after_id, int limit) = 0;
+  virtual Result<void> delete_snapshot(const std::string& project_id, const std::string& id) = 0;
+  virtual Result<std::vector<std::string>> snapshot_ids() = 0;
+  virtual Result<void> put_port_token(const PortTokenRecord& rec, int64_t now_ms) = 0;
+  virtual Result<std::optional<PortTokenRecord>> find_port_token(const std::string& token_sha256) = 0;
+  virtual Result<void> delete_port_tokens(const std::string& sandbox_id) = 0;
 
-  Result<void> put_template_build(const TemplateBuildRecord& rec) override;
-  Result<std::optional<TemplateBuildRecord>> get_template_build(const std::string& id) override;
-  Result<std::vector<TemplateBuildRecord>> template_builds() override;
-  Result<void> delete_template(const std::string& template_id, int64_t now_ms) override;
-  Result<void> forget_template_build(const std::string& id) override;
-  Result<std::vector<std::string>> snapshot_rootfs() override;
+  virtual Result<void> put_template_build(const TemplateBuildRecord& rec) = 0;
+  virtual Result<std::optional<TemplateBuildRecord>> get_template_build(const std::string& id) = 0;
+  virtual Result<std::vector<TemplateBuildRecord>> template_builds() = 0;
+  virtual Result<void> delete_template(const std::string& template_id, int64_t now_ms) = 0;
+  virtual Result<void> forget_template_build(const std::string& id) = 0;
+  virtual Result<std::vector<std::string>> snapshot_rootfs() = 0;
 
   /// Claims `key` for a request, or finds its earlier response. Records expire after 24 h.
-  Result<IdempotencyHit> idempotency_begin(const std::string& project_id, const std::string& key,
+  virtual Result<IdempotencyHit> idempotency_begin(const std::string& project_id, const std::string& key,
                                            const std::string& api_key_id, const std::string& method,
-                                           const std::string& path, const std::string& body_hash);
+                                           const std::string& path, const std::string& body_hash) = 0;
   /// Stores the response of a claimed key.
-  Result<void> idempotency_finish(const std::string& project_id, const std::string& key, int status,
-                                  const std::string& content_type, const std::string& body);
+  virtual Result<void> idempotency_finish(const std::string& project_id, const std::string& key, int status,
+                                  const std::string& content_type, const std::string& body) = 0;
   /// Releases every claim that has no response: called at start, when the requests that
   /// claimed them died with the previous process.
-  Result<void> idempotency_clear_pending();
-  Result<void> ensure_budget(const std::string& id, const std::string& project_id, std::optional<Micros> cap) override;
+  virtual Result<void> idempotency_clear_pending() = 0;
+  virtual Result<void> ensure_budget(const std::string& id, const std::string& project_id, std::optional<Micros> cap) = 0;
   /// Creates a budget or changes its cap (micro-dollars; nullopt: no cap).
-  Result<void> set_budget_cap(const std::string& id, const std::string& project_id, std::optional<Micros> cap);
+  virtual Result<void> set_budget_cap(const std::string& id, const std::string& project_id, std::optional<Micros> cap) = 0;
   // A cap in dollars (std::optional<double>) would convert to micro-dollars silently,
   // truncated: convert with usd_to_micros instead; these make the mistake a compile error.
   template <std::floating_point T>
   Result<void> ensure_budget(const std::string&, const std::string&, std::optional<T>) = delete;
   template <std::floating_point T>
   Result<void> set_budget_cap(const std::string&, const std::string&, std::optional<T>) = delete;
-  Result<std::optional<BudgetRow>> get_budget(const std::string& id);
+  virtual Result<std::optional<BudgetRow>> get_budget(const std::string& id) = 0;
   /// Appends a call to the ledger and adds its cost to its budget, in one transaction.
-  Result<void> record_call(const LedgerRow& row);
+  virtual Result<void> record_call(const LedgerRow& row) = 0;
   /// The newest `limit` ledger rows of a budget.
-  Result<std::vector<LedgerRow>> ledger(const std::string& budget_id, int limit);
-  Result<bool> project_allows_infer(const std::string& project_id) override;
-  Result<void> set_project_infer(const std::string& project_name, bool allowed);
+  virtual Result<std::vector<LedgerRow>> ledger(const std::string& budget_id, int limit) = 0;
+  virtual Result<bool> project_allows_infer(const std::string& project_id) = 0;
+  virtual Result<void> set_project_infer(const std::string& project_name, bool allowed) = 0;
   /// Releases a claimed key without a stored response (the request failed with a 5xx).
-  Result<void> idempotency_abort(const std::string& project_id, const std::string& key);
-
- private:
-  explicit Store(sqlite3* db) : db_(db) {}
-  Result<void> migrate();
-  Result<void> exec(const char* sql);
-  /// Runs `body` in BEGIN IMMEDIATE ... COMMIT, rolled back when it or the commit fails.
-  /// Under mu_.
-  Result<void> transaction(const std::function<Result<void>()>& body);
-  /// One sandbox row, inserted or replaced. Under mu_.
-  Result<void> save_sandbox(const SandboxRecord& rec);
-
-  sqlite3* db_;
-  std::mutex mu_;
+  virtual Result<void> idempotency_abort(const std::string& project_id, const std::string& key) = 0;
 };
 
 /// Hex SHA-256 of `data`.

@@ -1,4 +1,4 @@
-#include "daemon/store/store.h"
+#include "daemon/store/sqlite_store.h"
 
 #include <openssl/sha.h>
 
@@ -585,7 +585,9 @@ std::string sha256_hex(std::string_view data) {
   return to_hex(std::string_view(reinterpret_cast<const char*>(md), sizeof md));
 }
 
-Result<std::unique_ptr<Store>> Store::open(const std::string& path) {
+Result<std::unique_ptr<Store>> Store::open(const std::string& path) { return SqliteStore::open(path); }
+
+Result<std::unique_ptr<Store>> SqliteStore::open(const std::string& path) {
   sqlite3* db = nullptr;
   int rc = sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
                            nullptr);
@@ -595,14 +597,14 @@ Result<std::unique_ptr<Store>> Store::open(const std::string& path) {
     return fail(ErrorCode::kInternal, "store: opening " + path + ": " + msg);
   }
   sqlite3_busy_timeout(db, kBusyTimeoutMs);
-  std::unique_ptr<Store> s(new Store(db));
+  std::unique_ptr<SqliteStore> s(new SqliteStore(db));
   if (auto r = s->migrate(); !r) return fail(r.error());
-  return s;
+  return std::unique_ptr<Store>(std::move(s));
 }
 
-Store::~Store() { sqlite3_close(db_); }
+SqliteStore::~SqliteStore() { sqlite3_close(db_); }
 
-Result<void> Store::exec(const char* sql) { return exec_sql(db_, sql); }
+Result<void> SqliteStore::exec(const char* sql) { return exec_sql(db_, sql); }
 
 namespace {
 Result<int> user_version(sqlite3* db) {
@@ -614,7 +616,7 @@ Result<int> user_version(sqlite3* db) {
 
 int Store::latest_schema_version() { return std::end(kMigrations)[-1].version; }
 
-Result<void> Store::migrate() {
+Result<void> SqliteStore::migrate() {
   // Journal mode and foreign keys cannot change inside a transaction: set them first.
   if (auto r = exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;"); !r) return r;
   auto at = user_version(db_);
@@ -645,7 +647,7 @@ Result<void> Store::migrate() {
   return {};
 }
 
-Result<NewApiKey> Store::create_api_key(const std::string& project_name) {
+Result<NewApiKey> SqliteStore::create_api_key(const std::string& project_name) {
   std::lock_guard lk(mu_);
   NewApiKey out;
   const int64_t now = now_unix_ms();
@@ -671,7 +673,7 @@ Result<NewApiKey> Store::create_api_key(const std::string& project_name) {
   return out;
 }
 
-Result<std::optional<ApiKeyRecord>> Store::find_api_key(std::string_view plain_key) {
+Result<std::optional<ApiKeyRecord>> SqliteStore::find_api_key(std::string_view plain_key) {
   std::lock_guard lk(mu_);
   Stmt st(db_,
           "SELECT k.id, k.project_id, p.name, k.prefix, k.created_at_ms, COALESCE(k.last_used_at_ms, 0) FROM api_keys k "
@@ -683,7 +685,7 @@ Result<std::optional<ApiKeyRecord>> Store::find_api_key(std::string_view plain_k
   return ApiKeyRecord{st.text(0), st.text(1), st.text(2), st.text(3), st.i64(4), st.i64(5), 0};
 }
 
-Result<void> Store::touch_api_key(const std::string& key_id, int64_t now_ms) {
+Result<void> SqliteStore::touch_api_key(const std::string& key_id, int64_t now_ms) {
   std::lock_guard lk(mu_);
   Stmt st(db_, "UPDATE api_keys SET last_used_at_ms = ? WHERE id = ?");
   st.bind(1, now_ms).bind(2, key_id);
@@ -691,7 +693,7 @@ Result<void> Store::touch_api_key(const std::string& key_id, int64_t now_ms) {
   return {};
 }
 
-Result<bool> Store::revoke_api_key(const std::string& key_id, int64_t now_ms) {
+Result<bool> SqliteStore::revoke_api_key(const std::string& key_id, int64_t now_ms) {
   std::lock_guard lk(mu_);
   Stmt st(db_, "UPDATE api_keys SET revoked_at_ms = ? WHERE id = ? AND revoked_at_ms IS NULL");
   st.bind(1, now_ms).bind(2, key_id);
@@ -699,7 +701,7 @@ Result<bool> Store::revoke_api_key(const std::string& key_id, int64_t now_ms) {
   return sqlite3_changes(db_) == 1;
 }
 
-Result<void> Store::put_port_token(const PortTokenRecord& rec, int64_t now_ms) {
+Result<void> SqliteStore::put_port_token(const PortTokenRecord& rec, int64_t now_ms) {
   std::lock_guard lk(mu_);
   {
     Stmt del(db_, "DELETE FROM port_tokens WHERE expires_ms <= ?");
@@ -712,7 +714,7 @@ Result<void> Store::put_port_token(const PortTokenRecord& rec, int64_t now_ms) {
   return {};
 }
 
-Result<std::optional<PortTokenRecord>> Store::find_port_token(const std::string& token_sha256) {
+Result<std::optional<PortTokenRecord>> SqliteStore::find_port_token(const std::string& token_sha256) {
   std::lock_guard lk(mu_);
   Stmt st(db_, "SELECT token_sha256, sandbox_id, port, created_ms, expires_ms FROM port_tokens WHERE token_sha256 = ?");
   st.bind(1, token_sha256);
@@ -722,7 +724,7 @@ Result<std::optional<PortTokenRecord>> Store::find_port_token(const std::string&
   return PortTokenRecord{st.text(0), st.text(1), static_cast<int>(st.i64(2)), st.i64(3), st.i64(4)};
 }
 
-Result<void> Store::delete_port_tokens(const std::string& sandbox_id) {
+Result<void> SqliteStore::delete_port_tokens(const std::string& sandbox_id) {
   std::lock_guard lk(mu_);
   Stmt st(db_, "DELETE FROM port_tokens WHERE sandbox_id = ?");
   st.bind(1, sandbox_id);
@@ -730,7 +732,7 @@ Result<void> Store::delete_port_tokens(const std::string& sandbox_id) {
   return {};
 }
 
-Result<std::vector<ApiKeyRecord>> Store::list_api_keys(bool include_revoked) {
+Result<std::vector<ApiKeyRecord>> SqliteStore::list_api_keys(bool include_revoked) {
   std::lock_guard lk(mu_);
   Stmt st(db_, include_revoked
                    ? "SELECT k.id, k.project_id, p.name, k.prefix, k.created_at_ms, COALESCE(k.last_used_at_ms, 0), "
@@ -745,7 +747,7 @@ Result<std::vector<ApiKeyRecord>> Store::list_api_keys(bool include_revoked) {
   return out;
 }
 
-Result<void> Store::transaction(const std::function<Result<void>()>& body) {
+Result<void> SqliteStore::transaction(const std::function<Result<void>()>& body) {
   if (auto r = exec("BEGIN IMMEDIATE"); !r) return r;
   auto r = body();
   if (r) r = exec("COMMIT");
@@ -753,7 +755,7 @@ Result<void> Store::transaction(const std::function<Result<void>()>& body) {
   return r;
 }
 
-Result<void> Store::save_sandbox(const SandboxRecord& rec) {
+Result<void> SqliteStore::save_sandbox(const SandboxRecord& rec) {
   static const std::string sql = std::string("INSERT OR REPLACE INTO sandboxes(") + kSandboxColumns + ") VALUES (" +
                                  placeholders(kSandboxColumns) + ")";
   Stmt st(db_, sql.c_str());
@@ -762,12 +764,12 @@ Result<void> Store::save_sandbox(const SandboxRecord& rec) {
   return {};
 }
 
-Result<void> Store::put_sandbox(const SandboxRecord& rec) {
+Result<void> SqliteStore::put_sandbox(const SandboxRecord& rec) {
   std::lock_guard lk(mu_);
   return save_sandbox(rec);
 }
 
-Result<void> Store::put_sandboxes(const std::vector<SandboxRecord>& recs) {
+Result<void> SqliteStore::put_sandboxes(const std::vector<SandboxRecord>& recs) {
   std::lock_guard lk(mu_);
   return transaction([&]() -> Result<void> {
     for (const auto& rec : recs)
@@ -776,7 +778,7 @@ Result<void> Store::put_sandboxes(const std::vector<SandboxRecord>& recs) {
   });
 }
 
-Result<std::optional<SandboxRecord>> Store::get_sandbox(const std::string& project_id, const std::string& id) {
+Result<std::optional<SandboxRecord>> SqliteStore::get_sandbox(const std::string& project_id, const std::string& id) {
   static const std::string sql =
       std::string("SELECT ") + kSandboxColumns + " FROM sandboxes WHERE id = ? AND project_id = ?";
   std::lock_guard lk(mu_);
@@ -790,7 +792,7 @@ Result<std::optional<SandboxRecord>> Store::get_sandbox(const std::string& proje
   return std::optional<SandboxRecord>(std::move(*r));
 }
 
-Result<std::vector<SandboxRecord>> Store::list_sandboxes(const SandboxQuery& q) {
+Result<std::vector<SandboxRecord>> SqliteStore::list_sandboxes(const SandboxQuery& q) {
   std::string sql = std::string("SELECT ") + kSandboxColumns +
                     " FROM sandboxes WHERE project_id = ?1 AND (?2 IS NULL OR state = ?2) AND (?3 IS NULL OR id < ?3)";
   for (size_t i = 0; i < q.metadata.size(); ++i) {
@@ -811,7 +813,7 @@ Result<std::vector<SandboxRecord>> Store::list_sandboxes(const SandboxQuery& q) 
   return all_of<SandboxRecord>(db_, st, "listing sandboxes", sandbox_from);
 }
 
-Result<std::vector<SandboxRecord>> Store::active_sandboxes() {
+Result<std::vector<SandboxRecord>> SqliteStore::active_sandboxes() {
   static const std::string sql =
       std::string("SELECT ") + kSandboxColumns + " FROM sandboxes WHERE state IN ('running', 'paused')";
   std::lock_guard lk(mu_);
@@ -819,7 +821,7 @@ Result<std::vector<SandboxRecord>> Store::active_sandboxes() {
   return all_of<SandboxRecord>(db_, st, "listing active sandboxes", sandbox_from);
 }
 
-Result<void> Store::put_snapshot(const SnapshotRecord& rec) {
+Result<void> SqliteStore::put_snapshot(const SnapshotRecord& rec) {
   static const std::string sql = std::string("INSERT OR REPLACE INTO snapshots(") + kSnapshotColumns + ") VALUES (" +
                                  placeholders(kSnapshotColumns) + ")";
   std::lock_guard lk(mu_);
@@ -829,7 +831,7 @@ Result<void> Store::put_snapshot(const SnapshotRecord& rec) {
   return {};
 }
 
-Result<std::optional<SnapshotRecord>> Store::get_snapshot(const std::string& project_id, const std::string& id) {
+Result<std::optional<SnapshotRecord>> SqliteStore::get_snapshot(const std::string& project_id, const std::string& id) {
   static const std::string sql =
       std::string("SELECT ") + kSnapshotColumns + " FROM snapshots WHERE id = ? AND project_id = ?";
   std::lock_guard lk(mu_);
@@ -843,7 +845,7 @@ Result<std::optional<SnapshotRecord>> Store::get_snapshot(const std::string& pro
   return std::optional<SnapshotRecord>(std::move(*r));
 }
 
-Result<std::vector<SnapshotRecord>> Store::list_snapshots(const std::string& project_id,
+Result<std::vector<SnapshotRecord>> SqliteStore::list_snapshots(const std::string& project_id,
                                                           const std::optional<std::string>& after_id, int limit) {
   std::string sql = std::string("SELECT ") + kSnapshotColumns +
                     " FROM snapshots WHERE project_id = ?1 AND (?2 IS NULL OR id < ?2) ORDER BY id DESC LIMIT " +
@@ -855,7 +857,7 @@ Result<std::vector<SnapshotRecord>> Store::list_snapshots(const std::string& pro
   return all_of<SnapshotRecord>(db_, st, "listing snapshots", snapshot_from);
 }
 
-Result<void> Store::delete_snapshot(const std::string& project_id, const std::string& id) {
+Result<void> SqliteStore::delete_snapshot(const std::string& project_id, const std::string& id) {
   std::lock_guard lk(mu_);
   Stmt st(db_, "DELETE FROM snapshots WHERE id = ? AND project_id = ?");
   st.bind(1, id).bind(2, project_id);
@@ -863,7 +865,7 @@ Result<void> Store::delete_snapshot(const std::string& project_id, const std::st
   return {};
 }
 
-Result<std::vector<std::string>> Store::snapshot_ids() {
+Result<std::vector<std::string>> SqliteStore::snapshot_ids() {
   std::lock_guard lk(mu_);
   Stmt st(db_, "SELECT id FROM snapshots");
   std::vector<std::string> out;
@@ -900,7 +902,7 @@ Result<TemplateBuildRecord> build_from(Stmt& st) {
 }
 }  // namespace
 
-Result<void> Store::put_template_build(const TemplateBuildRecord& r) {
+Result<void> SqliteStore::put_template_build(const TemplateBuildRecord& r) {
   static const std::string sql = std::string("INSERT OR REPLACE INTO template_builds(") + kBuildColumns +
                                  ") VALUES (" + placeholders(kBuildColumns) + ")";
   std::lock_guard lk(mu_);
@@ -914,7 +916,7 @@ Result<void> Store::put_template_build(const TemplateBuildRecord& r) {
   return {};
 }
 
-Result<std::optional<TemplateBuildRecord>> Store::get_template_build(const std::string& id) {
+Result<std::optional<TemplateBuildRecord>> SqliteStore::get_template_build(const std::string& id) {
   static const std::string sql = std::string("SELECT ") + kBuildColumns + " FROM template_builds WHERE id = ?";
   std::lock_guard lk(mu_);
   Stmt st(db_, sql.c_str());
@@ -927,7 +929,7 @@ Result<std::optional<TemplateBuildRecord>> Store::get_template_build(const std::
   return std::optional<TemplateBuildRecord>(std::move(*r));
 }
 
-Result<std::vector<TemplateBuildRecord>> Store::template_builds() {
+Result<std::vector<TemplateBuildRecord>> SqliteStore::template_builds() {
   static const std::string sql =
       std::string("SELECT ") + kBuildColumns + " FROM template_builds ORDER BY created_ms, id";
   std::lock_guard lk(mu_);
@@ -935,7 +937,7 @@ Result<std::vector<TemplateBuildRecord>> Store::template_builds() {
   return all_of<TemplateBuildRecord>(db_, st, "listing template builds", build_from);
 }
 
-Result<void> Store::delete_template(const std::string& template_id, int64_t now_ms) {
+Result<void> SqliteStore::delete_template(const std::string& template_id, int64_t now_ms) {
   std::lock_guard lk(mu_);
   Stmt st(db_, "UPDATE template_builds SET deleted_ms = ? WHERE template_id = ? AND deleted_ms IS NULL");
   st.bind(1, now_ms).bind(2, template_id);
@@ -943,7 +945,7 @@ Result<void> Store::delete_template(const std::string& template_id, int64_t now_
   return {};
 }
 
-Result<void> Store::forget_template_build(const std::string& id) {
+Result<void> SqliteStore::forget_template_build(const std::string& id) {
   std::lock_guard lk(mu_);
   Stmt st(db_, "DELETE FROM template_builds WHERE id = ?");
   st.bind(1, id);
@@ -951,7 +953,7 @@ Result<void> Store::forget_template_build(const std::string& id) {
   return {};
 }
 
-Result<std::vector<std::string>> Store::snapshot_rootfs() {
+Result<std::vector<std::string>> SqliteStore::snapshot_rootfs() {
   std::lock_guard lk(mu_);
   Stmt st(db_, "SELECT DISTINCT rootfs FROM snapshots");
   std::vector<std::string> out;
@@ -961,7 +963,7 @@ Result<std::vector<std::string>> Store::snapshot_rootfs() {
   return out;
 }
 
-Result<IdempotencyHit> Store::idempotency_begin(const std::string& project_id, const std::string& key,
+Result<IdempotencyHit> SqliteStore::idempotency_begin(const std::string& project_id, const std::string& key,
                                                 const std::string& api_key_id, const std::string& method,
                                                 const std::string& path, const std::string& body_hash) {
   std::lock_guard lk(mu_);
@@ -1002,7 +1004,7 @@ Result<IdempotencyHit> Store::idempotency_begin(const std::string& project_id, c
   return hit;
 }
 
-Result<void> Store::idempotency_finish(const std::string& project_id, const std::string& key, int status,
+Result<void> SqliteStore::idempotency_finish(const std::string& project_id, const std::string& key, int status,
                                        const std::string& content_type, const std::string& body) {
   std::lock_guard lk(mu_);
   Stmt st(db_, "UPDATE idempotency SET status = ?, content_type = ?, body = ? WHERE project_id = ? AND key = ?");
@@ -1012,12 +1014,12 @@ Result<void> Store::idempotency_finish(const std::string& project_id, const std:
   return {};
 }
 
-Result<void> Store::idempotency_clear_pending() {
+Result<void> SqliteStore::idempotency_clear_pending() {
   std::lock_guard lk(mu_);
   return exec("DELETE FROM idempotency WHERE status IS NULL");
 }
 
-Result<void> Store::idempotency_abort(const std::string& project_id, const std::string& key) {
+Result<void> SqliteStore::idempotency_abort(const std::string& project_id, const std::string& key) {
   std::lock_guard lk(mu_);
   Stmt st(db_, "DELETE FROM idempotency WHERE project_id = ? AND key = ? AND status IS NULL");
   st.bind(1, project_id).bind(2, key);
@@ -1027,7 +1029,7 @@ Result<void> Store::idempotency_abort(const std::string& project_id, const std::
 
 // ---- model spend: budgets, the ledger, project settings ----
 
-Result<void> Store::ensure_budget(const std::string& id, const std::string& project_id, std::optional<Micros> cap) {
+Result<void> SqliteStore::ensure_budget(const std::string& id, const std::string& project_id, std::optional<Micros> cap) {
   std::lock_guard lk(mu_);
   Stmt st(db_, "INSERT OR IGNORE INTO budgets(id, project_id, cap_micros, spent_micros, created_at_ms) VALUES (?, ?, ?, 0, ?)");
   st.bind(1, id).bind(2, project_id);
@@ -1037,7 +1039,7 @@ Result<void> Store::ensure_budget(const std::string& id, const std::string& proj
   return {};
 }
 
-Result<void> Store::set_budget_cap(const std::string& id, const std::string& project_id, std::optional<Micros> cap) {
+Result<void> SqliteStore::set_budget_cap(const std::string& id, const std::string& project_id, std::optional<Micros> cap) {
   if (auto r = ensure_budget(id, project_id, cap); !r) return r;
   std::lock_guard lk(mu_);
   Stmt st(db_, "UPDATE budgets SET cap_micros = ? WHERE id = ?");
@@ -1047,7 +1049,7 @@ Result<void> Store::set_budget_cap(const std::string& id, const std::string& pro
   return {};
 }
 
-Result<std::optional<BudgetRow>> Store::get_budget(const std::string& id) {
+Result<std::optional<BudgetRow>> SqliteStore::get_budget(const std::string& id) {
   std::lock_guard lk(mu_);
   Stmt st(db_, "SELECT id, project_id, cap_micros, spent_micros FROM budgets WHERE id = ?");
   st.bind(1, id);
@@ -1062,7 +1064,7 @@ Result<std::optional<BudgetRow>> Store::get_budget(const std::string& id) {
   return std::optional<BudgetRow>(std::move(b));
 }
 
-Result<void> Store::record_call(const LedgerRow& row) {
+Result<void> SqliteStore::record_call(const LedgerRow& row) {
   std::lock_guard lk(mu_);
   return transaction([&]() -> Result<void> {
     Stmt ins(db_,
@@ -1081,7 +1083,7 @@ Result<void> Store::record_call(const LedgerRow& row) {
   });
 }
 
-Result<std::vector<LedgerRow>> Store::ledger(const std::string& budget_id, int limit) {
+Result<std::vector<LedgerRow>> SqliteStore::ledger(const std::string& budget_id, int limit) {
   std::lock_guard lk(mu_);
   Stmt st(db_,
           "SELECT budget_id, project_id, ifnull(sandbox_id, ''), ifnull(key_id, ''), model, prompt_tokens, "
@@ -1110,7 +1112,7 @@ Result<std::vector<LedgerRow>> Store::ledger(const std::string& budget_id, int l
   return out;
 }
 
-Result<bool> Store::project_allows_infer(const std::string& project_id) {
+Result<bool> SqliteStore::project_allows_infer(const std::string& project_id) {
   std::lock_guard lk(mu_);
   Stmt st(db_, "SELECT infer FROM project_settings WHERE project_id = ?");
   st.bind(1, project_id);
@@ -1120,7 +1122,7 @@ Result<bool> Store::project_allows_infer(const std::string& project_id) {
   return st.i64(0) != 0;
 }
 
-Result<void> Store::set_project_infer(const std::string& project_name, bool allowed) {
+Result<void> SqliteStore::set_project_infer(const std::string& project_name, bool allowed) {
   std::lock_guard lk(mu_);
   Stmt find(db_, "SELECT id FROM projects WHERE name = ?");
   find.bind(1, project_name);
