@@ -44,9 +44,13 @@ step "template base"
 ./templates/base/build.sh /var/lib/b3os/templates/base || { echo "template build failed"; exit 1; }
 export B3OS_TEMPLATES_DIR=/var/lib/b3os/templates
 
-step "unit tests"
+step "unit tests (the store's Postgres leg runs in the next step; here it says it is skipped)"
 ./build/bin/unit_tests --gtest_brief=1
 record unit $?
+
+step "store: the same store suite against Postgres 15 (a temporary server on a unix socket)"
+./tests/store/pg_suite.sh "$root/build/bin"
+record store-postgres $?
 
 step "layering: an #include against the module arrows fails to compile (docs/design.md)"
 python3 tests/layering_check.py build

@@ -4,31 +4,73 @@
 
 #include <sqlite3.h>
 
+#include <cctype>
+#include <cstdlib>
+#include <atomic>
 #include <filesystem>
+#include <thread>
 
 #include "common/ids.h"
+#include "daemon/store/pg_store.h"
 
 namespace b3os::store {
 namespace {
 
-class StoreTest : public ::testing::Test {
+// The store's behaviour, once per backend: "sqlite" (a file in a temporary directory) and
+// "postgres" (a database of its own in the Postgres that tests/store/pg_suite.sh starts and
+// names in B3OS_TEST_PG, a libpq string without dbname; without it that leg is skipped, and
+// says so).
+class StoreTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
     dir_ = std::filesystem::temp_directory_path() / ("b3os-store-" + random_base32(8));
     std::filesystem::create_directories(dir_);
+    if (GetParam() == "postgres") {
+      const char* base = std::getenv("B3OS_TEST_PG");
+      if (base == nullptr || *base == '\0')
+        GTEST_SKIP() << "the postgres leg needs B3OS_TEST_PG (tests/store/pg_suite.sh starts a Postgres and sets it)";
+      pg_base_ = base;
+      pg_db_ = "b3t_" + random_base32(10);
+      for (auto& ch : pg_db_) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+      auto made = pg_admin_exec(pg_base_ + " dbname=postgres", "CREATE DATABASE " + pg_db_);
+      ASSERT_TRUE(made) << made.error().message;
+      auto s = PgStore::open(pg_base_ + " dbname=" + pg_db_, 4);
+      ASSERT_TRUE(s) << s.error().message;
+      store_ = std::move(*s);
+      return;
+    }
     auto s = Store::open((dir_ / "b3os.db").string());
     ASSERT_TRUE(s) << s.error().message;
     store_ = std::move(*s);
   }
   void TearDown() override {
     store_.reset();
+    if (!pg_db_.empty()) (void)pg_admin_exec(pg_base_ + " dbname=postgres", "DROP DATABASE IF EXISTS " + pg_db_);
     std::filesystem::remove_all(dir_);
   }
   std::filesystem::path dir_;
+  std::string pg_base_, pg_db_;
   std::unique_ptr<Store> store_;
 };
+INSTANTIATE_TEST_SUITE_P(Backends, StoreTest, ::testing::Values("sqlite", "postgres"),
+                         [](const auto& info) { return info.param; });
 
-TEST_F(StoreTest, KeysAreHashedAndScopedToProjects) {
+// What only a shared Postgres has to prove: several processes (routers, nodes) at once.
+class PgStoreTest : public StoreTest {
+ protected:
+  std::unique_ptr<Store> another(const std::string& node) {
+    auto s = PgStore::open(pg_base_ + " dbname=" + pg_db_, 4, node);
+    EXPECT_TRUE(s) << s.error().message;
+    return s ? std::move(*s) : nullptr;
+  }
+};
+INSTANTIATE_TEST_SUITE_P(Postgres, PgStoreTest, ::testing::Values("postgres"), [](const auto& info) { return info.param; });
+
+// What only the SQLite file has: its bytes, its lock, PRAGMA user_version.
+class SqliteStoreTest : public StoreTest {};
+INSTANTIATE_TEST_SUITE_P(Sqlite, SqliteStoreTest, ::testing::Values("sqlite"), [](const auto& info) { return info.param; });
+
+TEST_P(SqliteStoreTest, KeysAreHashedAndScopedToProjects) {
   auto a = store_->create_api_key("alpha");
   auto a2 = store_->create_api_key("alpha");
   auto b = store_->create_api_key("beta");
@@ -53,7 +95,7 @@ TEST_F(StoreTest, KeysAreHashedAndScopedToProjects) {
   EXPECT_EQ(bytes.find(a->key), std::string::npos);
 }
 
-TEST_F(StoreTest, KeysRevokedAndTheirLastUseNoted) {
+TEST_P(StoreTest, KeysRevokedAndTheirLastUseNoted) {
   auto a = store_->create_api_key("alpha");
   auto b = store_->create_api_key("alpha");
   ASSERT_TRUE(a && b);
@@ -87,7 +129,7 @@ TEST_F(StoreTest, KeysRevokedAndTheirLastUseNoted) {
     }
 }
 
-TEST_F(StoreTest, SandboxPagesNewestFirstWithFilters) {
+TEST_P(StoreTest, SandboxPagesNewestFirstWithFilters) {
   for (int i = 0; i < 5; ++i) {
     SandboxRecord r;
     r.id = new_id_at("sbx", 1000 + i);
@@ -123,7 +165,7 @@ TEST_F(StoreTest, SandboxPagesNewestFirstWithFilters) {
   EXPECT_EQ(store_->active_sandboxes()->size(), 4u);
 }
 
-TEST_F(StoreTest, SecretsRoundTripSeparately) {
+TEST_P(StoreTest, SecretsRoundTripSeparately) {
   SandboxRecord r;
   r.id = new_id("sbx");
   r.project_id = "prj_a";
@@ -140,7 +182,7 @@ TEST_F(StoreTest, SecretsRoundTripSeparately) {
   EXPECT_EQ((*g)->spend_cap_micros, 100000);
 }
 
-TEST_F(StoreTest, IdempotencyReplayConflictAndAbort) {
+TEST_P(StoreTest, IdempotencyReplayConflictAndAbort) {
   using K = IdempotencyHit::Kind;
   auto first = store_->idempotency_begin("p", "k1", "key_a", "POST", "/v1/sandboxes", "h1");
   ASSERT_TRUE(first);
@@ -166,7 +208,7 @@ TEST_F(StoreTest, IdempotencyReplayConflictAndAbort) {
   EXPECT_EQ(store_->idempotency_begin("p", "k1", "key_a", "POST", "/v1/sandboxes", "h1")->kind, K::kReplay);
 }
 
-TEST_F(StoreTest, MoneyIsKeptInExactMicroDollars) {
+TEST_P(StoreTest, MoneyIsKeptInExactMicroDollars) {
   ASSERT_TRUE(store_->ensure_budget("grt_a", "prj_a", usd_to_micros(0.3)));
   ASSERT_TRUE(store_->ensure_budget("grt_a", "prj_a", usd_to_micros(9)));  // exists: cap unchanged
   ASSERT_TRUE(store_->ensure_budget("key_b", "prj_a", std::nullopt));
@@ -200,7 +242,7 @@ TEST_F(StoreTest, MoneyIsKeptInExactMicroDollars) {
   EXPECT_FALSE(*store_->get_budget("nope"));
 }
 
-TEST_F(StoreTest, ALockHeldByAnotherProcessPastTheBusyTimeoutIsA503) {
+TEST_P(SqliteStoreTest, ALockHeldByAnotherProcessPastTheBusyTimeoutIsA503) {
   // Another connection (as another process would) holds the write lock.
   sqlite3* other = nullptr;
   ASSERT_EQ(sqlite3_open((dir_ / "b3os.db").c_str(), &other), SQLITE_OK);
@@ -220,7 +262,7 @@ TEST_F(StoreTest, ALockHeldByAnotherProcessPastTheBusyTimeoutIsA503) {
   EXPECT_TRUE(store_->put_sandbox(r));
 }
 
-TEST_F(StoreTest, SchemaIsVersionedAndReopeningIsANoOp) {
+TEST_P(SqliteStoreTest, SchemaIsVersionedAndReopeningIsANoOp) {
   auto version = [&] {
     sqlite3* db = nullptr;
     sqlite3_open_v2((dir_ / "b3os.db").c_str(), &db, SQLITE_OPEN_READONLY, nullptr);
@@ -242,7 +284,7 @@ TEST_F(StoreTest, SchemaIsVersionedAndReopeningIsANoOp) {
   EXPECT_TRUE((*again)->find_api_key(key->key).value());
 }
 
-TEST_F(StoreTest, ADatabaseFromANewerB3osIsRefused) {
+TEST_P(SqliteStoreTest, ADatabaseFromANewerB3osIsRefused) {
   store_.reset();
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open((dir_ / "b3os.db").c_str(), &db), SQLITE_OK);
@@ -260,11 +302,7 @@ TEST_F(StoreTest, ADatabaseFromANewerB3osIsRefused) {
 namespace b3os::store {
 namespace {
 
-TEST(TypedRecords, EveryFieldOfASandboxAndASnapshotRoundTrips) {
-  auto dir = std::filesystem::temp_directory_path() / ("b3os-rec-" + random_base32(8));
-  std::filesystem::create_directories(dir);
-  auto s = Store::open((dir / "b3os.db").string());
-  ASSERT_TRUE(s);
+TEST_P(StoreTest, EveryFieldOfASandboxAndASnapshotRoundTrips) {
   SandboxRecord r;
   r.id = new_id("sbx");
   r.project_id = "prj_a";
@@ -295,8 +333,8 @@ TEST(TypedRecords, EveryFieldOfASandboxAndASnapshotRoundTrips) {
   r.rootfs = "/r";
   r.budget_id = "grt_x";
   r.forked_from = "sbx_src";
-  ASSERT_TRUE((*s)->put_sandbox(r));
-  auto g = (*s)->get_sandbox("prj_a", r.id);
+  ASSERT_TRUE(store_->put_sandbox(r));
+  auto g = store_->get_sandbox("prj_a", r.id);
   ASSERT_TRUE(g && *g);
   const SandboxRecord& b = **g;
   EXPECT_EQ(b.state, r.state);
@@ -320,16 +358,16 @@ TEST(TypedRecords, EveryFieldOfASandboxAndASnapshotRoundTrips) {
             std::tie(r.hostname, r.rootfs, r.budget_id, r.forked_from));
   // A moment between states is stored as where it settles: checkpointing is running.
   r.state = State::kCheckpointing;
-  ASSERT_TRUE((*s)->put_sandbox(r));
-  EXPECT_EQ((*(*s)->get_sandbox("prj_a", r.id))->state, State::kRunning);
+  ASSERT_TRUE(store_->put_sandbox(r));
+  EXPECT_EQ((*store_->get_sandbox("prj_a", r.id))->state, State::kRunning);
   r.state = State::kStopped;
   r.stop_reason = StopReason::kTimeout;
   r.stopped_ms = 9000;
-  ASSERT_TRUE((*s)->put_sandbox(r));
-  auto stopped = *(*s)->get_sandbox("prj_a", r.id);
+  ASSERT_TRUE(store_->put_sandbox(r));
+  auto stopped = *store_->get_sandbox("prj_a", r.id);
   EXPECT_EQ(stopped->stop_reason, StopReason::kTimeout);
   EXPECT_EQ(stopped->stopped_ms, 9000);
-  EXPECT_TRUE((*s)->active_sandboxes()->empty());
+  EXPECT_TRUE(store_->active_sandboxes()->empty());
 
   SnapshotRecord n;
   n.id = new_id("snp");
@@ -345,15 +383,14 @@ TEST(TypedRecords, EveryFieldOfASandboxAndASnapshotRoundTrips) {
   n.created_ms = 123;
   n.rootfs = "/r";
   n.budget_id = "grt_x";
-  ASSERT_TRUE((*s)->put_snapshot(n));
-  auto sn = (*s)->get_snapshot("prj_a", n.id);
+  ASSERT_TRUE(store_->put_snapshot(n));
+  auto sn = store_->get_snapshot("prj_a", n.id);
   ASSERT_TRUE(sn && *sn);
   EXPECT_EQ((*sn)->size_bytes, n.size_bytes);
   EXPECT_EQ((*sn)->spend_cap_micros, 7);
   EXPECT_EQ((*sn)->secrets, n.secrets);
   EXPECT_EQ((*sn)->egress_allow, n.egress_allow);
   EXPECT_EQ((*sn)->budget_id, "grt_x");
-  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
@@ -362,7 +399,7 @@ TEST(TypedRecords, EveryFieldOfASandboxAndASnapshotRoundTrips) {
 namespace b3os::store {
 namespace {
 
-TEST_F(StoreTest, TemplateBuildsRoundTripAndDelete) {
+TEST_P(StoreTest, TemplateBuildsRoundTripAndDelete) {
   TemplateBuildRecord b;
   b.id = "bld_1";
   b.template_id = "tpl_1";
@@ -392,7 +429,7 @@ TEST_F(StoreTest, TemplateBuildsRoundTripAndDelete) {
   EXPECT_TRUE(store_->template_builds()->empty());
 }
 
-TEST_F(StoreTest, SandboxesAndSnapshotsKeepTheirTemplateId) {
+TEST_P(StoreTest, SandboxesAndSnapshotsKeepTheirTemplateId) {
   SandboxRecord r;
   r.id = "sbx_1";
   r.project_id = "prj_a";
@@ -416,6 +453,65 @@ TEST_F(StoreTest, SandboxesAndSnapshotsKeepTheirTemplateId) {
   auto roots = store_->snapshot_rootfs();
   ASSERT_TRUE(roots);
   EXPECT_EQ(*roots, std::vector<std::string>{"/r"});
+}
+
+
+// Two routers racing one Idempotency-Key: of 16 claims from two processes exactly one runs.
+TEST_P(PgStoreTest, RacingClaimsOfOneKeyLetExactlyOneRun) {
+  auto other = another("router-b");
+  ASSERT_TRUE(other);
+  std::atomic<int> fresh{0}, conflicts{0}, errors{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 16; ++i) {
+    Store* s = i % 2 ? other.get() : store_.get();
+    threads.emplace_back([&, s] {
+      auto hit = s->idempotency_begin("prj_race", "the-key", "key_a", "POST", "/v1/sandboxes", "h");
+      if (!hit) ++errors;
+      else if (hit->kind == IdempotencyHit::Kind::kNew) ++fresh;
+      else ++conflicts;
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(fresh.load(), 1);
+  EXPECT_EQ(conflicts.load(), 15);
+  EXPECT_EQ(errors.load(), 0);
+}
+
+// A node's start releases its own abandoned claims, never another node's request in flight.
+TEST_P(PgStoreTest, ANodesStartReleasesOnlyItsOwnClaims) {
+  auto b = another("node-b");
+  ASSERT_TRUE(b);
+  using K = IdempotencyHit::Kind;
+  ASSERT_EQ(store_->idempotency_begin("p", "mine", "key_a", "POST", "/x", "h")->kind, K::kNew);
+  ASSERT_EQ(b->idempotency_begin("p", "theirs", "key_a", "POST", "/x", "h")->kind, K::kNew);
+  ASSERT_TRUE(store_->idempotency_clear_pending());
+  EXPECT_EQ(store_->idempotency_begin("p", "mine", "key_a", "POST", "/x", "h")->kind, K::kNew);
+  EXPECT_EQ(store_->idempotency_begin("p", "theirs", "key_a", "POST", "/x", "h")->kind, K::kConflict);
+}
+
+// Nodes started together migrate a fresh database once (an advisory lock) and all open it.
+TEST_P(PgStoreTest, NodesOpeningAFreshDatabaseTogetherMigrateOnce) {
+  const std::string db = pg_db_ + "_fresh";
+  ASSERT_TRUE(pg_admin_exec(pg_base_ + " dbname=postgres", "CREATE DATABASE " + db));
+  std::atomic<int> opened{0};
+  std::vector<std::string> errors(6);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 6; ++i)
+    threads.emplace_back([&, i] {
+      auto s = PgStore::open(pg_base_ + " dbname=" + db, 2, "node-" + std::to_string(i));
+      if (s) ++opened;
+      else errors[i] = s.error().message;
+    });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(opened.load(), 6) << errors[0] << errors[1] << errors[2];
+  (void)pg_admin_exec(pg_base_ + " dbname=postgres", "DROP DATABASE IF EXISTS " + db);
+}
+
+// A server that is not there: a typed 503 (node_unavailable), not a crash or a hang.
+TEST_P(PgStoreTest, AServerThatIsNotThereIsA503) {
+  auto s = PgStore::open("host=/nonexistent-b3os-dir port=5432 user=postgres dbname=x connect_timeout=2", 2);
+  ASSERT_FALSE(s);
+  EXPECT_EQ(s.error().code, ErrorCode::kNodeUnavailable) << s.error().message;
 }
 
 }  // namespace
