@@ -25,6 +25,7 @@ struct GlobalOptions {
   std::string api_url = std::string(kDefaultApiUrl);
   std::string api_key;
   std::string data_dir = "/var/lib/b3os";
+  std::string store;  // b3osd's --store (empty: DATA_DIR/b3os.db)
 };
 
 /// What the parsed command will do; returns the process exit status.

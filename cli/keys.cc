@@ -21,8 +21,10 @@ namespace {
 
 constexpr const char* kDbFile = "b3os.db";
 
-// Opens the store in `data_dir`, creating the directory (0700) if it does not exist.
-Result<std::unique_ptr<store::Store>> open_store(const std::string& data_dir) {
+// Opens the store b3osd uses: `spec` as its --store says (a postgres:// URL), or else the
+// SQLite file in `data_dir`, creating the directory (0700) if it does not exist.
+Result<std::unique_ptr<store::Store>> open_store(const std::string& data_dir, const std::string& spec) {
+  if (!spec.empty()) return store::open_store(spec, data_dir, "cli", 1);
   std::error_code ec;
   if (!std::filesystem::exists(data_dir, ec)) {
     std::filesystem::create_directories(data_dir, ec);
@@ -73,7 +75,7 @@ int run_keys_create(const GlobalOptions& g, const std::string& project, const st
     if (!c) return report_error(c.error());
     cap_micros = *c;
   }
-  auto store = open_store(g.data_dir);
+  auto store = open_store(g.data_dir, g.store);
   if (!store) return report_error(store.error());
   auto key = (*store)->create_api_key(project);
   if (!key) return report_error(key.error());
@@ -87,7 +89,7 @@ int run_keys_create(const GlobalOptions& g, const std::string& project, const st
 }
 
 int run_keys_list(const GlobalOptions& g, bool json, bool all) {
-  auto store = open_store(g.data_dir);
+  auto store = open_store(g.data_dir, g.store);
   if (!store) return report_error(store.error());
   auto keys = (*store)->list_api_keys(all);
   if (!keys) return report_error(keys.error());
@@ -111,7 +113,7 @@ int run_keys_list(const GlobalOptions& g, bool json, bool all) {
 }
 
 int run_keys_revoke(const GlobalOptions& g, const std::string& key_id) {
-  auto store = open_store(g.data_dir);
+  auto store = open_store(g.data_dir, g.store);
   if (!store) return report_error(store.error());
   auto r = (*store)->revoke_api_key(key_id, now_unix_ms());
   if (!r) return report_error(r.error());
@@ -123,7 +125,7 @@ int run_keys_revoke(const GlobalOptions& g, const std::string& key_id) {
 int run_keys_set_cap(const GlobalOptions& g, const std::string& key_id, const std::string& cap) {
   auto c = parse_cap(cap);
   if (!c) return report_error(c.error());
-  auto store = open_store(g.data_dir);
+  auto store = open_store(g.data_dir, g.store);
   if (!store) return report_error(store.error());
   auto keys = (*store)->list_api_keys();
   if (!keys) return report_error(keys.error());
@@ -138,7 +140,7 @@ int run_keys_set_cap(const GlobalOptions& g, const std::string& key_id, const st
 
 /// What a budget (a key's or a sandbox grant's) has spent, and its newest ledger rows.
 int run_spend(const GlobalOptions& g, const std::string& budget_id, bool json) {
-  auto store = open_store(g.data_dir);
+  auto store = open_store(g.data_dir, g.store);
   if (!store) return report_error(store.error());
   auto b = (*store)->get_budget(budget_id);
   if (!b) return report_error(b.error());
@@ -173,7 +175,7 @@ int run_spend(const GlobalOptions& g, const std::string& budget_id, bool json) {
 int run_projects_set_infer(const GlobalOptions& g, const std::string& project, const std::string& value) {
   if (value != "on" && value != "off")
     return report_error({ErrorCode::kInvalidRequest, "set-infer takes on or off (got \"" + value + "\")", 0});
-  auto store = open_store(g.data_dir);
+  auto store = open_store(g.data_dir, g.store);
   if (!store) return report_error(store.error());
   if (auto r = (*store)->set_project_infer(project, value == "on"); !r) return report_error(r.error());
   std::cerr << "project " << project << ": model gateway (infer:run) " << value << "\n";
@@ -188,6 +190,8 @@ void add_key_commands(CLI::App& app, GlobalOptions& g, Action& action) {
   keys->add_option("--data-dir", g.data_dir, "Directory of b3os.db")
       ->envname("B3OS_DATA_DIR")
       ->capture_default_str();
+  keys->add_option("--store", g.store, "b3osd's --store, when it is not DATA_DIR/b3os.db (a postgres:// URL)")
+      ->envname("B3OS_STORE");
 
   auto project = std::make_shared<std::string>("default");
   auto cap = std::make_shared<std::string>();
@@ -229,6 +233,8 @@ void add_key_commands(CLI::App& app, GlobalOptions& g, Action& action) {
   auto* projects = app.add_subcommand("projects", "Project settings in the local store (run on the daemon's host)");
   projects->require_subcommand(1);
   projects->add_option("--data-dir", g.data_dir, "Directory of b3os.db")->envname("B3OS_DATA_DIR")->capture_default_str();
+  projects->add_option("--store", g.store, "b3osd's --store, when it is not DATA_DIR/b3os.db (a postgres:// URL)")
+      ->envname("B3OS_STORE");
   auto pname = std::make_shared<std::string>();
   auto onoff = std::make_shared<std::string>();
   auto* set_infer = projects->add_subcommand("set-infer", "Allow (on, the default) or forbid (off) the model gateway: set-infer NAME on|off");

@@ -281,6 +281,12 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   app.add_option("--data-dir", cfg.data_dir, "database and templates")->capture_default_str();
+  std::string store_spec, node_id;
+  app.add_option("--store", store_spec,
+                 "where state lives: empty (DATA_DIR/b3os.db, the default), sqlite:PATH, or a postgres:// URL "
+                 "(a cluster's shared store, docs/cluster.md; put a password in ~/.pgpass or PGPASSFILE, not here)")
+      ->envname("B3OS_STORE");
+  app.add_option("--node-id", node_id, "this node's name in a shared store (default: the host name)");
   app.add_option("--run-dir", cfg.run_dir, "per-sandbox runtime files")->capture_default_str();
   app.add_option("--templates-dir", cfg.templates_dir_override, "template root filesystems (default: DATA_DIR/templates)");
   app.add_option("--agent", cfg.agent_path, "path of b3os-agent (default: beside b3osd)");
@@ -601,7 +607,12 @@ int main(int argc, char** argv) {
   std::error_code ec;
   fs::create_directories(cfg.data_dir, ec);
   fs::create_directories(cfg.templates_dir(), ec);
-  auto store = store::Store::open(cfg.data_dir + "/b3os.db");
+  if (node_id.empty()) {
+    char host[256] = {};
+    ::gethostname(host, sizeof host - 1);
+    node_id = host;
+  }
+  auto store = store::open_store(store_spec, cfg.data_dir, node_id);
   if (!store) {
     std::cerr << "b3osd: " << store.error().message << "\n";
     return 1;

@@ -210,6 +210,12 @@ class Store : public SandboxStore, public TemplateStore {
   virtual Result<void> idempotency_abort(const std::string& project_id, const std::string& key) = 0;
 };
 
+/// The store `spec` names: empty (a single node's default: DATA_DIR/b3os.db), `sqlite:PATH`, or
+/// a `postgres://` (`postgresql://`) URL, a cluster's shared store (docs/cluster.md) with at
+/// most `pool_size` connections, `node` naming this process in it.
+Result<std::unique_ptr<Store>> open_store(const std::string& spec, const std::string& data_dir,
+                                          const std::string& node, int pool_size = 8);
+
 /// Hex SHA-256 of `data`.
 std::string sha256_hex(std::string_view data);
 
