@@ -32,6 +32,7 @@
 #include "daemon/net/host_network.h"
 #include "daemon/sandbox/service.h"
 #include "daemon/logging.h"
+#include "daemon/cluster/membership.h"
 #include "daemon/store/store.h"
 #include "daemon/sys/process.h"
 
@@ -287,6 +288,10 @@ int main(int argc, char** argv) {
                  "(a cluster's shared store, docs/cluster.md; put a password in ~/.pgpass or PGPASSFILE, not here)")
       ->envname("B3OS_STORE");
   app.add_option("--node-id", node_id, "this node's name in a shared store (default: the host name)");
+  std::string cluster_url;
+  app.add_option("--cluster-url", cluster_url,
+                 "with a shared store: the URL routers and other nodes reach this node at (docs/cluster.md)")
+      ->envname("B3OS_CLUSTER_URL");
   app.add_option("--run-dir", cfg.run_dir, "per-sandbox runtime files")->capture_default_str();
   app.add_option("--templates-dir", cfg.templates_dir_override, "template root filesystems (default: DATA_DIR/templates)");
   app.add_option("--agent", cfg.agent_path, "path of b3os-agent (default: beside b3osd)");
@@ -725,6 +730,29 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
+  // A node's place in a cluster (a shared store only): its load is what the registry holds.
+  cluster::Membership membership(
+      **store, cluster::MembershipConfig{cluster_url},
+      [&sandboxes] {
+        store::NodeRecord n;
+        const auto& c = sandboxes.config();
+        n.max_sandboxes = c.max_sandboxes_per_node;
+        n.vcpu = std::thread::hardware_concurrency();
+        n.memory_mib = static_cast<int64_t>(::sysconf(_SC_PHYS_PAGES)) * ::sysconf(_SC_PAGESIZE) / (1 << 20);
+        for (const auto& s : sandboxes.registry().all()) {
+          std::lock_guard lk(s->mu);
+          ++n.sandboxes;
+          n.used_memory_mib += s->rec.memory_mib;
+          n.used_vcpu += s->rec.vcpu;
+        }
+        return n;
+      },
+      [&sandboxes] {
+        // Marked down: its sandboxes are failed in the store. Exit non-zero (the service
+        // manager starts it again): the restart reattaches none and sweeps their containers.
+        sandboxes.stop();
+        std::_Exit(75);
+      });
   preview::PreviewServer previews(preview_cfg, sandboxes);
   if (auto r = previews.listen(); !r) {
     std::cerr << "b3osd: " << r.error().message << "\n";
@@ -740,6 +768,12 @@ int main(int argc, char** argv) {
       std::_Exit(1);
     }
     if (templates) templates->start_workers();
+    // In a cluster the node registers once its sandboxes are back, so that its first load is
+    // true; from then on it heartbeats.
+    if (auto r = membership.start(); !r) {
+      spdlog::critical("b3osd: joining the cluster: {}", r.error().message);
+      std::_Exit(1);
+    }
     spdlog::info("b3osd: ready");
     ::sd_notify(0, "READY=1\nSTATUS=serving");  // Type=notify (b3osd.service); a no-op elsewhere
   }).detach();

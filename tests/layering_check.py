@@ -18,6 +18,8 @@ RULES = {
     "b3os_sys": ("daemon/sys/process.cc", ["common/result.h"], ["daemon/store/store.h", "daemon/runtime/runtime.h"]),
     "b3os_image": ("daemon/image/image.cc", ["common/result.h"], ["daemon/sys/process.h", "daemon/sandbox/service.h"]),
     "b3os_store": ("daemon/store/sqlite_store.cc", ["common/money.h"], ["daemon/runtime/runtime.h", "daemon/sandbox/service.h"]),
+    "b3os_cluster": ("daemon/cluster/membership.cc", ["daemon/store/store.h"],
+                     ["daemon/sandbox/service.h", "daemon/runtime/runtime.h", "daemon/http/server.h"]),
     "b3os_runtime": ("daemon/runtime/runsc.cc", ["daemon/sys/process.h"],
                      ["daemon/store/store.h", "daemon/agentlink/channel.h", "daemon/sandbox/service.h"]),
     "b3os_net": ("daemon/net/policy.cc", ["daemon/sys/process.h"],

@@ -5,6 +5,8 @@
 // spent + reserved + worst <= cap, checked and reserved under one lock, so calls racing for
 // the last dollar can never take the total past the cap. When the call ends, the reservation
 // is released and the real cost is charged (memory first, then the ledger in the store).
+// In a cluster (a shared store) the same rule is one conditional UPDATE in the store, and a
+// reservation is a row there (a "hold"): every node's calls count against the one cap.
 // Every amount is integer micro-dollars (common/money.h): the sums are exact.
 
 #include <concepts>
@@ -24,6 +26,7 @@ struct Reservation {
   std::string budget_id;
   Micros amount = 0;
   bool active = false;
+  std::string hold_id;  // its row in a shared store ("" on a single node)
 };
 
 class Budgets {
@@ -61,10 +64,13 @@ class Budgets {
   };
   /// Loads an account into the cache (caller holds mu_).
   Result<Account*> account(const std::string& id);
+  Result<Reservation> reserve_shared(const std::string& budget_id, Micros worst);
+  void settle_shared(Reservation& r, store::LedgerRow row);
 
   store::Store& store_;
   std::mutex mu_;
-  std::map<std::string, Account> accounts_;
+  std::map<std::string, Account> accounts_;  // in a shared store: as the last call found it
+
 };
 
 }  // namespace b3os::gateway

@@ -94,6 +94,9 @@ class Conn {
     PGconn* c = PQconnectdb(url.c_str());
     if (c == nullptr) return fail(ErrorCode::kNodeUnavailable, "store: connecting to postgres: out of memory");
     auto conn = std::unique_ptr<Conn>(new Conn(c));
+    // Notices ("... already exists, skipping") are the server talking to a person; b3os
+    // reports what matters through errors.
+    PQsetNoticeProcessor(c, [](void*, const char*) {}, nullptr);
     if (PQstatus(c) != CONNECTION_OK)
       return fail(ErrorCode::kNodeUnavailable, std::string("store: connecting to postgres: ") + trimmed(PQerrorMessage(c)));
     return conn;
@@ -202,6 +205,33 @@ std::string upsert_sql(const char* table, const char* columns) {
          ") ON CONFLICT (id) DO UPDATE SET " + pg_updates(columns);
 }
 
+int column_count(const char* columns) {
+  int n = 1;
+  for (const char* c = columns; *c; ++c) n += *c == ',';
+  return n;
+}
+
+/// The record's columns and its node's, which the node saving it fills in ($N+1).
+std::string with_node(const char* columns) { return std::string(columns) + ", node_id"; }
+
+/// The store's clock in Unix milliseconds: every node's heartbeat and every silence is
+/// measured on it, so the machines' clocks need not agree.
+constexpr const char* kDbNowMs = "(extract(epoch from clock_timestamp()) * 1000)::bigint";
+
+/// A record read with with_node(): its columns, then its node.
+Result<SandboxRecord> sandbox_with_node(Row& row) {
+  static const int node_col = column_count(kSandboxColumns);
+  auto rec = sandbox_from(row);
+  if (rec) rec->node_id = row.text(node_col);
+  return rec;
+}
+Result<SnapshotRecord> snapshot_with_node(Row& row) {
+  static const int node_col = column_count(kSnapshotColumns);
+  auto rec = snapshot_from(row);
+  if (rec) rec->node_id = row.text(node_col);
+  return rec;
+}
+
 template <typename Record, typename From>
 Result<std::vector<Record>> all_rows(const Res& r, From from) {
   std::vector<Record> out;
@@ -293,10 +323,11 @@ CREATE TABLE sandboxes (
   rootfs TEXT NOT NULL,
   budget_id TEXT NOT NULL,
   forked_from TEXT NOT NULL,
-  template_id TEXT NOT NULL DEFAULT ''
+  template_id TEXT NOT NULL DEFAULT '',
+  node_id TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX sandboxes_project ON sandboxes(project_id, id);
-CREATE INDEX sandboxes_state ON sandboxes(state);
+CREATE INDEX sandboxes_node ON sandboxes(node_id, state);
 CREATE TABLE snapshots (
   id TEXT PRIMARY KEY,
   project_id TEXT NOT NULL,
@@ -316,9 +347,11 @@ CREATE TABLE snapshots (
   created_ms BIGINT NOT NULL,
   rootfs TEXT NOT NULL,
   budget_id TEXT NOT NULL,
-  template_id TEXT NOT NULL DEFAULT ''
+  template_id TEXT NOT NULL DEFAULT '',
+  node_id TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX snapshots_project ON snapshots(project_id, id);
+CREATE INDEX snapshots_node ON snapshots(node_id);
 CREATE TABLE idempotency (
   project_id TEXT NOT NULL,
   key TEXT NOT NULL,
@@ -338,7 +371,30 @@ CREATE TABLE budgets (
   project_id TEXT NOT NULL,
   cap_micros BIGINT,
   spent_micros BIGINT NOT NULL DEFAULT 0,
+  reserved_micros BIGINT NOT NULL DEFAULT 0,
   created_at_ms BIGINT NOT NULL
+);
+CREATE TABLE budget_holds (
+  id TEXT PRIMARY KEY,
+  budget_id TEXT NOT NULL REFERENCES budgets(id),
+  node TEXT NOT NULL,
+  amount_micros BIGINT NOT NULL,
+  created_at_ms BIGINT NOT NULL
+);
+CREATE INDEX budget_holds_node ON budget_holds(node);
+CREATE TABLE nodes (
+  id TEXT PRIMARY KEY,
+  url TEXT NOT NULL,
+  state TEXT NOT NULL,
+  started_ms BIGINT NOT NULL,
+  heartbeat_ms BIGINT NOT NULL,
+  max_sandboxes BIGINT NOT NULL,
+  memory_mib BIGINT NOT NULL,
+  vcpu BIGINT NOT NULL,
+  sandboxes BIGINT NOT NULL DEFAULT 0,
+  used_memory_mib BIGINT NOT NULL DEFAULT 0,
+  used_vcpu BIGINT NOT NULL DEFAULT 0,
+  warm TEXT NOT NULL DEFAULT '[]'
 );
 CREATE TABLE ledger (
   id BIGSERIAL PRIMARY KEY,
@@ -383,7 +439,8 @@ CREATE TABLE template_builds (
   started_ms BIGINT NOT NULL,
   finished_ms BIGINT NOT NULL,
   deleted_ms BIGINT,
-  doc TEXT NOT NULL
+  doc TEXT NOT NULL,
+  node_id TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX template_builds_template ON template_builds(template_id, version);
 )sql"},
@@ -627,11 +684,16 @@ Result<void> PgStore::delete_port_tokens(const std::string& sandbox_id) {
 Result<void> PgStore::put_sandbox(const SandboxRecord& rec) { return put_sandboxes({rec}); }
 
 Result<void> PgStore::put_sandboxes(const std::vector<SandboxRecord>& recs) {
-  static const std::string sql = upsert_sql("sandboxes", kSandboxColumns);
+  // An ended record is final: a node marked down (its sandboxes failed by another) that
+  // still runs cannot bring one back by saving it.
+  static const std::string sql = upsert_sql("sandboxes", with_node(kSandboxColumns).c_str()) +
+                                 " WHERE sandboxes.state NOT IN ('stopped', 'failed')";
+  static const int node_col = column_count(kSandboxColumns) + 1;
   auto save = [&](Conn& c) -> Result<void> {
     for (const auto& rec : recs) {
       Params p;
       bind_sandbox(p, rec);
+      p.bind(node_col, node_);
       if (auto r = c.run(sql, p, "saving sandbox " + rec.id); !r) return fail(r.error());
     }
     return {};
@@ -642,7 +704,7 @@ Result<void> PgStore::put_sandboxes(const std::vector<SandboxRecord>& recs) {
 
 Result<std::optional<SandboxRecord>> PgStore::get_sandbox(const std::string& project_id, const std::string& id) {
   static const std::string sql =
-      std::string("SELECT ") + kSandboxColumns + " FROM sandboxes WHERE id = $1 AND project_id = $2";
+      "SELECT " + with_node(kSandboxColumns) + " FROM sandboxes WHERE id = $1 AND project_id = $2";
   std::optional<SandboxRecord> out;
   auto r = with_conn([&](Conn& c) -> Result<void> {
     Params p;
@@ -651,7 +713,7 @@ Result<std::optional<SandboxRecord>> PgStore::get_sandbox(const std::string& pro
     if (!res) return fail(res.error());
     if (res->rows() == 0) return {};
     Row row{*res, 0};
-    auto rec = sandbox_from(row);
+    auto rec = sandbox_with_node(row);
     if (!rec) return fail(rec.error());
     out = std::move(*rec);
     return {};
@@ -661,7 +723,7 @@ Result<std::optional<SandboxRecord>> PgStore::get_sandbox(const std::string& pro
 }
 
 Result<std::vector<SandboxRecord>> PgStore::list_sandboxes(const SandboxQuery& q) {
-  std::string sql = std::string("SELECT ") + kSandboxColumns +
+  std::string sql = "SELECT " + with_node(kSandboxColumns) +
                     " FROM sandboxes WHERE project_id = $1 AND ($2::text IS NULL OR state = $2) AND "
                     "($3::text IS NULL OR id < $3)";
   Params p;
@@ -678,7 +740,7 @@ Result<std::vector<SandboxRecord>> PgStore::list_sandboxes(const SandboxQuery& q
   auto r = with_conn([&](Conn& c) -> Result<void> {
     auto res = c.run(sql, p, "listing sandboxes");
     if (!res) return fail(res.error());
-    auto rows = all_rows<SandboxRecord>(*res, [](Row& row) { return sandbox_from(row); });
+    auto rows = all_rows<SandboxRecord>(*res, [](Row& row) { return sandbox_with_node(row); });
     if (!rows) return fail(rows.error());
     out = std::move(*rows);
     return {};
@@ -688,13 +750,16 @@ Result<std::vector<SandboxRecord>> PgStore::list_sandboxes(const SandboxQuery& q
 }
 
 Result<std::vector<SandboxRecord>> PgStore::active_sandboxes() {
-  static const std::string sql =
-      std::string("SELECT ") + kSandboxColumns + " FROM sandboxes WHERE state IN ('running', 'paused')";
+  // This node's only: the others' are theirs to reattach.
+  static const std::string sql = "SELECT " + with_node(kSandboxColumns) +
+                                 " FROM sandboxes WHERE node_id = $1 AND state IN ('running', 'paused')";
   std::vector<SandboxRecord> out;
   auto r = with_conn([&](Conn& c) -> Result<void> {
-    auto res = c.run(sql, "listing active sandboxes");
+    Params p;
+    p.bind(1, node_);
+    auto res = c.run(sql, p, "listing active sandboxes");
     if (!res) return fail(res.error());
-    auto rows = all_rows<SandboxRecord>(*res, [](Row& row) { return sandbox_from(row); });
+    auto rows = all_rows<SandboxRecord>(*res, [](Row& row) { return sandbox_with_node(row); });
     if (!rows) return fail(rows.error());
     out = std::move(*rows);
     return {};
@@ -704,10 +769,12 @@ Result<std::vector<SandboxRecord>> PgStore::active_sandboxes() {
 }
 
 Result<void> PgStore::put_snapshot(const SnapshotRecord& rec) {
-  static const std::string sql = upsert_sql("snapshots", kSnapshotColumns);
+  static const std::string sql = upsert_sql("snapshots", with_node(kSnapshotColumns).c_str());
+  static const int node_col = column_count(kSnapshotColumns) + 1;
   return with_conn([&](Conn& c) -> Result<void> {
     Params p;
     bind_snapshot(p, rec);
+    p.bind(node_col, node_);
     if (auto r = c.run(sql, p, "saving snapshot " + rec.id); !r) return fail(r.error());
     return {};
   });
@@ -715,7 +782,7 @@ Result<void> PgStore::put_snapshot(const SnapshotRecord& rec) {
 
 Result<std::optional<SnapshotRecord>> PgStore::get_snapshot(const std::string& project_id, const std::string& id) {
   static const std::string sql =
-      std::string("SELECT ") + kSnapshotColumns + " FROM snapshots WHERE id = $1 AND project_id = $2";
+      "SELECT " + with_node(kSnapshotColumns) + " FROM snapshots WHERE id = $1 AND project_id = $2";
   std::optional<SnapshotRecord> out;
   auto r = with_conn([&](Conn& c) -> Result<void> {
     Params p;
@@ -724,7 +791,7 @@ Result<std::optional<SnapshotRecord>> PgStore::get_snapshot(const std::string& p
     if (!res) return fail(res.error());
     if (res->rows() == 0) return {};
     Row row{*res, 0};
-    auto rec = snapshot_from(row);
+    auto rec = snapshot_with_node(row);
     if (!rec) return fail(rec.error());
     out = std::move(*rec);
     return {};
@@ -735,7 +802,7 @@ Result<std::optional<SnapshotRecord>> PgStore::get_snapshot(const std::string& p
 
 Result<std::vector<SnapshotRecord>> PgStore::list_snapshots(const std::string& project_id,
                                                             const std::optional<std::string>& after_id, int limit) {
-  const std::string sql = std::string("SELECT ") + kSnapshotColumns +
+  const std::string sql = "SELECT " + with_node(kSnapshotColumns) +
                           " FROM snapshots WHERE project_id = $1 AND ($2::text IS NULL OR id < $2) ORDER BY id DESC LIMIT " +
                           std::to_string(limit + 1);
   std::vector<SnapshotRecord> out;
@@ -745,7 +812,7 @@ Result<std::vector<SnapshotRecord>> PgStore::list_snapshots(const std::string& p
     if (after_id) p.bind(2, *after_id); else p.bind_null(2);
     auto res = c.run(sql, p, "listing snapshots");
     if (!res) return fail(res.error());
-    auto rows = all_rows<SnapshotRecord>(*res, [](Row& row) { return snapshot_from(row); });
+    auto rows = all_rows<SnapshotRecord>(*res, [](Row& row) { return snapshot_with_node(row); });
     if (!rows) return fail(rows.error());
     out = std::move(*rows);
     return {};
@@ -765,8 +832,10 @@ Result<void> PgStore::delete_snapshot(const std::string& project_id, const std::
 }
 
 namespace {
-Result<std::vector<std::string>> column_of(Conn& c, const char* sql, std::string_view what) {
-  auto res = c.run(sql, what);
+Result<std::vector<std::string>> column_of(Conn& c, const char* sql, const std::string& node, std::string_view what) {
+  Params p;
+  p.bind(1, node);
+  auto res = c.run(sql, p, what);
   if (!res) return fail(res.error());
   std::vector<std::string> out;
   for (int i = 0; i < res->rows(); ++i) out.push_back(res->text(i, 0));
@@ -777,7 +846,7 @@ Result<std::vector<std::string>> column_of(Conn& c, const char* sql, std::string
 Result<std::vector<std::string>> PgStore::snapshot_ids() {
   std::vector<std::string> out;
   auto r = with_conn([&](Conn& c) -> Result<void> {
-    auto ids = column_of(c, "SELECT id FROM snapshots", "listing snapshots");
+    auto ids = column_of(c, "SELECT id FROM snapshots WHERE node_id = $1", node_, "listing snapshots");
     if (!ids) return fail(ids.error());
     out = std::move(*ids);
     return {};
@@ -789,7 +858,7 @@ Result<std::vector<std::string>> PgStore::snapshot_ids() {
 Result<std::vector<std::string>> PgStore::snapshot_rootfs() {
   std::vector<std::string> out;
   auto r = with_conn([&](Conn& c) -> Result<void> {
-    auto ids = column_of(c, "SELECT DISTINCT rootfs FROM snapshots", "listing the roots of snapshots");
+    auto ids = column_of(c, "SELECT DISTINCT rootfs FROM snapshots WHERE node_id = $1", node_, "listing the roots of snapshots");
     if (!ids) return fail(ids.error());
     out = std::move(*ids);
     return {};
@@ -801,14 +870,14 @@ Result<std::vector<std::string>> PgStore::snapshot_rootfs() {
 // ---- template builds ----
 
 Result<void> PgStore::put_template_build(const TemplateBuildRecord& b) {
-  static const std::string sql = upsert_sql("template_builds", kBuildColumns);
+  static const std::string sql = upsert_sql("template_builds", with_node(kBuildColumns).c_str());
   return with_conn([&](Conn& c) -> Result<void> {
     Params p;
     p.bind(1, b.id).bind(2, b.template_id).bind(3, b.project_id).bind(4, b.name).bind(5, int64_t{b.version});
     p.bind(6, b.status).bind(7, b.content_hash).bind(8, b.artifact).bind(9, b.created_ms).bind(10, b.started_ms);
     p.bind(11, b.finished_ms);
     if (b.deleted_ms) p.bind(12, *b.deleted_ms); else p.bind_null(12);
-    p.bind(13, b.doc.dump());
+    p.bind(13, b.doc.dump()).bind(14, node_);
     if (auto r = c.run(sql, p, "saving template build " + b.id); !r) return fail(r.error());
     return {};
   });
@@ -834,10 +903,15 @@ Result<std::optional<TemplateBuildRecord>> PgStore::get_template_build(const std
 }
 
 Result<std::vector<TemplateBuildRecord>> PgStore::template_builds() {
-  static const std::string sql = std::string("SELECT ") + kBuildColumns + " FROM template_builds ORDER BY created_ms, id";
+  // This node's builds: their files are on its disk (docs/cluster.md: templates move with
+  // the object store, not yet).
+  static const std::string sql =
+      std::string("SELECT ") + kBuildColumns + " FROM template_builds WHERE node_id = $1 ORDER BY created_ms, id";
   std::vector<TemplateBuildRecord> out;
   auto r = with_conn([&](Conn& c) -> Result<void> {
-    auto res = c.run(sql, "listing template builds");
+    Params p;
+    p.bind(1, node_);
+    auto res = c.run(sql, p, "listing template builds");
     if (!res) return fail(res.error());
     auto rows = all_rows<TemplateBuildRecord>(*res, [](Row& row) { return build_from(row); });
     if (!rows) return fail(rows.error());
@@ -990,47 +1064,267 @@ Result<void> PgStore::set_budget_cap(const std::string& id, const std::string& p
   });
 }
 
+namespace {
+/// The first row of SELECT id, project_id, cap_micros, spent_micros, reserved_micros.
+BudgetRow budget_row(const Res& res) {
+  BudgetRow b;
+  b.id = res.text(0, 0);
+  b.project_id = res.text(0, 1);
+  if (!res.is_null(0, 2)) b.cap_micros = res.i64(0, 2);
+  b.spent_micros = res.i64(0, 3);
+  b.reserved_micros = res.i64(0, 4);
+  return b;
+}
+
+Result<std::optional<BudgetRow>> read_budget(Conn& c, const std::string& id) {
+  Params p;
+  p.bind(1, id);
+  auto res = c.run("SELECT id, project_id, cap_micros, spent_micros, reserved_micros FROM budgets WHERE id = $1", p,
+                   "reading budget " + id);
+  if (!res) return fail(res.error());
+  if (res->rows() == 0) return std::optional<BudgetRow>{};
+  return std::optional<BudgetRow>{budget_row(*res)};
+}
+}  // namespace
+
 Result<std::optional<BudgetRow>> PgStore::get_budget(const std::string& id) {
   std::optional<BudgetRow> out;
   auto r = with_conn([&](Conn& c) -> Result<void> {
-    Params p;
-    p.bind(1, id);
-    auto res = c.run("SELECT id, project_id, cap_micros, spent_micros FROM budgets WHERE id = $1", p, "reading budget " + id);
-    if (!res) return fail(res.error());
-    if (res->rows() == 0) return {};
-    BudgetRow b;
-    b.id = res->text(0, 0);
-    b.project_id = res->text(0, 1);
-    if (!res->is_null(0, 2)) b.cap_micros = res->i64(0, 2);
-    b.spent_micros = res->i64(0, 3);
-    out = std::move(b);
+    auto row = read_budget(c, id);
+    if (!row) return fail(row.error());
+    out = std::move(*row);
     return {};
   });
   if (!r) return fail(r.error());
   return out;
 }
 
+namespace {
+/// Appends a call to the ledger and charges `charge` to its budget, releasing `released` of
+/// what its calls hold (inside the caller's transaction).
+Result<void> charge_call(Conn& c, const LedgerRow& row, Micros released) {
+  Params p;
+  p.bind(1, row.budget_id).bind(2, row.project_id);
+  if (row.sandbox_id.empty()) p.bind_null(3); else p.bind(3, row.sandbox_id);
+  if (row.key_id.empty()) p.bind_null(4); else p.bind(4, row.key_id);
+  p.bind(5, row.model).bind(6, row.prompt_tokens).bind(7, row.completion_tokens).bind(8, row.cost_micros);
+  p.bind(9, row.reserved_micros).bind(10, row.duration_ms).bind(11, int64_t{row.status}).bind(12, row.outcome);
+  p.bind(13, now_unix_ms());
+  if (auto r = c.run("INSERT INTO ledger(budget_id, project_id, sandbox_id, key_id, model, prompt_tokens, "
+                     "completion_tokens, cost_micros, reserved_micros, duration_ms, status, outcome, created_at_ms) "
+                     "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
+                     p, "writing the ledger");
+      !r)
+    return fail(r.error());
+  Params u;
+  u.bind(1, row.cost_micros).bind(2, released).bind(3, row.budget_id);
+  if (auto r = c.run("UPDATE budgets SET spent_micros = spent_micros + $1, reserved_micros = reserved_micros - $2 "
+                     "WHERE id = $3",
+                     u, "charging the budget");
+      !r)
+    return fail(r.error());
+  return {};
+}
+
+/// Releases every budget hold of `node`. Each hold is deleted by exactly one statement (this
+/// one or its call's settle), and only what this one deleted is given back.
+Result<void> release_holds(Conn& c, const std::string& node) {
+  Params p;
+  p.bind(1, node);
+  auto r = c.run("WITH gone AS (DELETE FROM budget_holds WHERE node = $1 RETURNING budget_id, amount_micros) "
+                 "UPDATE budgets b SET reserved_micros = b.reserved_micros - g.total FROM "
+                 "(SELECT budget_id, SUM(amount_micros) AS total FROM gone GROUP BY budget_id) g WHERE b.id = g.budget_id",
+                 p, "releasing the budget holds of node " + node);
+  if (!r) return fail(r.error());
+  return {};
+}
+
+/// Releases the idempotency claims of `node` that have no response yet.
+Result<void> release_claims(Conn& c, const std::string& node) {
+  Params p;
+  p.bind(1, node);
+  if (auto r = c.run("DELETE FROM idempotency WHERE status IS NULL AND owner = $1", p,
+                     "releasing the idempotency claims of node " + node);
+      !r)
+    return fail(r.error());
+  return {};
+}
+}  // namespace
+
 Result<void> PgStore::record_call(const LedgerRow& row) {
-  return transaction([&](Conn& c) -> Result<void> {
+  return transaction([&](Conn& c) { return charge_call(c, row, 0); });
+}
+
+Result<BudgetHold> PgStore::reserve_budget(const std::string& budget_id, const std::string& hold_id, Micros amount) {
+  BudgetHold out;
+  auto r = transaction([&](Conn& c) -> Result<void> {
+    // The rule in one statement: Postgres re-checks the WHERE on the row as the last racing
+    // call left it, so calls from every node together never hold past the cap.
     Params p;
-    p.bind(1, row.budget_id).bind(2, row.project_id);
-    if (row.sandbox_id.empty()) p.bind_null(3); else p.bind(3, row.sandbox_id);
-    if (row.key_id.empty()) p.bind_null(4); else p.bind(4, row.key_id);
-    p.bind(5, row.model).bind(6, row.prompt_tokens).bind(7, row.completion_tokens).bind(8, row.cost_micros);
-    p.bind(9, row.reserved_micros).bind(10, row.duration_ms).bind(11, int64_t{row.status}).bind(12, row.outcome);
-    p.bind(13, now_unix_ms());
-    if (auto r = c.run("INSERT INTO ledger(budget_id, project_id, sandbox_id, key_id, model, prompt_tokens, "
-                       "completion_tokens, cost_micros, reserved_micros, duration_ms, status, outcome, created_at_ms) "
-                       "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
-                       p, "writing the ledger");
-        !r)
-      return fail(r.error());
-    Params u;
-    u.bind(1, row.cost_micros).bind(2, row.budget_id);
-    if (auto r = c.run("UPDATE budgets SET spent_micros = spent_micros + $1 WHERE id = $2", u, "charging the budget"); !r)
-      return fail(r.error());
+    p.bind(1, budget_id).bind(2, amount);
+    auto held = c.run("UPDATE budgets SET reserved_micros = reserved_micros + $2 WHERE id = $1 AND "
+                      "(cap_micros IS NULL OR spent_micros + reserved_micros + $2 <= cap_micros) "
+                      "RETURNING id, project_id, cap_micros, spent_micros, reserved_micros",
+                      p, "holding budget " + budget_id);
+    if (!held) return fail(held.error());
+    if (held->rows() == 0) {
+      auto row = read_budget(c, budget_id);
+      if (!row) return fail(row.error());
+      if (!*row) return fail(ErrorCode::kInternal, "no budget " + budget_id);
+      out = BudgetHold{false, std::move(**row)};
+      return {};
+    }
+    out.held = true;
+    out.budget = budget_row(*held);
+    Params h;
+    h.bind(1, hold_id).bind(2, budget_id).bind(3, node_).bind(4, amount).bind(5, now_unix_ms());
+    if (auto ins = c.run("INSERT INTO budget_holds(id, budget_id, node, amount_micros, created_at_ms) "
+                         "VALUES ($1, $2, $3, $4, $5)",
+                         h, "saving budget hold " + hold_id);
+        !ins)
+      return fail(ins.error());
     return {};
   });
+  if (!r) return fail(r.error());
+  return out;
+}
+
+Result<void> PgStore::settle_budget(const std::string& hold_id, const LedgerRow& row) {
+  return transaction([&](Conn& c) -> Result<void> {
+    Params p;
+    p.bind(1, hold_id);
+    auto gone = c.run("DELETE FROM budget_holds WHERE id = $1 RETURNING amount_micros", p, "ending budget hold " + hold_id);
+    if (!gone) return fail(gone.error());
+    // No row: released already (this node was marked down meanwhile); the cost still counts.
+    return charge_call(c, row, gone->rows() > 0 ? gone->i64(0, 0) : 0);
+  });
+}
+
+// ---- nodes ----
+
+Result<void> PgStore::register_node(const NodeRecord& n) {
+  return transaction([&](Conn& c) -> Result<void> {
+    Params p;
+    p.bind(1, n.id).bind(2, n.url).bind(3, n.max_sandboxes).bind(4, n.memory_mib).bind(5, n.vcpu);
+    p.bind(6, nlohmann::json(n.warm).dump()).bind(7, n.sandboxes).bind(8, n.used_memory_mib).bind(9, n.used_vcpu);
+    const std::string now = kDbNowMs;
+    // A draining node that restarts stays draining: the operator's word outlives the process.
+    if (auto r = c.run("INSERT INTO nodes(id, url, state, started_ms, heartbeat_ms, max_sandboxes, memory_mib, vcpu, "
+                       "warm, sandboxes, used_memory_mib, used_vcpu) VALUES ($1, $2, 'ready', " + now + ", " + now +
+                       ", $3, $4, $5, $6, $7, $8, $9) "
+                       "ON CONFLICT (id) DO UPDATE SET url = EXCLUDED.url, started_ms = EXCLUDED.started_ms, "
+                       "heartbeat_ms = EXCLUDED.heartbeat_ms, max_sandboxes = EXCLUDED.max_sandboxes, "
+                       "memory_mib = EXCLUDED.memory_mib, vcpu = EXCLUDED.vcpu, warm = EXCLUDED.warm, "
+                       "sandboxes = EXCLUDED.sandboxes, used_memory_mib = EXCLUDED.used_memory_mib, "
+                       "used_vcpu = EXCLUDED.used_vcpu, "
+                       "state = CASE WHEN nodes.state = 'draining' THEN 'draining' ELSE 'ready' END",
+                       p, "registering node " + n.id);
+        !r)
+      return fail(r.error());
+    // What its previous process held died with it.
+    if (auto r = release_holds(c, n.id); !r) return r;
+    return release_claims(c, n.id);
+  });
+}
+
+Result<std::string> PgStore::heartbeat(const NodeRecord& n) {
+  std::string state = "missing";
+  auto r = with_conn([&](Conn& c) -> Result<void> {
+    Params p;
+    p.bind(1, n.id).bind(2, n.sandboxes).bind(3, n.used_memory_mib).bind(4, n.used_vcpu);
+    p.bind(5, nlohmann::json(n.warm).dump());
+    // A node marked down stays down (its sandboxes are failed): it learns it here.
+    auto res = c.run(std::string("UPDATE nodes SET heartbeat_ms = CASE WHEN state = 'down' THEN heartbeat_ms ELSE ") +
+                         kDbNowMs + " END, sandboxes = $2, used_memory_mib = $3, used_vcpu = $4, warm = $5 "
+                         "WHERE id = $1 RETURNING state",
+                     p, "a heartbeat of node " + n.id);
+    if (!res) return fail(res.error());
+    if (res->rows() > 0) state = res->text(0, 0);
+    return {};
+  });
+  if (!r) return fail(r.error());
+  return state;
+}
+
+Result<std::vector<std::string>> PgStore::mark_silent_nodes_down(int64_t silence_ms) {
+  std::vector<std::string> marked;
+  auto r = transaction([&](Conn& c) -> Result<void> {
+    marked.clear();
+    Params p;
+    p.bind(1, silence_ms);
+    auto down = c.run(std::string("UPDATE nodes SET state = 'down' WHERE state <> 'down' AND heartbeat_ms < ") + kDbNowMs +
+                          " - $1 RETURNING id, heartbeat_ms",
+                      p, "marking silent nodes down");
+    if (!down) return fail(down.error());
+    for (int i = 0; i < down->rows(); ++i) {
+      const std::string id = down->text(i, 0);
+      const int64_t last = down->i64(i, 1);
+      // Its sandboxes end as failed at its last heartbeat, the last moment known to have run
+      // them: their usage is final there (a pause in progress ends there too).
+      Params s;
+      s.bind(1, id).bind(2, last).bind(3, "its node " + id + " stopped answering (no heartbeat for " +
+                                               std::to_string(silence_ms / 1000) + " s)");
+      if (auto f = c.run("UPDATE sandboxes SET state = 'failed', stop_reason = 'failed', stopped_ms = $2, "
+                         "stop_message = $3, paused_total_ms = paused_total_ms + CASE WHEN paused_since_ms IS NULL "
+                         "THEN 0 ELSE GREATEST(0, $2 - paused_since_ms) END, paused_since_ms = NULL "
+                         "WHERE node_id = $1 AND state NOT IN ('stopped', 'failed')",
+                         s, "failing the sandboxes of node " + id);
+          !f)
+        return fail(f.error());
+      if (auto h = release_holds(c, id); !h) return h;
+      if (auto q = release_claims(c, id); !q) return q;
+      marked.push_back(id);
+    }
+    return {};
+  });
+  if (!r) return fail(r.error());
+  return marked;
+}
+
+Result<std::vector<NodeRecord>> PgStore::list_nodes() {
+  std::vector<NodeRecord> out;
+  auto r = with_conn([&](Conn& c) -> Result<void> {
+    auto res = c.run("SELECT id, url, state, started_ms, heartbeat_ms, max_sandboxes, memory_mib, vcpu, sandboxes, "
+                     "used_memory_mib, used_vcpu, warm FROM nodes ORDER BY id",
+                     "listing nodes");
+    if (!res) return fail(res.error());
+    for (int i = 0; i < res->rows(); ++i) {
+      NodeRecord n;
+      n.id = res->text(i, 0);
+      n.url = res->text(i, 1);
+      n.state = res->text(i, 2);
+      n.started_ms = res->i64(i, 3);
+      n.heartbeat_ms = res->i64(i, 4);
+      n.max_sandboxes = res->i64(i, 5);
+      n.memory_mib = res->i64(i, 6);
+      n.vcpu = res->i64(i, 7);
+      n.sandboxes = res->i64(i, 8);
+      n.used_memory_mib = res->i64(i, 9);
+      n.used_vcpu = res->i64(i, 10);
+      (void)parse_into(res->text(i, 11), n.warm);
+      out.push_back(std::move(n));
+    }
+    return {};
+  });
+  if (!r) return fail(r.error());
+  return out;
+}
+
+Result<bool> PgStore::set_node_state(const std::string& id, const std::string& state) {
+  if (state != "ready" && state != "draining")
+    return fail(ErrorCode::kInvalidRequest, "a node's state is set to ready or draining (\"" + state + "\" given)");
+  bool changed = false;
+  auto r = with_conn([&](Conn& c) -> Result<void> {
+    Params p;
+    p.bind(1, id).bind(2, state);
+    // A down node comes back only by starting again (its sandboxes were failed).
+    auto res = c.run("UPDATE nodes SET state = $2 WHERE id = $1 AND state <> 'down'", p, "setting the state of node " + id);
+    if (!res) return fail(res.error());
+    changed = res->affected() == 1;
+    return {};
+  });
+  if (!r) return fail(r.error());
+  return changed;
 }
 
 Result<std::vector<LedgerRow>> PgStore::ledger(const std::string& budget_id, int limit) {

@@ -71,6 +71,15 @@ class PgStore final : public Store {
   Result<bool> project_allows_infer(const std::string& project_id) override;
   Result<void> set_project_infer(const std::string& project_name, bool allowed) override;
   Result<void> idempotency_abort(const std::string& project_id, const std::string& key) override;
+  bool shared() const override { return true; }
+  std::string node() const override { return node_; }
+  Result<BudgetHold> reserve_budget(const std::string& budget_id, const std::string& hold_id, Micros amount) override;
+  Result<void> settle_budget(const std::string& hold_id, const LedgerRow& row) override;
+  Result<void> register_node(const NodeRecord& rec) override;
+  Result<std::string> heartbeat(const NodeRecord& load) override;
+  Result<std::vector<std::string>> mark_silent_nodes_down(int64_t silence_ms) override;
+  Result<std::vector<NodeRecord>> list_nodes() override;
+  Result<bool> set_node_state(const std::string& id, const std::string& state) override;
 
  private:
   PgStore(std::string url, int pool_size, std::string node);

@@ -115,6 +115,9 @@ struct SandboxRecord {
   std::string budget_id;    // the model grant's budget ("" without infer:run)
   std::string forked_from;  // the source of a fork ("" otherwise)
   std::string template_id;  // tpl_... of a template users built ("" for base and the others on disk)
+  /// The node that holds it, in a shared store (docs/cluster.md); "" in a single node's. The
+  /// store sets it from the node that saves the record, and reads it back.
+  std::string node_id;
 
   /// True once the sandbox is over (stopped or failed).
   bool ended() const { return state == State::kStopped || state == State::kFailed; }
@@ -140,6 +143,7 @@ struct SnapshotRecord {
   int64_t created_ms = 0;
   std::string rootfs, budget_id;
   std::string template_id;  // as SandboxRecord::template_id
+  std::string node_id;      // where its image was taken, in a shared store ("" in a single node's)
 };
 
 /// The record a release before typed columns kept as a JSON document (the sandbox object plus

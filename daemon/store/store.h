@@ -62,6 +62,27 @@ struct BudgetRow {
   std::string project_id;
   std::optional<Micros> cap_micros;
   Micros spent_micros = 0;
+  Micros reserved_micros = 0;  // held by calls in flight (kept in the store only when it is shared)
+};
+
+/// What holding budget for a call found: held or refused, and the budget as it stands after
+/// the hold (or as it stood when refused).
+struct BudgetHold {
+  bool held = false;
+  BudgetRow budget;
+};
+
+/// A node of a cluster, as the shared store keeps it (docs/cluster.md).
+struct NodeRecord {
+  std::string id;
+  std::string url;              // its internal listener (router and node-to-node traffic)
+  std::string state = "ready";  // ready, draining, down
+  int64_t started_ms = 0;
+  int64_t heartbeat_ms = 0;     // the store's clock, not the node's
+  // What it can hold, and what it holds now.
+  int64_t max_sandboxes = 0, memory_mib = 0, vcpu = 0;
+  int64_t sandboxes = 0, used_memory_mib = 0, used_vcpu = 0;
+  std::vector<std::string> warm;  // templates it has a warm pool or checkpoint of
 };
 
 /// One model call as charged (money in micro-dollars).
@@ -208,6 +229,35 @@ class Store : public SandboxStore, public TemplateStore {
   virtual Result<void> set_project_infer(const std::string& project_name, bool allowed) = 0;
   /// Releases a claimed key without a stored response (the request failed with a 5xx).
   virtual Result<void> idempotency_abort(const std::string& project_id, const std::string& key) = 0;
+
+  // ---- a shared store's (a cluster's, docs/cluster.md); a single node's has none of it ----
+
+  /// True for a store several nodes share: budgets are then held in it (reserve_budget), not
+  /// in one process's memory, and the calls below work.
+  virtual bool shared() const { return false; }
+  /// This process's node name in the store.
+  virtual std::string node() const { return ""; }
+  /// Holds `amount` of `budget_id` for call `hold_id`, in one conditional UPDATE: refused
+  /// (held false, nothing held) when spent + held + amount would pass the cap, whichever node's
+  /// calls hold the rest. kInternal when there is no such budget.
+  virtual Result<BudgetHold> reserve_budget(const std::string& budget_id, const std::string& hold_id, Micros amount);
+  /// Ends hold `hold_id`: its amount is released, `row.cost_micros` charged and the ledger row
+  /// written, in one transaction. A hold already released (its node was marked down meanwhile)
+  /// still charges the cost.
+  virtual Result<void> settle_budget(const std::string& hold_id, const LedgerRow& row);
+  /// Registers this node (ready; a draining one stays draining) and releases what its previous
+  /// process held: budget holds and idempotency claims.
+  virtual Result<void> register_node(const NodeRecord& rec);
+  /// Notes that this node is alive with `load` (its sandboxes, memory and vCPUs in use, warm
+  /// templates); returns its state as the store has it ("down" when another node marked it).
+  virtual Result<std::string> heartbeat(const NodeRecord& load);
+  /// Marks down every node silent for `silence_ms` (each by one conditional UPDATE, so one
+  /// caller does the work): their sandboxes become failed with their usage final, their budget
+  /// holds and idempotency claims are released. Returns the nodes it marked.
+  virtual Result<std::vector<std::string>> mark_silent_nodes_down(int64_t silence_ms);
+  virtual Result<std::vector<NodeRecord>> list_nodes();
+  /// Sets a node's state (ready or draining); false when no such node.
+  virtual Result<bool> set_node_state(const std::string& id, const std::string& state);
 };
 
 /// The store `spec` names: empty (a single node's default: DATA_DIR/b3os.db), `sqlite:PATH`, or

@@ -11,6 +11,8 @@
 #include <thread>
 
 #include "common/ids.h"
+#include "daemon/cluster/membership.h"
+#include "daemon/gateway/budget.h"
 #include "daemon/store/pg_store.h"
 
 namespace b3os::store {
@@ -512,6 +514,285 @@ TEST_P(PgStoreTest, AServerThatIsNotThereIsA503) {
   auto s = PgStore::open("host=/nonexistent-b3os-dir port=5432 user=postgres dbname=x connect_timeout=2", 2);
   ASSERT_FALSE(s);
   EXPECT_EQ(s.error().code, ErrorCode::kNodeUnavailable) << s.error().message;
+}
+
+// ---- several nodes on one store (docs/cluster.md) ----
+
+SandboxRecord running_sandbox(const std::string& id, int64_t started_ms = 1000) {
+  SandboxRecord r;
+  r.id = id;
+  r.project_id = "prj_a";
+  r.state = State::kRunning;
+  r.created_ms = r.started_ms = r.last_activity_ms = started_ms;
+  return r;
+}
+
+// Each node's records carry it: a node's start takes only its own sandboxes, sweeps only its
+// own snapshot images, and the router reads where each sandbox lives.
+TEST_P(PgStoreTest, RecordsCarryTheNodeThatSavedThem) {
+  auto b = another("node-b");
+  ASSERT_TRUE(b);
+  ASSERT_TRUE(store_->put_sandbox(running_sandbox("sbx_on_a")));
+  ASSERT_TRUE(b->put_sandbox(running_sandbox("sbx_on_b")));
+  auto mine = store_->active_sandboxes();
+  ASSERT_TRUE(mine);
+  ASSERT_EQ(mine->size(), 1u);
+  EXPECT_EQ((*mine)[0].id, "sbx_on_a");
+  auto theirs = b->active_sandboxes();
+  ASSERT_TRUE(theirs);
+  ASSERT_EQ(theirs->size(), 1u);
+  EXPECT_EQ((*theirs)[0].id, "sbx_on_b");
+  auto read = b->get_sandbox("prj_a", "sbx_on_a");
+  ASSERT_TRUE(read && *read);
+  EXPECT_EQ((*read)->node_id, "node");
+  auto listed = store_->list_sandboxes(SandboxQuery{"prj_a", std::nullopt, {}, std::nullopt, 20});
+  ASSERT_TRUE(listed);
+  EXPECT_EQ(listed->size(), 2u);
+
+  SnapshotRecord snap;
+  snap.id = "snp_on_b";
+  snap.project_id = "prj_a";
+  snap.rootfs = "/b";
+  ASSERT_TRUE(b->put_snapshot(snap));
+  EXPECT_TRUE(store_->snapshot_ids()->empty());
+  EXPECT_EQ(*b->snapshot_ids(), std::vector<std::string>{"snp_on_b"});
+  EXPECT_EQ((*store_->get_snapshot("prj_a", "snp_on_b"))->node_id, "node-b");
+}
+
+// An ended record is final: a node that saves it again (cut off while another node marked it
+// down) cannot bring it back to running.
+TEST_P(PgStoreTest, AnEndedRecordIsNotRevived) {
+  auto r = running_sandbox("sbx_final");
+  r.state = State::kFailed;
+  r.stop_reason = StopReason::kFailed;
+  r.stopped_ms = 2000;
+  ASSERT_TRUE(store_->put_sandbox(r));
+  auto late = running_sandbox("sbx_final");
+  ASSERT_TRUE(store_->put_sandbox(late));
+  EXPECT_EQ((*store_->get_sandbox("prj_a", "sbx_final"))->state, State::kFailed);
+}
+
+// The spend cap holds across nodes: 50 calls racing from three nodes for a cap that fits 7
+// hold exactly 7; settling charges the real cost and gives the rest back.
+TEST_P(PgStoreTest, HoldsFromThreeNodesNeverPassTheCap) {
+  auto b = another("node-b");
+  auto c = another("node-c");
+  ASSERT_TRUE(b && c);
+  ASSERT_TRUE(store_->ensure_budget("grt_race", "prj_a", Micros{700}));
+  Store* nodes[] = {store_.get(), b.get(), c.get()};
+  std::atomic<int> held{0}, refused{0}, errors{0};
+  std::vector<std::string> holds(50);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 50; ++i)
+    threads.emplace_back([&, i] {
+      holds[i] = "hld_" + std::to_string(i);
+      auto h = nodes[i % 3]->reserve_budget("grt_race", holds[i], Micros{100});
+      if (!h) ++errors;
+      else if (h->held) ++held;
+      else {
+        ++refused;
+        holds[i].clear();
+        // The budget as it stood: full.
+        if (h->budget.spent_micros + h->budget.reserved_micros + 100 <= 700) ++errors;
+      }
+    });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(errors.load(), 0);
+  EXPECT_EQ(held.load(), 7);
+  EXPECT_EQ(refused.load(), 43);
+  auto mid = store_->get_budget("grt_race");
+  EXPECT_EQ((*mid)->reserved_micros, 700);
+  for (int i = 0; i < 50; ++i) {
+    if (holds[i].empty()) continue;
+    LedgerRow row;
+    row.budget_id = "grt_race";
+    row.project_id = "prj_a";
+    row.model = "m";
+    row.cost_micros = 40;
+    row.reserved_micros = 100;
+    ASSERT_TRUE(nodes[i % 3]->settle_budget(holds[i], row));
+  }
+  auto end = store_->get_budget("grt_race");
+  EXPECT_EQ((*end)->spent_micros, 280);
+  EXPECT_EQ((*end)->reserved_micros, 0);
+  EXPECT_EQ(store_->ledger("grt_race", 100)->size(), 7u);
+  // A refused hold held nothing: the budget has room for 4 more of 100 now, not 5.
+  EXPECT_TRUE(b->reserve_budget("grt_race", "hld_more", Micros{400})->held);
+  EXPECT_FALSE(c->reserve_budget("grt_race", "hld_over", Micros{100})->held);
+}
+
+NodeRecord node_record(const std::string& id) {
+  NodeRecord n;
+  n.id = id;
+  n.url = "http://" + id + ":7071";
+  n.max_sandboxes = 10;
+  n.memory_mib = 4096;
+  n.vcpu = 2;
+  return n;
+}
+
+// A node silent past the limit is marked down by exactly one of those who look; its
+// sandboxes end failed at its last heartbeat, its holds and claims are released, and it learns
+// it at its next heartbeat. Its restart registers it ready again.
+TEST_P(PgStoreTest, ASilentNodeIsMarkedDownOnceAndLetsGo) {
+  auto b = another("node-b");
+  auto c = another("node-c");
+  ASSERT_TRUE(b && c);
+  ASSERT_TRUE(store_->register_node(node_record("node")));
+  ASSERT_TRUE(b->register_node(node_record("node-b")));
+  ASSERT_TRUE(c->register_node(node_record("node-c")));
+  auto paused = running_sandbox("sbx_paused_a");
+  paused.state = State::kPaused;
+  paused.paused_since_ms = 5000;
+  ASSERT_TRUE(store_->put_sandboxes({running_sandbox("sbx_run_a"), paused}));
+  ASSERT_TRUE(b->put_sandbox(running_sandbox("sbx_run_b")));
+  ASSERT_TRUE(store_->ensure_budget("grt_n", "prj_a", Micros{1000}));
+  ASSERT_TRUE(store_->reserve_budget("grt_n", "hld_a", Micros{600})->held);
+  ASSERT_TRUE(b->reserve_budget("grt_n", "hld_b", Micros{300})->held);
+  using K = IdempotencyHit::Kind;
+  ASSERT_EQ(store_->idempotency_begin("p", "k-a", "key_a", "POST", "/x", "h")->kind, K::kNew);
+
+  // Nobody is silent yet.
+  EXPECT_TRUE(b->mark_silent_nodes_down(10000)->empty());
+  // "node" stopped 20 s ago (its last heartbeat moved back), at a time after the pause began.
+  ASSERT_TRUE(pg_admin_exec(pg_base_ + " dbname=" + pg_db_,
+                            "UPDATE nodes SET heartbeat_ms = 9000 WHERE id = 'node'"));
+  std::vector<std::string> seen_b, seen_c;
+  std::thread tb([&] { seen_b = *b->mark_silent_nodes_down(10000); });
+  std::thread tc([&] { seen_c = *c->mark_silent_nodes_down(10000); });
+  tb.join();
+  tc.join();
+  EXPECT_EQ(seen_b.size() + seen_c.size(), 1u);
+  EXPECT_EQ(seen_b.empty() ? seen_c : seen_b, std::vector<std::string>{"node"});
+
+  auto run = *b->get_sandbox("prj_a", "sbx_run_a");
+  EXPECT_EQ(run->state, State::kFailed);
+  EXPECT_EQ(run->stop_reason, StopReason::kFailed);
+  EXPECT_EQ(run->stopped_ms, 9000);
+  EXPECT_NE(run->stop_message.find("node"), std::string::npos) << run->stop_message;
+  auto was_paused = *b->get_sandbox("prj_a", "sbx_paused_a");
+  EXPECT_EQ(was_paused->state, State::kFailed);
+  EXPECT_EQ(was_paused->paused_total_ms, 4000);
+  EXPECT_FALSE(was_paused->paused_since_ms);
+  EXPECT_EQ((*b->get_sandbox("prj_a", "sbx_run_b"))->state, State::kRunning);
+  // Its hold is released; node-b's stays.
+  EXPECT_EQ((*b->get_budget("grt_n"))->reserved_micros, 300);
+  // Its claim is released: a retry through another router runs.
+  EXPECT_EQ(b->idempotency_begin("p", "k-a", "key_a", "POST", "/x", "h")->kind, K::kNew);
+  // Its late settle still charges what the call cost, and releases nothing twice.
+  LedgerRow row;
+  row.budget_id = "grt_n";
+  row.project_id = "prj_a";
+  row.model = "m";
+  row.cost_micros = 50;
+  ASSERT_TRUE(store_->settle_budget("hld_a", row));
+  EXPECT_EQ((*b->get_budget("grt_n"))->reserved_micros, 300);
+  EXPECT_EQ((*b->get_budget("grt_n"))->spent_micros, 50);
+
+  // It learns it, and stays down until it starts again.
+  EXPECT_EQ(*store_->heartbeat(node_record("node")), "down");
+  EXPECT_EQ(*store_->heartbeat(node_record("node")), "down");
+  EXPECT_FALSE(*b->set_node_state("node", "ready"));
+  ASSERT_TRUE(store_->register_node(node_record("node")));
+  EXPECT_EQ(*store_->heartbeat(node_record("node")), "ready");
+  EXPECT_TRUE(store_->active_sandboxes()->empty());
+}
+
+// Draining is the operator's word: a restart keeps it; the list shows each node's load.
+TEST_P(PgStoreTest, DrainingSurvivesARestartAndNodesAreListed) {
+  ASSERT_TRUE(store_->register_node(node_record("node")));
+  EXPECT_TRUE(*store_->set_node_state("node", "draining"));
+  EXPECT_FALSE(*store_->set_node_state("nobody", "draining"));
+  EXPECT_FALSE(store_->set_node_state("node", "down"));
+  ASSERT_TRUE(store_->register_node(node_record("node")));
+  auto load = node_record("node");
+  load.sandboxes = 3;
+  load.used_memory_mib = 1536;
+  load.warm = {"base"};
+  EXPECT_EQ(*store_->heartbeat(load), "draining");
+  auto nodes = store_->list_nodes();
+  ASSERT_TRUE(nodes);
+  ASSERT_EQ(nodes->size(), 1u);
+  EXPECT_EQ((*nodes)[0].state, "draining");
+  EXPECT_EQ((*nodes)[0].sandboxes, 3);
+  EXPECT_EQ((*nodes)[0].used_memory_mib, 1536);
+  EXPECT_EQ((*nodes)[0].warm, std::vector<std::string>{"base"});
+  EXPECT_EQ((*nodes)[0].url, "http://node:7071");
+  EXPECT_GT((*nodes)[0].heartbeat_ms, 0);
+}
+
+// The gateway's budgets on a shared store hold in it: what one process holds, another's
+// admission sees, and the refusal names the cap as on a single node.
+TEST_P(PgStoreTest, GatewayBudgetsHoldInTheSharedStore) {
+  auto b = another("node-b");
+  ASSERT_TRUE(b);
+  ASSERT_TRUE(store_->ensure_budget("grt_gw", "prj_a", Micros{1'000'000}));
+  gateway::Budgets here(*store_), there(*b);
+  auto r1 = here.reserve("grt_gw", Micros{700'000});
+  ASSERT_TRUE(r1) << r1.error().message;
+  EXPECT_FALSE(r1->hold_id.empty());
+  EXPECT_EQ(there.look("grt_gw")->reserved_micros, 700'000);
+  auto r2 = there.reserve("grt_gw", Micros{400'000});
+  ASSERT_FALSE(r2);
+  EXPECT_EQ(r2.error().code, ErrorCode::kPaymentRequired);
+  EXPECT_NE(r2.error().message.find("spend cap $1.00 reached"), std::string::npos) << r2.error().message;
+  EXPECT_NE(r2.error().message.find("held by calls in flight"), std::string::npos) << r2.error().message;
+  LedgerRow row;
+  row.project_id = "prj_a";
+  row.model = "m";
+  row.cost_micros = 100'000;
+  here.settle(*r1, row);
+  here.settle(*r1, row);  // a second settle does nothing
+  auto after = there.look("grt_gw");
+  EXPECT_EQ(after->spent_micros, 100'000);
+  EXPECT_EQ(after->reserved_micros, 0);
+  EXPECT_TRUE(there.reserve("grt_gw", Micros{400'000}));
+}
+
+// A node's membership: it registers with its load; a peer's tick marks it down once it is
+// silent; its own next tick learns it and calls on_down once.
+TEST_P(PgStoreTest, MembershipRegistersBeatsAndLearnsItWasMarkedDown) {
+  auto b = another("node-b");
+  ASSERT_TRUE(b);
+  std::atomic<int> downs{0};
+  auto load = [] {
+    NodeRecord n;
+    n.max_sandboxes = 5;
+    n.sandboxes = 2;
+    return n;
+  };
+  cluster::Membership mine(*store_, {"http://127.0.0.1:7071", 60'000, 10'000}, load, [&] { ++downs; });
+  cluster::Membership peer(*b, {"http://127.0.0.1:7072", 60'000, 10'000}, load, [] {});
+  ASSERT_TRUE(mine.start());
+  ASSERT_TRUE(peer.start());
+  auto nodes = *store_->list_nodes();
+  ASSERT_EQ(nodes.size(), 2u);
+  EXPECT_EQ(nodes[0].id, "node");
+  EXPECT_EQ(nodes[0].url, "http://127.0.0.1:7071");
+  EXPECT_EQ(nodes[0].sandboxes, 2);
+  mine.tick();
+  peer.tick();
+  EXPECT_EQ(downs.load(), 0);
+  ASSERT_TRUE(pg_admin_exec(pg_base_ + " dbname=" + pg_db_, "UPDATE nodes SET heartbeat_ms = 1 WHERE id = 'node'"));
+  peer.tick();
+  EXPECT_EQ((*store_->list_nodes())[0].state, "down");
+  mine.tick();
+  mine.tick();
+  EXPECT_EQ(downs.load(), 1);
+}
+
+// Without a shared store membership does nothing (a single node).
+TEST_P(SqliteStoreTest, MembershipIsANoOpOnOneNode) {
+  cluster::Membership m(*store_, {}, nullptr, nullptr);
+  EXPECT_TRUE(m.start());
+}
+
+// A single node's store has no cluster, and says so.
+TEST_P(SqliteStoreTest, HasNoClusterAndSaysSo) {
+  EXPECT_FALSE(store_->shared());
+  auto r = store_->list_nodes();
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, ErrorCode::kNotImplemented);
 }
 
 }  // namespace

@@ -1,0 +1,61 @@
+#pragma once
+// Membership: this node's place in a cluster (docs/cluster.md). With a shared store it
+// registers the node, heartbeats every 2 s with its load, and marks down any node silent for
+// 10 s (the store does it in one transaction: one caller wins, the node's sandboxes become
+// failed, its budget holds and idempotency claims are released). When the store says this
+// node itself was marked down (it was cut off from the store for too long), its sandboxes are
+// failed already: it calls `on_down`, and b3osd exits so that its restart sweeps them.
+//
+// On a single node (SQLite) none of it runs.
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "common/result.h"
+#include "daemon/store/store.h"
+
+namespace b3os::cluster {
+
+struct MembershipConfig {
+  std::string url;  // where routers and other nodes reach this node
+  int64_t heartbeat_ms = 2000;
+  int64_t down_after_ms = 10000;
+};
+
+class Membership {
+ public:
+  /// `load` returns what the node holds now (its id and url are filled in here).
+  Membership(store::Store& store, MembershipConfig cfg, std::function<store::NodeRecord()> load,
+             std::function<void()> on_down);
+  ~Membership();
+  Membership(const Membership&) = delete;
+  Membership& operator=(const Membership&) = delete;
+
+  /// Registers the node (its previous process's holds and claims are released) and starts
+  /// the heartbeat. Fails when the store cannot be reached.
+  Result<void> start();
+  void stop();
+
+  /// One heartbeat and one sweep for silent nodes (the thread's step; tests call it).
+  void tick();
+
+ private:
+  store::NodeRecord record() const;
+
+  store::Store& store_;
+  const MembershipConfig cfg_;
+  std::function<store::NodeRecord()> load_;
+  std::function<void()> on_down_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;
+  std::atomic<bool> down_reported_{false};
+  std::thread thread_;
+};
+
+}  // namespace b3os::cluster
