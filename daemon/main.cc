@@ -33,6 +33,8 @@
 #include "daemon/sandbox/service.h"
 #include "daemon/logging.h"
 #include "daemon/cluster/membership.h"
+#include "daemon/cluster/signature.h"
+#include "common/clock.h"
 #include "daemon/store/store.h"
 #include "daemon/sys/process.h"
 
@@ -288,9 +290,16 @@ int main(int argc, char** argv) {
                  "(a cluster's shared store, docs/cluster.md; put a password in ~/.pgpass or PGPASSFILE, not here)")
       ->envname("B3OS_STORE");
   app.add_option("--node-id", node_id, "this node's name in a shared store (default: the host name)");
-  std::string cluster_url;
+  std::string cluster_url, cluster_listen, cluster_secret_file;
+  app.add_option("--cluster-listen", cluster_listen,
+                 "with a shared store: HOST:PORT of the internal listener routers relay requests to, signed with "
+                 "the cluster secret (docs/cluster.md); empty: none")
+      ->envname("B3OS_CLUSTER_LISTEN");
+  app.add_option("--cluster-secret-file", cluster_secret_file,
+                 "the cluster secret the internal listener checks (at least 32 bytes, mode 0600)")
+      ->envname("B3OS_CLUSTER_SECRET_FILE");
   app.add_option("--cluster-url", cluster_url,
-                 "with a shared store: the URL routers and other nodes reach this node at (docs/cluster.md)")
+                 "the URL routers reach the internal listener at (default: http://HOST:PORT of --cluster-listen)")
       ->envname("B3OS_CLUSTER_URL");
   app.add_option("--run-dir", cfg.run_dir, "per-sandbox runtime files")->capture_default_str();
   app.add_option("--templates-dir", cfg.templates_dir_override, "template root filesystems (default: DATA_DIR/templates)");
@@ -712,6 +721,52 @@ int main(int argc, char** argv) {
   if (auto r = server.listen(); !r) {
     std::cerr << "b3osd: " << r.error().message << "\n";
     return 1;
+  }
+  // The internal listener of a cluster node: the same API, for requests a router signed with
+  // the cluster secret (daemon/cluster/signature.h); anything unsigned is refused before the
+  // API sees it.
+  std::unique_ptr<http::Server> cluster_server;
+  std::string cluster_secret;
+  if (!cluster_listen.empty()) {
+    if (!(*store)->shared()) {
+      std::cerr << "b3osd: --cluster-listen needs a shared store (--store postgres://...)\n";
+      return 2;
+    }
+    auto secret = cluster::read_cluster_secret(cluster_secret_file);
+    if (cluster_secret_file.empty() || !secret) {
+      std::cerr << "b3osd: --cluster-listen needs --cluster-secret-file"
+                << (cluster_secret_file.empty() ? std::string() : ": " + secret.error().message) << "\n";
+      return 2;
+    }
+    cluster_secret = *secret;
+    const size_t colon = cluster_listen.rfind(':');
+    int cport = 0;
+    if (colon == std::string::npos || colon == 0 || !CLI::detail::lexical_cast(cluster_listen.substr(colon + 1), cport) ||
+        cport < 0 || cport > 65535) {
+      std::cerr << "b3osd: --cluster-listen " << cluster_listen << ": not HOST:PORT\n";
+      return 2;
+    }
+    http::Config ccfg = http_cfg;
+    ccfg.name = "cluster";
+    cluster_server = std::make_unique<http::Server>(
+        cluster_listen.substr(0, colon), cport, ccfg, [&api, &cluster_secret](http::Exchange& ex) {
+          if (auto v = cluster::verify_request(cluster_secret, ex.method(), ex.target(), ex.header(cluster::kTimeHeader),
+                                               ex.header(cluster::kSignatureHeader), ex.header("Authorization"),
+                                               now_unix_ms());
+              !v) {
+            auto r = api::error_reply(v.error());
+            ex.respond(r.status, "application/json", api::dump_json(r.body), r.headers);
+            return;
+          }
+          api.handle(ex);
+        });
+    if (auto r = cluster_server->listen(); !r) {
+      std::cerr << "b3osd: --cluster-listen: " << r.error().message << "\n";
+      return 1;
+    }
+    if (cluster_url.empty())
+      cluster_url = "http://" + cluster_listen.substr(0, colon) + ":" + std::to_string(cluster_server->port());
+    std::thread([&] { cluster_server->run(); }).detach();
   }
   // GET /metrics on a listener of its own, without auth (docs/operations.md, "Metrics").
   register_node_metrics(sandboxes, gw);

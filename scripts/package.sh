@@ -39,7 +39,7 @@ if [ -z "${B3OS_PKG_VERSION:-}" ] && [ "$logged" != "$version" ]; then
 fi
 pkg_version=${B3OS_PKG_VERSION:-$version}
 
-bins=(b3osd b3os b3os-agent b3os-shim)
+bins=(b3osd b3os b3os-agent b3os-shim b3os-router)
 for b in "${bins[@]}"; do
   if [ ! -x "build/bin/$b" ]; then
     echo "package: build/bin/$b is missing: running scripts/build.sh"

@@ -108,6 +108,10 @@ step "end to end: operations (configuration file, JSON logs and request ids, /me
 B3OS_BIN=$root/build/bin ./tests/e2e/operations.sh
 record operations $?
 
+step "cluster: Postgres 15, three b3osd nodes and two b3os-routers on this machine (placement, routing, signed internal ports, idempotency and caps across nodes, a node and a router killed)"
+B3OS_BIN=$root/build/bin ./tests/cluster/cluster.sh
+record cluster $?
+
 step "end to end: the Debian package (lintian, systemd-analyze verify, apt install and purge in a fresh Debian 12 root)"
 ./tests/e2e/package.sh
 record package $?

@@ -223,6 +223,7 @@ Result<void> relay(Exchange& ex, tcp::socket& sock, beast::flat_buffer& buf, bh:
     req.insert(f.name_string(), f.value());
   }
   if (!opts.cookie.empty()) req.set(bh::field::cookie, opts.cookie);
+  for (const auto& [k, v] : opts.request_headers) req.set(k, v);
   if (upgrade) {
     req.set(bh::field::connection, "Upgrade");
     req.set(bh::field::upgrade, in[bh::field::upgrade]);
@@ -230,11 +231,14 @@ Result<void> relay(Exchange& ex, tcp::socket& sock, beast::flat_buffer& buf, bh:
     // One connection inside per request: the app may close once it answered.
     req.set(bh::field::connection, "close");
   }
-  const bool body = ex.has_body();
-  if (parser.chunked())
+  const bool body = opts.body ? !opts.body->empty() : ex.has_body();
+  if (opts.body) {
+    if (body) req.content_length(opts.body->size());
+  } else if (parser.chunked()) {
     req.chunked(true);
-  else if (auto len = parser.content_length(); len && *len > 0)
+  } else if (auto len = parser.content_length(); len && *len > 0) {
     req.content_length(*len);
+  }
   req.body().data = nullptr;
   req.body().more = body;
   UpWriter w{up, opts.idle_timeout, {}};
@@ -242,7 +246,14 @@ Result<void> relay(Exchange& ex, tcp::socket& sock, beast::flat_buffer& buf, bh:
   beast::error_code ec;
   bh::write_header(w, rs, ec);
   if (ec) return fail(w.error.value_or(Error{ErrorCode::kUpstreamError, "sending the request: " + ec.message(), 0}));
-  if (body) {
+  if (body && opts.body) {
+    req.body().data = const_cast<char*>(opts.body->data());  // only read: buffer_body takes void*
+    req.body().size = opts.body->size();
+    req.body().more = false;
+    bh::write(w, rs, ec);
+    if (ec == bh::error::need_buffer) ec = {};
+    if (ec) return fail(w.error.value_or(Error{ErrorCode::kUpstreamError, "sending the request body: " + ec.message(), 0}));
+  } else if (body) {
     char chunk[kChunk];
     for (;;) {
       auto n = ex.read_chunk(chunk, sizeof chunk, ~uint64_t{0});

@@ -69,7 +69,16 @@ struct ProxyOptions {
   std::function<bool(std::string_view, std::string_view)> drop_response_header;
   /// No byte either way for this long ends a response or an upgraded connection.
   std::chrono::milliseconds idle_timeout{60'000};
+  /// Headers set on the request sent (replacing the client's of the same name).
+  Headers request_headers;
+  /// The request body to send instead of reading the client's (a caller that read it whole
+  /// to decide where the request goes); sent with its length.
+  std::optional<std::string> body;
 };
+
+/// A TCP connection to host:port as an Upstream (the router's connection to a node). Fails
+/// with kNodeUnavailable when nothing accepts it within `timeout`.
+Result<std::unique_ptr<Upstream>> connect_tcp(const std::string& host, int port, std::chrono::milliseconds timeout);
 
 /// One request and its response on a connection.
 class Exchange {

@@ -1,0 +1,35 @@
+#pragma once
+// Requests inside a cluster (router to node, node to node) carry a signature made with the
+// cluster secret: HMAC-SHA256 over a version tag, the method, the request target, the time
+// and the SHA-256 of the Authorization header. A node's internal listener serves only signed
+// requests that are fresh (within 30 s of its clock), so nothing without the secret (a
+// sandbox, anything else on the network) can use that port; the API key still authorizes the
+// request itself, as on the public port. docs/cluster.md.
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "common/result.h"
+
+namespace b3os::cluster {
+
+inline constexpr std::string_view kTimeHeader = "X-B3os-Cluster-Time";
+inline constexpr std::string_view kSignatureHeader = "X-B3os-Cluster-Signature";
+inline constexpr int64_t kMaxSkewMs = 30'000;
+
+/// The signature (lowercase hex) of a request made at `time_ms`.
+std::string sign_request(std::string_view secret, std::string_view method, std::string_view target, int64_t time_ms,
+                         std::string_view authorization);
+
+/// Checks a request's time and signature headers against `now_ms`, in constant time.
+/// kUnauthorized (naming what is wrong, never the expected value) otherwise.
+Result<void> verify_request(std::string_view secret, std::string_view method, std::string_view target,
+                            std::string_view time_header, std::string_view signature_header,
+                            std::string_view authorization, int64_t now_ms);
+
+/// Reads the cluster secret from `path`: at least 32 bytes once trailing whitespace is cut,
+/// and readable by its owner only (a secret others can read is refused, as ssh refuses a key).
+Result<std::string> read_cluster_secret(const std::string& path);
+
+}  // namespace b3os::cluster

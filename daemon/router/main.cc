@@ -1,0 +1,74 @@
+// b3os-router: the one endpoint of a cluster (docs/cluster.md). Stateless: several may run
+// behind a load balancer or a Kubernetes Service.
+
+#include <csignal>
+#include <iostream>
+#include <string>
+#include <thread>
+
+#include <CLI/CLI.hpp>
+#include <spdlog/spdlog.h>
+
+#include "daemon/cluster/signature.h"
+#include "daemon/http/server.h"
+#include "daemon/router/router.h"
+#include "daemon/store/store.h"
+
+using namespace b3os;
+
+int main(int argc, char** argv) {
+  CLI::App app{"b3os-router: one API endpoint for a cluster of b3osd nodes (docs/cluster.md)"};
+  std::string listen_host = "127.0.0.1", store_spec, secret_file, name, log_level = "info";
+  int port = 7080;
+  router::Config cfg;
+  http::Config http_cfg;
+  http_cfg.name = "router";
+  int64_t key_cache_ms = cfg.key_cache_ms;
+  app.add_option("--listen", listen_host, "address to listen on")->capture_default_str();
+  app.add_option("--port", port, "port to listen on")->capture_default_str();
+  app.add_option("--store", store_spec, "the cluster's shared store: a postgres:// URL")->envname("B3OS_STORE")->required();
+  app.add_option("--cluster-secret-file", secret_file, "the cluster secret (at least 32 bytes, mode 0600)")
+      ->envname("B3OS_CLUSTER_SECRET_FILE")
+      ->required();
+  app.add_option("--name", name, "this router's name in logs (default: the host name)");
+  app.add_option("--key-cache-ms", key_cache_ms, "how long a key found valid is trusted without asking the store")
+      ->capture_default_str();
+  app.add_option("--max-connections", http_cfg.max_connections, "open client connections")->capture_default_str();
+  app.add_option("--max-requests", http_cfg.max_requests, "requests relayed at once")->capture_default_str();
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error")->capture_default_str();
+  app.set_version_flag("--version", "b3os-router " B3OS_VERSION);
+  CLI11_PARSE(app, argc, argv);
+  spdlog::set_level(spdlog::level::from_str(log_level));
+  ::signal(SIGPIPE, SIG_IGN);
+
+  if (store_spec.rfind("postgres://", 0) != 0 && store_spec.rfind("postgresql://", 0) != 0) {
+    std::cerr << "b3os-router: --store must be the cluster's postgres:// URL\n";
+    return 2;
+  }
+  auto secret = cluster::read_cluster_secret(secret_file);
+  if (!secret) {
+    std::cerr << "b3os-router: " << secret.error().message << "\n";
+    return 2;
+  }
+  if (name.empty()) {
+    char host[256] = {};
+    ::gethostname(host, sizeof host - 1);
+    name = std::string("router-") + host;
+  }
+  auto store = store::open_store(store_spec, "", name, 16);
+  if (!store) {
+    std::cerr << "b3os-router: " << store.error().message << "\n";
+    return 1;
+  }
+  cfg.secret = *secret;
+  cfg.key_cache_ms = key_cache_ms;
+  router::Router router(cfg, **store);
+  http::Server server(listen_host, port, http_cfg, [&router](http::Exchange& ex) { router.handle(ex); });
+  if (auto r = server.listen(); !r) {
+    std::cerr << "b3os-router: " << r.error().message << "\n";
+    return 1;
+  }
+  std::cout << "b3os-router listening on http://" << listen_host << ":" << server.port() << std::endl;
+  server.run();
+  return 0;
+}

@@ -1,0 +1,299 @@
+#include "daemon/router/router.h"
+
+#include <algorithm>
+
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "common/clock.h"
+#include "daemon/cluster/signature.h"
+
+namespace b3os::router {
+
+namespace {
+
+std::vector<std::string_view> segments_of(std::string_view path) {
+  std::vector<std::string_view> out;
+  size_t i = 0;
+  while (i < path.size()) {
+    if (path[i] == '/') {
+      ++i;
+      continue;
+    }
+    const size_t j = std::min(path.find('/', i), path.size());
+    out.push_back(path.substr(i, j - i));
+    i = j;
+  }
+  return out;
+}
+
+bool starts_with_ci(std::string_view s, std::string_view prefix) {
+  if (s.size() < prefix.size()) return false;
+  for (size_t i = 0; i < prefix.size(); ++i)
+    if (std::tolower(static_cast<unsigned char>(s[i])) != std::tolower(static_cast<unsigned char>(prefix[i]))) return false;
+  return true;
+}
+
+std::string error_body(const Error& e) {
+  nlohmann::json j = {{"error", {{"code", std::string(error_code_name(e.code))}, {"message", e.message}}}};
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+}  // namespace
+
+Result<NodeAddress> parse_node_url(const std::string& url) {
+  constexpr std::string_view kScheme = "http://";
+  if (url.rfind(kScheme, 0) != 0) return fail(ErrorCode::kInvalidRequest, "node URL \"" + url + "\": not http://HOST:PORT");
+  std::string_view rest = std::string_view(url).substr(kScheme.size());
+  if (auto slash = rest.find('/'); slash != std::string_view::npos) rest = rest.substr(0, slash);
+  NodeAddress a;
+  size_t colon;
+  if (!rest.empty() && rest.front() == '[') {
+    const size_t close = rest.find(']');
+    if (close == std::string_view::npos || close + 1 >= rest.size() || rest[close + 1] != ':')
+      return fail(ErrorCode::kInvalidRequest, "node URL \"" + url + "\": not http://[V6]:PORT");
+    a.host = std::string(rest.substr(1, close - 1));
+    colon = close + 1;
+  } else {
+    colon = rest.rfind(':');
+    if (colon == std::string_view::npos || colon == 0)
+      return fail(ErrorCode::kInvalidRequest, "node URL \"" + url + "\": no port");
+    a.host = std::string(rest.substr(0, colon));
+  }
+  const std::string_view port = rest.substr(colon + 1);
+  if (port.empty() || port.size() > 5 || !std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    return fail(ErrorCode::kInvalidRequest, "node URL \"" + url + "\": bad port");
+  a.port = std::stoi(std::string(port));
+  if (a.port < 1 || a.port > 65535) return fail(ErrorCode::kInvalidRequest, "node URL \"" + url + "\": bad port");
+  return a;
+}
+
+Router::Router(Config cfg, store::Store& store) : cfg_(std::move(cfg)), store_(store) {}
+
+void Router::send_error(http::Exchange& ex, const Error& e) {
+  http::Headers h;
+  if (e.code == ErrorCode::kUnauthorized) h.emplace_back("WWW-Authenticate", "Bearer");
+  const int status = error_http_status(e.code);
+  if (status == 503 || status == 429) h.emplace_back("Retry-After", "1");
+  ex.respond(status, "application/json", error_body(e), h);
+}
+
+Result<store::ApiKeyRecord> Router::authenticate(http::Exchange& ex) {
+  // The same checks and words as a node's (daemon/api/api.cc): the router answers what a
+  // node would, without a trip to one.
+  std::string_view auth = ex.header("Authorization");
+  if (auth.empty()) return fail(ErrorCode::kUnauthorized, "missing Authorization header; send \"Authorization: Bearer b3os_sk_...\"");
+  if (!starts_with_ci(auth, "Bearer ")) return fail(ErrorCode::kUnauthorized, "the Authorization header must be \"Bearer <API key>\"");
+  std::string_view key = auth.substr(7);
+  while (!key.empty() && key.front() == ' ') key.remove_prefix(1);
+  if (key.rfind("b3os_sk_", 0) != 0 || key.size() > 200)
+    return fail(ErrorCode::kUnauthorized, "malformed API key; keys look like b3os_sk_...");
+  const std::string hash = store::sha256_hex(key);
+  const int64_t now = steady_ms();
+  {
+    std::lock_guard lk(mu_);
+    if (auto it = keys_.find(hash); it != keys_.end() && it->second.until_ms > now) return it->second.rec;
+  }
+  auto rec = store_.find_api_key(key);
+  if (!rec) return fail(rec.error());
+  if (!*rec) return fail(ErrorCode::kUnauthorized, "unknown or revoked API key");
+  std::lock_guard lk(mu_);
+  if (keys_.size() >= 100'000) keys_.clear();  // bounded: keys in use come back at their next request
+  keys_[hash] = CachedKey{**rec, now + cfg_.key_cache_ms};
+  return **rec;
+}
+
+Result<std::vector<store::NodeRecord>> Router::nodes() {
+  const int64_t now = steady_ms();
+  {
+    std::lock_guard lk(mu_);
+    if (nodes_at_ms_ >= 0 && now - nodes_at_ms_ < cfg_.nodes_cache_ms) return nodes_;
+  }
+  auto all = store_.list_nodes();
+  if (!all) return fail(all.error());
+  std::lock_guard lk(mu_);
+  nodes_ = *all;
+  nodes_at_ms_ = now;
+  return nodes_;
+}
+
+std::optional<store::NodeRecord> Router::live_node(const std::vector<store::NodeRecord>& all, const std::string& node_id) {
+  for (const auto& n : all)
+    if (n.id == node_id && n.state != "down") return n;
+  return std::nullopt;
+}
+
+std::optional<store::NodeRecord> Router::least_loaded(const std::vector<store::NodeRecord>& all,
+                                                      const std::vector<std::string>& skip, bool draining_ok,
+                                                      int memory_mib, const std::string& tpl) {
+  std::lock_guard lk(mu_);
+  const int64_t now = steady_ms();
+  // What this router sent a node that its load may not show yet: creates in flight, and
+  // those placed within a heartbeat and a cache refresh.
+  auto pending = [&](const std::string& id) {
+    int64_t p = 0;
+    if (auto it = creating_.find(id); it != creating_.end()) p += it->second;
+    if (auto it = placed_.find(id); it != placed_.end()) {
+      auto& v = it->second;
+      v.erase(std::remove_if(v.begin(), v.end(), [&](int64_t t) { return now - t > 2'000 + cfg_.nodes_cache_ms; }),
+              v.end());
+      p += static_cast<int64_t>(v.size());
+    }
+    return p;
+  };
+  const store::NodeRecord* best = nullptr;
+  std::pair<int, int64_t> best_score;
+  const size_t start = turn_++;
+  for (size_t k = 0; k < all.size(); ++k) {
+    const auto& n = all[(start + k) % all.size()];  // equal scores: a different node each time
+    if (std::find(skip.begin(), skip.end(), n.id) != skip.end()) continue;
+    if (n.state != "ready" && !(draining_ok && n.state == "draining")) continue;
+    const int64_t load = n.sandboxes + pending(n.id);
+    if (memory_mib > 0) {  // a create: room for it
+      if (n.max_sandboxes > 0 && load >= n.max_sandboxes) continue;
+      if (n.memory_mib > 0 && n.used_memory_mib + memory_mib > n.memory_mib) continue;
+    }
+    // A warm pool or a checkpoint of the template first, then the fewest sandboxes.
+    const bool warm = !tpl.empty() && std::find(n.warm.begin(), n.warm.end(), tpl) != n.warm.end();
+    const std::pair<int, int64_t> score{warm ? 0 : 1, load};
+    if (best == nullptr || score < best_score) {
+      best = &n;
+      best_score = score;
+    }
+  }
+  if (best == nullptr) return std::nullopt;
+  if (memory_mib > 0) placed_[best->id].push_back(now);
+  return *best;
+}
+
+bool Router::forward(http::Exchange& ex, const store::NodeRecord& node, const std::optional<std::string>& body,
+                     std::string* error) {
+  auto addr = parse_node_url(node.url);
+  if (!addr) {
+    *error = "node " + node.id + ": " + addr.error().message;
+    return false;
+  }
+  auto up = http::connect_tcp(addr->host, addr->port, cfg_.connect_timeout);
+  if (!up) {
+    *error = "node " + node.id + ": " + up.error().message;
+    return false;
+  }
+  const int64_t now = now_unix_ms();
+  http::ProxyOptions o;
+  o.target = std::string(ex.target());
+  o.cookie = std::string(ex.header("Cookie"));
+  o.idle_timeout = cfg_.idle_timeout;
+  o.request_headers = {
+      {std::string(cluster::kTimeHeader), std::to_string(now)},
+      {std::string(cluster::kSignatureHeader),
+       cluster::sign_request(cfg_.secret, ex.method(), ex.target(), now, ex.header("Authorization"))}};
+  o.body = body;
+  auto relayed = ex.proxy(**up, o);
+  if (!relayed && !ex.responded())
+    send_error(ex, {ErrorCode::kNodeUnavailable,
+                    "node " + node.id + " broke off the request: " + relayed.error().message + "; retry shortly", 0});
+  return true;
+}
+
+void Router::handle(http::Exchange& ex) {
+  const std::string_view target = ex.target();
+  const std::string_view path = target.substr(0, target.find('?'));
+  const auto segs = segments_of(path);
+  const std::string_view method = ex.method();
+
+  if (path == "/healthz" && method == "GET") {
+    auto all = nodes();
+    int ready = 0;
+    if (all)
+      for (const auto& n : *all) ready += n.state == "ready";
+    nlohmann::json j = {{"ok", all && ready > 0}, {"status", all ? (ready > 0 ? "ready" : "no_ready_node") : "no_store"},
+                        {"nodes_ready", ready}};
+    ex.respond(j["ok"].get<bool>() ? 200 : 503, "application/json", j.dump(), {});
+    return;
+  }
+  auto key = authenticate(ex);
+  if (!key) return send_error(ex, key.error());
+  if (segs.size() == 1 && segs[0] == "mcp")
+    return send_error(ex, {ErrorCode::kNotImplemented,
+                           "the MCP endpoint is not served through the router yet (docs/cluster.md): connect an MCP "
+                           "client to a node's /mcp",
+                           0});
+  auto all = nodes();
+  if (!all) return send_error(ex, all.error());
+
+  // Where the request goes: the node holding what the path names; else placement (a
+  // create) or the least loaded node (the rest: they read the shared store).
+  std::optional<store::NodeRecord> bound;
+  std::string bound_what;
+  const bool create = method == "POST" && segs.size() == 2 && segs[0] == "v1" && segs[1] == "sandboxes";
+  std::optional<std::string> body;
+  int memory_mib = 0;
+  std::string tpl;
+  auto bind_to = [&](const std::string& node_id, const std::string& what) {
+    bound_what = what;
+    bound = live_node(*all, node_id);  // a down node's sandboxes are failed: any node answers from the record
+  };
+  if (segs.size() >= 3 && segs[0] == "v1" && segs[1] == "sandboxes") {
+    auto rec = store_.get_sandbox(key->project_id, std::string(segs[2]));
+    if (!rec) return send_error(ex, rec.error());
+    if (*rec) bind_to((*rec)->node_id, "sandbox " + (*rec)->id);
+  } else if (segs.size() >= 3 && segs[0] == "v1" && segs[1] == "snapshots") {
+    auto rec = store_.get_snapshot(key->project_id, std::string(segs[2]));
+    if (!rec) return send_error(ex, rec.error());
+    if (*rec) bind_to((*rec)->node_id, "snapshot " + (*rec)->id);
+  } else if (create) {
+    memory_mib = 512;
+    if (ex.has_body()) {
+      auto raw = ex.read_body(cfg_.max_create_body);
+      if (!raw) return send_error(ex, raw.error());
+      body = std::move(*raw);
+      auto j = nlohmann::json::parse(*body, nullptr, false);  // a bad body goes on: the node says what is wrong
+      if (j.is_object()) {
+        if (auto m = j.find("memory_mib"); m != j.end() && m->is_number_integer()) memory_mib = std::max(1, m->get<int>());
+        if (auto t = j.find("template"); t != j.end() && t->is_string()) tpl = t->get<std::string>();
+        if (auto s = j.find("snapshot"); s != j.end() && s->is_string()) {
+          // Until snapshots move through object storage, a restore goes where the image is.
+          auto snap = store_.get_snapshot(key->project_id, s->get<std::string>());
+          if (!snap) return send_error(ex, snap.error());
+          if (*snap) bind_to((*snap)->node_id, "snapshot " + (*snap)->id);
+        }
+      }
+    } else {
+      body = std::string();
+    }
+  }
+
+  std::vector<std::string> tried;
+  std::string last_error;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    std::optional<store::NodeRecord> n = bound ? bound : least_loaded(*all, tried, !create, create ? memory_mib : 0, tpl);
+    if (!n) break;
+    if (create) {
+      std::lock_guard lk(mu_);
+      ++creating_[n->id];
+    }
+    std::string error;
+    const bool sent = forward(ex, *n, body, &error);
+    if (create) {
+      std::lock_guard lk(mu_);
+      if (--creating_[n->id] <= 0) creating_.erase(n->id);
+    }
+    if (sent) return;
+    spdlog::warn("router: {}", error);
+    last_error = error;
+    if (bound)
+      return send_error(ex, {ErrorCode::kNodeUnavailable,
+                             "the node holding " + bound_what + " is not answering (" + error + "); retry shortly", 0});
+    tried.push_back(n->id);  // nothing was read from the client yet: another node can take it
+  }
+  if (create)
+    return send_error(ex, {ErrorCode::kCapacityUnavailable,
+                           "no node can take this sandbox now (" + std::to_string(all->size()) + " nodes" +
+                               (last_error.empty() ? "; none ready with room" : "; " + last_error) + ")",
+                           0});
+  send_error(ex, {ErrorCode::kNodeUnavailable,
+                  "no node is ready" + (last_error.empty() ? std::string() : " (" + last_error + ")") + "; retry shortly",
+                  0});
+}
+
+}  // namespace b3os::router

@@ -1,0 +1,86 @@
+#pragma once
+// The router (b3os-router, docs/cluster.md): one endpoint for a cluster's clients. It
+// authenticates each request against the shared store, picks the node (the one holding the
+// sandbox or snapshot the path names; for a create, placement; for the rest, the least
+// loaded ready node), and relays the request to that node's internal listener signed with
+// the cluster secret, streaming bodies both ways (Exchange::proxy). It keeps no state a
+// restart would lose: its caches (keys, nodes, where sandboxes live) are short-lived copies
+// of the store.
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "common/result.h"
+#include "daemon/http/server.h"
+#include "daemon/store/store.h"
+
+namespace b3os::router {
+
+struct Config {
+  std::string secret;                                 // the cluster secret
+  std::chrono::milliseconds connect_timeout{2'000};   // to a node
+  /// A relayed response or upgraded connection with no byte either way for this long ends
+  /// (a command may run quietly for as long as its timeout allows).
+  std::chrono::milliseconds idle_timeout{3'700'000};
+  int64_t key_cache_ms = 5'000;   // a revoked key still passes the router this long (the node checks it too)
+  int64_t nodes_cache_ms = 1'000;
+  size_t max_create_body = 1u << 20;
+};
+
+/// Where a node's internal listener is.
+struct NodeAddress {
+  std::string host;
+  int port = 0;
+};
+/// Parses "http://HOST:PORT" (HOST may be [v6]); fails on anything else.
+Result<NodeAddress> parse_node_url(const std::string& url);
+
+class Router {
+ public:
+  Router(Config cfg, store::Store& store);
+  /// Handles one request (the http::Server handler).
+  void handle(http::Exchange& ex);
+
+ private:
+  struct Pick {
+    store::NodeRecord node;
+    std::string why;  // for errors
+  };
+  Result<store::ApiKeyRecord> authenticate(http::Exchange& ex);
+  /// The nodes as the store had them at most nodes_cache_ms ago.
+  Result<std::vector<store::NodeRecord>> nodes();
+  /// The node that holds `node_id` if it is up; else nullopt.
+  std::optional<store::NodeRecord> live_node(const std::vector<store::NodeRecord>& all, const std::string& node_id);
+  /// The least loaded ready node not in `skip` (draining ones too when `draining_ok`).
+  std::optional<store::NodeRecord> least_loaded(const std::vector<store::NodeRecord>& all,
+                                                const std::vector<std::string>& skip, bool draining_ok,
+                                                int memory_mib = 0, const std::string& tpl = "");
+  /// Relays to `node`; false (nothing sent to the client) when the node could not be reached.
+  bool forward(http::Exchange& ex, const store::NodeRecord& node, const std::optional<std::string>& body,
+               std::string* error);
+  void send_error(http::Exchange& ex, const Error& e);
+
+  const Config cfg_;
+  store::Store& store_;
+  std::mutex mu_;
+  std::vector<store::NodeRecord> nodes_;
+  int64_t nodes_at_ms_ = -1;
+  std::map<std::string, int> creating_;  // creates this router has in flight, per node
+  /// When this router placed its recent creates, per node: counted as load until the node's
+  /// heartbeats (every 2 s, read at most nodes_cache_ms late) can include them.
+  std::map<std::string, std::vector<int64_t>> placed_;
+  size_t turn_ = 0;  // ties go round
+  struct CachedKey {
+    store::ApiKeyRecord rec;
+    int64_t until_ms;
+  };
+  std::unordered_map<std::string, CachedKey> keys_;  // by the key's SHA-256
+};
+
+}  // namespace b3os::router
