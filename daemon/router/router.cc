@@ -195,6 +195,31 @@ bool Router::forward(http::Exchange& ex, const store::NodeRecord& node, const st
   return true;
 }
 
+Result<std::string> Router::node_holding(const std::string& project, const std::string& id, bool snapshot) {
+  const std::string key = (snapshot ? "s/" : "b/") + project + "/" + id;
+  const int64_t now = steady_ms();
+  {
+    std::lock_guard lk(mu_);
+    if (auto it = places_.find(key); it != places_.end() && it->second.until_ms > now) return it->second.node_id;
+  }
+  std::string node;
+  if (snapshot) {
+    auto rec = store_.get_snapshot(project, id);
+    if (!rec) return fail(rec.error());
+    if (!*rec) return std::string();
+    node = (*rec)->node_id;
+  } else {
+    auto rec = store_.get_sandbox(project, id);
+    if (!rec) return fail(rec.error());
+    if (!*rec) return std::string();
+    node = (*rec)->node_id;
+  }
+  std::lock_guard lk(mu_);
+  if (places_.size() >= 200'000) places_.clear();  // bounded; refilled as requests come
+  places_[key] = CachedPlace{node, now + 60'000};
+  return node;
+}
+
 void Router::handle(http::Exchange& ex) {
   const std::string_view target = ex.target();
   const std::string_view path = target.substr(0, target.find('?'));
@@ -233,14 +258,12 @@ void Router::handle(http::Exchange& ex) {
     bound_what = what;
     bound = live_node(*all, node_id);  // a down node's sandboxes are failed: any node answers from the record
   };
-  if (segs.size() >= 3 && segs[0] == "v1" && segs[1] == "sandboxes") {
-    auto rec = store_.get_sandbox(key->project_id, std::string(segs[2]));
-    if (!rec) return send_error(ex, rec.error());
-    if (*rec) bind_to((*rec)->node_id, "sandbox " + (*rec)->id);
-  } else if (segs.size() >= 3 && segs[0] == "v1" && segs[1] == "snapshots") {
-    auto rec = store_.get_snapshot(key->project_id, std::string(segs[2]));
-    if (!rec) return send_error(ex, rec.error());
-    if (*rec) bind_to((*rec)->node_id, "snapshot " + (*rec)->id);
+  if (segs.size() >= 3 && segs[0] == "v1" && (segs[1] == "sandboxes" || segs[1] == "snapshots")) {
+    const bool snap = segs[1] == "snapshots";
+    const std::string id(segs[2]);
+    auto node = node_holding(key->project_id, id, snap);
+    if (!node) return send_error(ex, node.error());
+    if (!node->empty()) bind_to(*node, (snap ? "snapshot " : "sandbox ") + id);
   } else if (create) {
     memory_mib = 512;
     if (ex.has_body()) {
@@ -253,9 +276,9 @@ void Router::handle(http::Exchange& ex) {
         if (auto t = j.find("template"); t != j.end() && t->is_string()) tpl = t->get<std::string>();
         if (auto s = j.find("snapshot"); s != j.end() && s->is_string()) {
           // Until snapshots move through object storage, a restore goes where the image is.
-          auto snap = store_.get_snapshot(key->project_id, s->get<std::string>());
-          if (!snap) return send_error(ex, snap.error());
-          if (*snap) bind_to((*snap)->node_id, "snapshot " + (*snap)->id);
+          auto node = node_holding(key->project_id, s->get<std::string>(), true);
+          if (!node) return send_error(ex, node.error());
+          if (!node->empty()) bind_to(*node, "snapshot " + s->get<std::string>());
         }
       }
     } else {

@@ -81,6 +81,17 @@ class Router {
     int64_t until_ms;
   };
   std::unordered_map<std::string, CachedKey> keys_;  // by the key's SHA-256
+  /// Which node holds a sandbox or snapshot ("PROJECT/ID" -> node id): it never changes while
+  /// the record lives, so a minute's copy saves a store round trip per request. Only found
+  /// records are kept (a new sandbox's id is looked up at once).
+  struct CachedPlace {
+    std::string node_id;
+    int64_t until_ms;
+  };
+  std::unordered_map<std::string, CachedPlace> places_;
+  /// The node holding `id` of `project` (`snapshot`: a snapshot's), "" when there is no such
+  /// record; from places_ or the store.
+  Result<std::string> node_holding(const std::string& project, const std::string& id, bool snapshot);
 };
 
 }  // namespace b3os::router

@@ -324,7 +324,7 @@ start_daemon() {
   done
   [ -n "$pid" ] || return 1
   for _ in $(seq 1 300); do
-    if curl -sf -o /dev/null "$URL/healthz"; then return 0; fi
+    if curl -sf -o /dev/null "http://127.0.0.1:$PORT/healthz"; then return 0; fi
     kill -0 "$pid" 2>/dev/null || return 1
     sleep 0.1
   done
@@ -362,6 +362,20 @@ start_private_daemon() {
   [[ $ADMIN == b3os_sk_* ]] || die "could not read the admin key"
   KEY=$ADMIN
   ALL_KEYS=("$ADMIN")
+  # B3OS_E2E_ROUTER=1: the suite's requests go through a b3os-router in front of this b3osd
+  # (tests/cluster/cluster.sh runs suites so: b3osd on the shared store B3OS_STORE with an
+  # internal listener, from B3OS_E2E_DAEMON_ARGS and B3OS_CLUSTER_SECRET_FILE).
+  if [ "${B3OS_E2E_ROUTER:-0}" = 1 ]; then
+    local rport
+    rport=$(free_port) || die "no free TCP port found"
+    "$B3OS_BIN/b3os-router" --port "$rport" --store "$B3OS_STORE" --cluster-secret-file "$B3OS_CLUSTER_SECRET_FILE" \
+      --name e2e-router >>"$T/router.log" 2>&1 </dev/null &
+    ROUTER_PID=$!
+    disown "$ROUTER_PID" 2>/dev/null || true
+    URL=http://127.0.0.1:$rport
+    eventually 10 curl -sf -o /dev/null "$URL/healthz" || die "b3os-router did not come up ($(tail -n 3 "$T/router.log"))"
+    info "through b3os-router on $URL (pid $ROUTER_PID) to b3osd on 127.0.0.1:$PORT"
+  fi
 }
 
 # finish_private_suite RC [--term-first]: the end of a suite with a private b3osd, for its EXIT
@@ -379,6 +393,7 @@ finish_private_suite() {
     fi
   fi
   cleanup_everything
+  [ -z "${ROUTER_PID:-}" ] || kill -KILL "$ROUTER_PID" 2>/dev/null || true
   if [ "$rc" != 0 ] || [ "$(count_results FAIL)" != 0 ]; then
     echo "# ---- last 40 lines of the b3osd log ($T/daemon.log) ----"
     tail -n 40 "$T/daemon.log" 2>/dev/null | sed 's/^/# /'

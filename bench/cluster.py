@@ -1,0 +1,234 @@
+#!/usr/bin/env python3
+"""The cluster's costs (docs/cluster.md), on one machine: a Postgres 15 of its own
+(tests/store/postgres.sh), b3osd nodes on it with internal listeners, and a b3os-router.
+
+1. Router overhead: exec of `true` (JSON answer) and create+delete, each through the router
+   and straight to the node's API port in the same run, alternating, alone and with 20
+   concurrent clients; medians and the router's added milliseconds.
+2. Throughput: 20 clients looping create, exec `python3 -c 'print(1)'`, delete for a while
+   (tests/reliability/load.py's clients) through the router in front of three nodes, against
+   one node alone with the same CPU (the same machine), and the errors of each.
+
+Usage (root): bench/cluster.py [--bin build/bin] [--rounds 200] [--duration 60] [--clients 20]
+"""
+import argparse
+import concurrent.futures
+import http.client
+import importlib.util
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+from harness import PrivateDaemon, free_port  # noqa: E402
+
+_spec = importlib.util.spec_from_file_location("reliability_load", os.path.join(ROOT, "tests", "reliability", "load.py"))
+load = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(load)
+
+PG = os.path.join(ROOT, "tests", "store", "postgres.sh")
+# Every node the same: the default pools; no template checkpoint built at start (three nodes
+# building one at once on two cores would be the measurement).
+COMMON = ["--template-checkpoints", "off", "--max-sandboxes-per-project", "64"]
+
+
+def pg_start():
+    out = subprocess.run(["bash", "-c", f". {PG}; pg_start >&2 && echo $PG_DIR"], stdout=subprocess.PIPE, text=True,
+                         check=True).stdout.strip()
+    return out
+
+
+def pg_createdb(pg_dir, name):
+    return subprocess.run(["bash", "-c", f". {PG}; PG_DIR={pg_dir}; pg_createdb {name}"], stdout=subprocess.PIPE,
+                          text=True, check=True).stdout.strip()
+
+
+def psql(pg_dir, db, sql):
+    subprocess.run(["runuser", "-u", "postgres", "--", "psql", "-h", pg_dir, "-d", db, "-tAq", "-c", sql], check=True,
+                   stdout=subprocess.DEVNULL)
+
+
+def pg_stop(pg_dir):
+    subprocess.run(["bash", "-c", f". {PG}; PG_DIR={pg_dir}; pg_stop"])
+
+
+def wait_http(port, path="/healthz", timeout_s=60):
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        try:
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+            c.request("GET", path)
+            if c.getresponse().status == 200:
+                return True
+        except OSError:
+            pass
+        time.sleep(0.2)
+    return False
+
+
+class Router:
+    def __init__(self, bindir, store, secret, tmp):
+        self.port = free_port()
+        self.proc = subprocess.Popen([f"{bindir}/b3os-router", "--port", str(self.port), "--store", store,
+                                      "--cluster-secret-file", secret, "--name", "bench-router"],
+                                     stdout=open(f"{tmp}/router.log", "w"), stderr=subprocess.STDOUT)
+
+    def stop(self):
+        self.proc.kill()
+        self.proc.wait()
+
+
+class Conn:
+    def __init__(self, port, key):
+        self.c = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+        self.h = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+
+    def call(self, method, path, body=None):
+        self.c.request(method, path, body=None if body is None else json.dumps(body), headers=self.h)
+        r = self.c.getresponse()
+        data = r.read()
+        if r.status >= 300:
+            raise RuntimeError(f"{method} {path}: {r.status} {data[:200]!r}")
+        return json.loads(data) if data else None
+
+
+def timed(fn):
+    t = time.perf_counter()
+    fn()
+    return (time.perf_counter() - t) * 1000
+
+
+def med(xs):
+    return statistics.median(xs) if xs else float("nan")
+
+
+def overhead(node_port, router_port, key, rounds, clients):
+    """Medians direct and through the router, the two taking turns request by request (so that
+    the machine's drift falls on both): GET of a sandbox (the router's own cost, nearly alone),
+    exec of `true`, create+delete; alone and with `clients` clients at once."""
+    sid = Conn(node_port, key).call("POST", "/v1/sandboxes", {"timeout_s": 3600})["id"]
+    out = {}
+
+    def get(c):
+        c.call("GET", f"/v1/sandboxes/{sid}")
+
+    def exec_true(c):
+        c.call("POST", f"/v1/sandboxes/{sid}/exec", {"cmd": ["true"]})
+
+    def create_delete(c):
+        s = c.call("POST", "/v1/sandboxes", {"timeout_s": 60})["id"]
+        c.call("DELETE", f"/v1/sandboxes/{s}")
+
+    def pairs(fn, n):
+        d, r = Conn(node_port, key), Conn(router_port, key)
+        direct, routed = [], []
+        for i in range(n):
+            first, second = ((d, direct), (r, routed)) if i % 2 == 0 else ((r, routed), (d, direct))
+            first[1].append(timed(lambda: fn(first[0])))
+            second[1].append(timed(lambda: fn(second[0])))
+        return direct, routed
+
+    try:
+        for label, fn, n in (("GET sandbox", get, rounds * 2), ("exec true", exec_true, rounds),
+                             ("create+delete", create_delete, max(rounds // 10, 10))):
+            for conc in (1, clients):
+                direct, routed = [], []
+                per = n if conc == 1 else max(n // conc, 5)
+                with concurrent.futures.ThreadPoolExecutor(conc) as ex:
+                    for d, r in ex.map(lambda _: pairs(fn, per), range(conc)):
+                        direct.extend(d)
+                        routed.extend(r)
+                name = f"{label}, {'alone' if conc == 1 else f'{conc} clients'}"
+                out[name] = {"direct_ms": med(direct), "router_ms": med(routed), "n": len(direct)}
+                dm, rm = out[name]["direct_ms"], out[name]["router_ms"]
+                print(f"# {name}: direct {dm:.2f} ms, through the router {rm:.2f} ms ({rm - dm:+.2f} ms, "
+                      f"{rm / dm:.2f}x), {len(direct)} each", flush=True)
+    finally:
+        Conn(node_port, key).call("DELETE", f"/v1/sandboxes/{sid}")
+    return out
+
+
+def throughput(url, key, clients, duration, label):
+    stats = load.Stats(load.documented_statuses())
+    done, secs = load.run_clients(url, [key], stats, "bench", clients, duration=duration, idempotency=False)
+    out = load.summary(stats, "bench", done, secs, label=f"{label}: ")
+    for e in (stats.errors[:5] + stats.server_errors[:5]):
+        print(f"# {label}: error: {e}", flush=True)
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bin", default=os.path.join(ROOT, "build", "bin"))
+    ap.add_argument("--rounds", type=int, default=200)
+    ap.add_argument("--duration", type=float, default=60)
+    ap.add_argument("--clients", type=int, default=20)
+    ap.add_argument("--templates", default=os.environ.get("B3OS_TEMPLATES_DIR", "/var/lib/b3os/templates"))
+    args = ap.parse_args()
+    bindir = os.path.abspath(args.bin)
+
+    pg_dir = pg_start()
+    res = {}
+    try:
+        # One node alone (its own SQLite store), the same clients: the baseline of throughput.
+        if args.duration > 0:
+            with PrivateDaemon(bindir, args.templates, COMMON) as d:
+                wait_http(d.port)
+                d.wait_containers(5, timeout_s=120)
+                key = d.client.auth["Authorization"].split()[1]
+                res["one node"] = throughput(f"http://127.0.0.1:{d.port}", key, args.clients, args.duration, "one node")
+
+        store = pg_createdb(pg_dir, "b3bench")
+        secret = os.path.join(pg_dir, "cluster.secret")
+        with open(secret, "w") as f:
+            f.write(os.urandom(32).hex())
+        os.chmod(secret, 0o600)
+        flags = lambda n: ["--store", store, "--node-id", f"bench-{n}", "--cluster-listen", "127.0.0.1:0",
+                           "--cluster-secret-file", secret, *COMMON]
+        with PrivateDaemon(bindir, args.templates, flags("a")) as a, \
+                PrivateDaemon(bindir, args.templates, flags("b")) as b, \
+                PrivateDaemon(bindir, args.templates, flags("c")) as c:
+            for d in (a, b, c):
+                wait_http(d.port)
+            router = Router(bindir, store, secret, a.tmp)
+            try:
+                wait_http(router.port)
+                for d in (a, b, c):
+                    d.wait_containers(5, timeout_s=120)
+                key = a.client.auth["Authorization"].split()[1]
+                # The router's cost alone: b and c draining, so its creates go where the direct
+                # ones go (node a); the rest of the machine quiet.
+                psql(pg_dir, "b3bench", "UPDATE nodes SET state = 'draining' WHERE id <> 'bench-a'")
+                time.sleep(3)
+                res["overhead"] = overhead(a.port, router.port, key, args.rounds, args.clients)
+                psql(pg_dir, "b3bench", "UPDATE nodes SET state = 'ready'")
+                time.sleep(2)
+                if args.duration > 0:
+                    res["three nodes"] = throughput(f"http://127.0.0.1:{router.port}", key, args.clients,
+                                                    args.duration, "three nodes via router")
+            finally:
+                router.stop()
+    finally:
+        pg_stop(pg_dir)
+
+    print(f"\ncluster: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}")
+    print(f"{'operation':30}{'direct ms':>12}{'router ms':>12}{'added ms':>10}{'ratio':>8}")
+    for name, r in res.get("overhead", {}).items():
+        print(f"{name:30}{r['direct_ms']:12.2f}{r['router_ms']:12.2f}{r['router_ms'] - r['direct_ms']:10.2f}"
+              f"{r['router_ms'] / r['direct_ms']:8.2f}")
+    if "one node" in res and "three nodes" in res:
+        one, three = res["one node"], res["three nodes"]
+        print(f"\n{args.clients} clients looping create, exec, delete for {args.duration:g} s:")
+        print(f"{'':30}{'cycles/s':>12}{'errors':>10}")
+        for label, r in (("one node", one), ("three nodes via a router", three)):
+            print(f"{label:30}{r['cycles_per_s']:12.2f}{r['errors']:10d}")
+        print(f"{'ratio':30}{three['cycles_per_s'] / one['cycles_per_s']:12.2f}")
+
+
+if __name__ == "__main__":
+    main()
