@@ -818,17 +818,18 @@ int main(int argc, char** argv) {
   // The API answers from the first moment (503 with Retry-After until the sandboxes of a
   // previous b3osd are reattached), so a restart never looks like a dead node.
   std::thread([&] {
+    // In a cluster the node registers first, so that routers reach its internal listener
+    // where it is now (its address may have changed with the restart); while it reattaches,
+    // it answers 503 with Retry-After there as here. From then on it heartbeats its load.
+    if (auto r = membership.start(); !r) {
+      spdlog::critical("b3osd: joining the cluster: {}", r.error().message);
+      std::_Exit(1);
+    }
     if (auto r = sandboxes.recover(); !r) {
       spdlog::critical("b3osd: recovering sandboxes: {}", r.error().message);
       std::_Exit(1);
     }
     if (templates) templates->start_workers();
-    // In a cluster the node registers once its sandboxes are back, so that its first load is
-    // true; from then on it heartbeats.
-    if (auto r = membership.start(); !r) {
-      spdlog::critical("b3osd: joining the cluster: {}", r.error().message);
-      std::_Exit(1);
-    }
     spdlog::info("b3osd: ready");
     ::sd_notify(0, "READY=1\nSTATUS=serving");  // Type=notify (b3osd.service); a no-op elsewhere
   }).detach();

@@ -53,6 +53,25 @@ bool dropped(const ProxyOptions& opts, const Field& f) {
   return opts.drop_response_header(std::string_view(name.data(), name.size()), std::string_view(value.data(), value.size()));
 }
 
+/// Copies the server's head fields into `res`: hop-by-hop ones (when `skip_hop`) and dropped
+/// ones left out, rewritten ones changed.
+template <class Head, class Res>
+void copy_fields(const ProxyOptions& opts, const Head& head, Res& res, bool skip_hop) {
+  for (const auto& f : head) {
+    if ((skip_hop && hop_by_hop(f.name(), f.name_string())) || dropped(opts, f)) continue;
+    if (opts.rewrite_response_header) {
+      const auto name = f.name_string();
+      const auto value = f.value();
+      if (auto v = opts.rewrite_response_header(std::string_view(name.data(), name.size()),
+                                                std::string_view(value.data(), value.size()))) {
+        res.insert(name, *v);
+        continue;
+      }
+    }
+    res.insert(f.name_string(), f.value());
+  }
+}
+
 /// The upstream as Beast's SyncWriteStream.
 struct UpWriter {
   Upstream& up;
@@ -232,6 +251,20 @@ Result<void> relay(Exchange& ex, tcp::socket& sock, beast::flat_buffer& buf, bh:
     req.set(bh::field::connection, "close");
   }
   const bool body = opts.body ? !opts.body->empty() : ex.has_body();
+  // A client that asked to be told before it sends its body (Expect: 100-continue) is told
+  // by the server: an early answer (a 413, a 401) then reaches it before a byte is sent,
+  // as when it talks to the server itself.
+  bool expect_continue = false;
+  if (body && !opts.body && !upgrade) {
+    if (auto e = in.find(bh::field::expect); e != in.end() && beast::iequals(e->value(), "100-continue"))
+      expect_continue = true;
+    // A large or chunked body is asked for too (opts.expect_large_bodies): the server may refuse
+    // it from its head alone (413 for a declared length past its limit), and then the client
+    // must hear so instead of this relay waiting on a body the server will never read.
+    const auto len = parser.content_length();
+    if (opts.expect_large_bodies && (!len || *len > kChunk)) expect_continue = true;
+  }
+  if (expect_continue) req.set(bh::field::expect, "100-continue");
   if (opts.body) {
     if (body) req.content_length(opts.body->size());
   } else if (parser.chunked()) {
@@ -246,7 +279,35 @@ Result<void> relay(Exchange& ex, tcp::socket& sock, beast::flat_buffer& buf, bh:
   beast::error_code ec;
   bh::write_header(w, rs, ec);
   if (ec) return fail(w.error.value_or(Error{ErrorCode::kUpstreamError, "sending the request: " + ec.message(), 0}));
-  if (body && opts.body) {
+
+  UpReader r{up, ex, opts.idle_timeout, {}};
+  beast::flat_buffer up_buf;
+  std::optional<bh::response_parser<bh::buffer_body>> rp;
+  // Reads one response head into rp; false when none came (r.error or ec say why).
+  auto read_head = [&](UpReader& reader) {
+    rp.emplace();
+    rp->header_limit(kHeadLimit);
+    rp->body_limit(boost::none);
+    if (head_request) rp->skip(true);
+    bh::read_header(reader, up_buf, *rp, ec);
+    return !ec;
+  };
+  bool answered = false;  // the final response head is in rp: the body is not sent
+  if (expect_continue) {
+    // A server that says nothing for 3 s gets the body anyway (RFC 9110 10.1.1).
+    UpReader quick{up, ex, std::chrono::milliseconds(3000), {}};
+    if (read_head(quick)) {
+      answered = rp->get().result_int() >= 200;
+    } else if (quick.error && quick.error->code == ErrorCode::kUpstreamTimeout && up_buf.size() == 0) {
+      ec = {};
+    } else {
+      if (quick.error) return fail(*quick.error);
+      return fail(ErrorCode::kUpstreamError, "the server answered no HTTP response (" + ec.message() + ")");
+    }
+  }
+  if (answered) {
+    // Its body stays with the client; this connection cannot carry another request.
+  } else if (body && opts.body) {
     req.body().data = const_cast<char*>(opts.body->data());  // only read: buffer_body takes void*
     req.body().size = opts.body->size();
     req.body().more = false;
@@ -263,36 +324,36 @@ Result<void> relay(Exchange& ex, tcp::socket& sock, beast::flat_buffer& buf, bh:
       req.body().more = *n != 0;
       bh::write(w, rs, ec);
       if (ec == bh::error::need_buffer) ec = {};
-      if (ec) return fail(w.error.value_or(Error{ErrorCode::kUpstreamError, "sending the request body: " + ec.message(), 0}));
+      if (ec) {
+        // The server may have answered early and closed (a 413 for a body past its limit):
+        // its answer is what the client should see.
+        if (read_head(r) && rp->get().result_int() >= 200) {
+          answered = true;
+          break;
+        }
+        return fail(w.error.value_or(Error{ErrorCode::kUpstreamError, "sending the request body: " + ec.message(), 0}));
+      }
       if (*n == 0) break;
     }
   }
 
   // ---- the response head (1xx other than 101 are the app's business, not the client's) ----
-  UpReader r{up, ex, opts.idle_timeout, {}};
-  beast::flat_buffer up_buf;
-  std::optional<bh::response_parser<bh::buffer_body>> rp;
-  for (;;) {
-    rp.emplace();
-    rp->header_limit(kHeadLimit);
-    rp->body_limit(boost::none);
-    if (head_request) rp->skip(true);
-    bh::read_header(r, up_buf, *rp, ec);
-    if (ec) {
+  while (!answered) {
+    if (!read_head(r)) {
       if (r.error) return fail(*r.error);
       return fail(ErrorCode::kUpstreamError, "the app answered no HTTP response (" + ec.message() + ")");
     }
     const unsigned s = rp->get().result_int();
     if (s >= 200 || s == 101) break;
   }
+  ec = {};
   const auto& head = rp->get();
   const unsigned status = head.result_int();
 
   if (status == 101) {
     if (!upgrade) return fail(ErrorCode::kUpstreamError, "the app switched protocols on a request that asked for no upgrade");
     bh::response<bh::empty_body> res{bh::status::switching_protocols, 11};
-    for (const auto& f : head)
-      if (!dropped(opts, f)) res.insert(f.name_string(), f.value());
+    copy_fields(opts, head, res, false);
     for (auto& [k, v] : opts.response_headers) res.insert(k, v);
     auto cw = client_writer(sock);
     bh::write(cw, res, ec);
@@ -307,8 +368,7 @@ Result<void> relay(Exchange& ex, tcp::socket& sock, beast::flat_buffer& buf, bh:
   res.result(status);
   res.reason(head.reason());
   res.version(11);
-  for (const auto& f : head)
-    if (!hop_by_hop(f.name(), f.name_string()) && !dropped(opts, f)) res.insert(f.name_string(), f.value());
+  copy_fields(opts, head, res, true);
   for (auto& [k, v] : opts.response_headers) res.insert(k, v);
   const bool no_body = head_request || status == 204 || status == 304 || (status >= 100 && status < 200);
   bool close_after = false;

@@ -67,6 +67,9 @@ struct ProxyOptions {
   Headers response_headers;   // added to the response head (a Set-Cookie)
   /// Headers of the server's response head left out when it answers true (name, value).
   std::function<bool(std::string_view, std::string_view)> drop_response_header;
+  /// A new value for a header of the server's response head (name, value), or nullopt to
+  /// pass it as it is.
+  std::function<std::optional<std::string>(std::string_view, std::string_view)> rewrite_response_header;
   /// No byte either way for this long ends a response or an upgraded connection.
   std::chrono::milliseconds idle_timeout{60'000};
   /// Headers set on the request sent (replacing the client's of the same name).
@@ -74,6 +77,10 @@ struct ProxyOptions {
   /// The request body to send instead of reading the client's (a caller that read it whole
   /// to decide where the request goes); sent with its length.
   std::optional<std::string> body;
+  /// Sends `Expect: 100-continue` with a body over 64 KiB or of unknown length and waits for
+  /// the server's 100 (or its early answer) before reading the client's body: for a server
+  /// that answers from the head alone (b3osd nodes behind the router).
+  bool expect_large_bodies = false;
 };
 
 /// A TCP connection to host:port as an Upstream (the router's connection to a node). Fails

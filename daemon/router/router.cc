@@ -34,6 +34,34 @@ bool starts_with_ci(std::string_view s, std::string_view prefix) {
   return true;
 }
 
+std::string hex(std::string_view s) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : s) {
+    out += kHex[c >> 4];
+    out += kHex[c & 15];
+  }
+  return out;
+}
+
+/// The bytes of lowercase or uppercase hex; "" when it is not hex.
+std::string unhex(std::string_view h) {
+  if (h.empty() || h.size() % 2 != 0 || h.size() > 512) return {};
+  auto val = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  std::string out;
+  for (size_t i = 0; i < h.size(); i += 2) {
+    const int a = val(h[i]), b = val(h[i + 1]);
+    if (a < 0 || b < 0) return {};
+    out += static_cast<char>(a * 16 + b);
+  }
+  return out;
+}
+
 std::string error_body(const Error& e) {
   nlohmann::json j = {{"error", {{"code", std::string(error_code_name(e.code))}, {"message", e.message}}}};
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
@@ -103,9 +131,9 @@ Result<store::ApiKeyRecord> Router::authenticate(http::Exchange& ex) {
   return **rec;
 }
 
-Result<std::vector<store::NodeRecord>> Router::nodes() {
+Result<std::vector<store::NodeRecord>> Router::nodes(bool fresh) {
   const int64_t now = steady_ms();
-  {
+  if (!fresh) {
     std::lock_guard lk(mu_);
     if (nodes_at_ms_ >= 0 && now - nodes_at_ms_ < cfg_.nodes_cache_ms) return nodes_;
   }
@@ -167,7 +195,8 @@ std::optional<store::NodeRecord> Router::least_loaded(const std::vector<store::N
 }
 
 bool Router::forward(http::Exchange& ex, const store::NodeRecord& node, const std::optional<std::string>& body,
-                     std::string* error) {
+                     std::string* error,
+                     const std::function<void(http::ProxyOptions&, const store::NodeRecord&)>& adjust) {
   auto addr = parse_node_url(node.url);
   if (!addr) {
     *error = "node " + node.id + ": " + addr.error().message;
@@ -188,6 +217,8 @@ bool Router::forward(http::Exchange& ex, const store::NodeRecord& node, const st
       {std::string(cluster::kSignatureHeader),
        cluster::sign_request(cfg_.secret, ex.method(), ex.target(), now, ex.header("Authorization"))}};
   o.body = body;
+  o.expect_large_bodies = true;
+  if (adjust) adjust(o, node);
   auto relayed = ex.proxy(**up, o);
   if (!relayed && !ex.responded())
     send_error(ex, {ErrorCode::kNodeUnavailable,
@@ -238,11 +269,6 @@ void Router::handle(http::Exchange& ex) {
   }
   auto key = authenticate(ex);
   if (!key) return send_error(ex, key.error());
-  if (segs.size() == 1 && segs[0] == "mcp")
-    return send_error(ex, {ErrorCode::kNotImplemented,
-                           "the MCP endpoint is not served through the router yet (docs/cluster.md): connect an MCP "
-                           "client to a node's /mcp",
-                           0});
   auto all = nodes();
   if (!all) return send_error(ex, all.error());
 
@@ -286,6 +312,31 @@ void Router::handle(http::Exchange& ex) {
     }
   }
 
+  // /mcp: a session lives on the node that opened it. The router's session id is the node's
+  // with ".HEX(node id)" after it, so any router sends its requests there; the node sees its
+  // own id. A session whose node is gone goes on as it is, and a node answers that it does not
+  // know it (the client opens another).
+  std::function<void(http::ProxyOptions&, const store::NodeRecord&)> adjust;
+  if (!segs.empty() && segs[0] == "mcp") {
+    const std::string sid(ex.header("Mcp-Session-Id"));
+    const size_t dot = sid.rfind('.');
+    std::string node_id;
+    if (dot != std::string::npos && dot > 0) node_id = unhex(std::string_view(sid).substr(dot + 1));
+    std::string own_sid = sid;
+    if (!node_id.empty()) {
+      bind_to(node_id, "MCP session");
+      if (bound) own_sid = sid.substr(0, dot);
+    }
+    adjust = [own_sid](http::ProxyOptions& o, const store::NodeRecord& n) {
+      if (!own_sid.empty()) o.request_headers.emplace_back("Mcp-Session-Id", own_sid);
+      const std::string suffix = "." + hex(n.id);
+      o.rewrite_response_header = [suffix](std::string_view name, std::string_view value) -> std::optional<std::string> {
+        if (name.size() != 14 || !starts_with_ci(name, "mcp-session-id")) return std::nullopt;
+        return std::string(value) + suffix;
+      };
+    };
+  }
+
   std::vector<std::string> tried;
   std::string last_error;
   for (int attempt = 0; attempt < 3; ++attempt) {
@@ -296,7 +347,7 @@ void Router::handle(http::Exchange& ex) {
       ++creating_[n->id];
     }
     std::string error;
-    const bool sent = forward(ex, *n, body, &error);
+    const bool sent = forward(ex, *n, body, &error, adjust);
     if (create) {
       std::lock_guard lk(mu_);
       if (--creating_[n->id] <= 0) creating_.erase(n->id);
@@ -304,10 +355,24 @@ void Router::handle(http::Exchange& ex) {
     if (sent) return;
     spdlog::warn("router: {}", error);
     last_error = error;
+    // A node that restarted may listen elsewhere now (a new pod address): the store knows.
+    if (auto fresh = nodes(true); fresh) {
+      *all = std::move(*fresh);
+      if (bound) {
+        auto again = live_node(*all, bound->id);
+        if (again && again->url != bound->url) {
+          bound = again;
+          continue;
+        }
+      }
+    }
     if (bound)
       return send_error(ex, {ErrorCode::kNodeUnavailable,
                              "the node holding " + bound_what + " is not answering (" + error + "); retry shortly", 0});
-    tried.push_back(n->id);  // nothing was read from the client yet: another node can take it
+    // Nothing was read from the client yet: another node can take it, or this one where the
+    // store says it listens now.
+    if (auto again = live_node(*all, n->id); again && again->url != n->url) continue;
+    tried.push_back(n->id);
   }
   if (create)
     return send_error(ex, {ErrorCode::kCapacityUnavailable,

@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -53,8 +54,8 @@ class Router {
     std::string why;  // for errors
   };
   Result<store::ApiKeyRecord> authenticate(http::Exchange& ex);
-  /// The nodes as the store had them at most nodes_cache_ms ago.
-  Result<std::vector<store::NodeRecord>> nodes();
+  /// The nodes as the store had them at most nodes_cache_ms ago (`fresh`: now).
+  Result<std::vector<store::NodeRecord>> nodes(bool fresh = false);
   /// The node that holds `node_id` if it is up; else nullopt.
   std::optional<store::NodeRecord> live_node(const std::vector<store::NodeRecord>& all, const std::string& node_id);
   /// The least loaded ready node not in `skip` (draining ones too when `draining_ok`).
@@ -62,8 +63,10 @@ class Router {
                                                 const std::vector<std::string>& skip, bool draining_ok,
                                                 int memory_mib = 0, const std::string& tpl = "");
   /// Relays to `node`; false (nothing sent to the client) when the node could not be reached.
+  /// `adjust` changes the relay's options for that node (MCP session ids).
   bool forward(http::Exchange& ex, const store::NodeRecord& node, const std::optional<std::string>& body,
-               std::string* error);
+               std::string* error,
+               const std::function<void(http::ProxyOptions&, const store::NodeRecord&)>& adjust = nullptr);
   void send_error(http::Exchange& ex, const Error& e);
 
   const Config cfg_;

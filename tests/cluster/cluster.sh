@@ -8,7 +8,8 @@
 # restore goes where its image is, two routers racing one Idempotency-Key create one sandbox,
 # the spend cap of a key is one across nodes, a node killed is marked down within 10 s (its
 # sandboxes failed, creates go to the others) and its restart sweeps what it left, a router
-# killed mid-stream leaves the other serving.
+# killed mid-stream leaves the other serving. Then the e2e suite, the MCP suite and both
+# cookbook recipes (all four tabs), each through a router in front of a b3osd on Postgres.
 #
 # Usage (as root, base template built): B3OS_BIN=build/bin tests/cluster/cluster.sh
 # shellcheck disable=SC2016
@@ -132,6 +133,7 @@ start_router || die "router 0 did not start"
 start_router || die "router 1 did not start"
 KEY=$("$B3OS_BIN/b3os" keys create --project default --store "$STORE" 2>/dev/null)
 [[ $KEY == b3os_sk_* ]] || die "could not create an API key in the shared store"
+# shellcheck disable=SC2034 # read by lib.sh
 ALL_KEYS=("$KEY")
 info "postgres at $PG_DIR; nodes ${NODE_URL[*]}; routers ${ROUTERS[*]}"
 
@@ -287,3 +289,40 @@ URL=${ROUTERS[1]}
 for id in $(psql_q "SELECT id FROM sandboxes WHERE state = 'running'"); do delete_sandbox "$id" || true; done
 left=$(psql_q "SELECT count(*) FROM sandboxes WHERE state IN ('running', 'paused')")
 check cleanup.all_deleted "$left left" test "$left" = 0
+
+# ---- the e2e suite, MCP and both recipes through a router ------------------------------------------
+# Each on a database of its own, with its own b3osd (the suite's private one, on the shared
+# store with an internal listener) behind a b3os-router that start_private_daemon starts
+# (B3OS_E2E_ROUTER=1): every request of the suite goes through the router. The nodes above are
+# stopped first (two cores). CLUSTER_E2E=0 leaves this out (said below).
+for p in ${ROUTER_PIDS[@]+"${ROUTER_PIDS[@]}"}; do kill -KILL "$p" 2>/dev/null || true; done
+ROUTER_PIDS=()
+for n in "${NODES[@]}"; do
+  kill -TERM "${NODE_PID[$n]}" 2>/dev/null || true
+done
+for n in "${NODES[@]}"; do
+  for _ in $(seq 1 100); do kill -0 "${NODE_PID[$n]}" 2>/dev/null || break; sleep 0.1; done
+  cleanup_node "$n"
+  NODE_PID[$n]=
+done
+
+# via_router NAME SCRIPT: runs a suite of tests/e2e through a router; its lines are shown
+# indented, and it counts as one check here.
+via_router() {
+  local name=$1 script=$2 db rc=0
+  db=$(pg_createdb "b3$name") || { fail "via_router.$name" "could not create its database"; return 0; }
+  info "tests/e2e/$script through b3os-router (its own lines follow, indented)"
+  B3OS_STORE=$db B3OS_CLUSTER_SECRET_FILE=$SECRET B3OS_E2E_ROUTER=1 B3OS_E2E_BIG=0 \
+    B3OS_E2E_DAEMON_ARGS="--node-id $name-node --cluster-listen 127.0.0.1:0 --cluster-secret-file $SECRET" \
+    B3OS_BIN=$B3OS_BIN B3OS_TEMPLATES_DIR=$TEMPLATES "$ROOT/tests/e2e/$script" >"$T/$name.log" 2>&1 || rc=$?
+  sed 's/^/  | /' "$T/$name.log"
+  check "via_router.$name" "exit $rc; $(grep -c '^FAIL' "$T/$name.log") FAIL lines (above)" test "$rc" = 0
+}
+if [ "${CLUSTER_E2E:-1}" = 1 ]; then
+  via_router e2e e2e.sh
+  via_router mcp mcp.sh
+  via_router fork_recipe cookbook_fork.sh
+  via_router model_recipe cookbook_model.sh
+else
+  for s in e2e mcp fork_recipe model_recipe; do skip "via_router.$s" "CLUSTER_E2E=0"; done
+fi

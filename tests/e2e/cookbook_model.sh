@@ -155,7 +155,7 @@ MODEL_PORT=$(cat "$T/model.port")
 read -r -a MODEL_FLAGS <<<"${MODEL_FLAGS_TEMPLATE//'{PORT}'/$MODEL_PORT}"
 REAL_BIN=$(cd "$B3OS_BIN" && pwd)
 mkdir -p "$T/bin"
-for b in b3os b3os-shim b3os-agent; do ln -s "$REAL_BIN/$b" "$T/bin/$b"; done
+for b in b3os b3os-shim b3os-agent b3os-router; do ln -s "$REAL_BIN/$b" "$T/bin/$b"; done
 {
   echo '#!/usr/bin/env bash'
   printf 'exec %q "$@" --agent %q --shim %q' "$REAL_BIN/b3osd" "$REAL_BIN/b3os-agent" "$REAL_BIN/b3os-shim"

@@ -1,4 +1,5 @@
 # shellcheck shell=bash
+# shellcheck disable=SC2034 # PG_LIBPQ, PG_DIR are for the scripts that source this
 # A Postgres 15 of Debian's for a test: its own data directory under /tmp, a unix socket in
 # that directory only (listen_addresses='': no TCP port, nothing outside the machine), fsync
 # off (the data is thrown away). Sourced by tests/store/pg_suite.sh and tests/cluster/.
