@@ -24,9 +24,9 @@ record() {  # name status(0 ok, 77 skip, else fail) [reason]; says how long its 
 step "dependencies"
 ./scripts/install-deps.sh || { echo "installing dependencies failed"; exit 1; }
 
-step "node packages: the official MCP SDK and Inspector for the MCP tests and the recipes' MCP tabs"
+step "node packages: the official MCP SDK and Inspector for the MCP tests and the recipes' MCP tabs; kubernetes-models for the manifests"
 if command -v npm >/dev/null; then
-  for d in tests/mcp cookbook; do
+  for d in tests/mcp cookbook tests/kubernetes; do
     (cd "$d" && npm ci --no-audit --no-fund --loglevel=error) ||
       echo "npm ci in $d failed: the MCP client checks that need it will say SKIP"
   done
@@ -107,6 +107,14 @@ record mcp $?
 step "end to end: operations (configuration file, JSON logs and request ids, /metrics scraped by a real Prometheus, b3os status)"
 B3OS_BIN=$root/build/bin ./tests/e2e/operations.sh
 record operations $?
+
+step "kubernetes: deploy/kubernetes against the published schemas (kubernetes-models) and its own references"
+if [ -d tests/kubernetes/node_modules/kubernetes-models ]; then
+  node tests/kubernetes/validate.mjs
+  record kubernetes $?
+else
+  record kubernetes 77 "tests/kubernetes/node_modules is missing (npm ci failed or npm is not installed; see above)"
+fi
 
 step "cluster: Postgres 15, three b3osd nodes and two b3os-routers on this machine (placement, routing, signed internal ports, idempotency and caps across nodes, a node and a router killed)"
 B3OS_BIN=$root/build/bin ./tests/cluster/cluster.sh
