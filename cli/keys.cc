@@ -8,6 +8,7 @@
 #include <memory>
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
 #include "cli/table.h"
@@ -182,6 +183,42 @@ int run_projects_set_infer(const GlobalOptions& g, const std::string& project, c
   return 0;
 }
 
+int run_nodes_list(const GlobalOptions& g, bool json) {
+  auto store = open_store(g.data_dir, g.store);
+  if (!store) return report_error(store.error());
+  auto nodes = (*store)->list_nodes();
+  if (!nodes) return report_error(nodes.error());
+  if (json) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const auto& n : *nodes)
+      out.push_back({{"id", n.id}, {"url", n.url}, {"state", n.state}, {"started_ms", n.started_ms},
+                     {"heartbeat_ms", n.heartbeat_ms}, {"sandboxes", n.sandboxes}, {"max_sandboxes", n.max_sandboxes},
+                     {"memory_mib", n.memory_mib}, {"used_memory_mib", n.used_memory_mib}, {"vcpu", n.vcpu},
+                     {"used_vcpu", n.used_vcpu}, {"warm", n.warm}});
+    std::cout << out.dump(2) << "\n";
+    return 0;
+  }
+  Table t({"NODE", "STATE", "SANDBOXES", "MEMORY MIB", "VCPU", "LAST HEARTBEAT", "URL"});
+  for (const auto& n : *nodes)
+    t.add_row({n.id, n.state, std::to_string(n.sandboxes) + "/" + std::to_string(n.max_sandboxes),
+               std::to_string(n.used_memory_mib) + "/" + std::to_string(n.memory_mib),
+               std::to_string(n.used_vcpu) + "/" + std::to_string(n.vcpu), format_epoch_ms(n.heartbeat_ms), n.url});
+  std::cout << t.render();
+  return 0;
+}
+
+int run_nodes_set_state(const GlobalOptions& g, const std::string& node, const std::string& state) {
+  auto store = open_store(g.data_dir, g.store);
+  if (!store) return report_error(store.error());
+  auto changed = (*store)->set_node_state(node, state);
+  if (!changed) return report_error(changed.error());
+  if (!*changed)
+    return report_error({ErrorCode::kNotFound, "no node " + node + " that is up (a down node comes back by starting)", 0});
+  std::cerr << "node " << node << ": " << state
+            << (state == "draining" ? " (routers place no new sandboxes there; its sandboxes run on)" : "") << "\n";
+  return 0;
+}
+
 }  // namespace
 
 void add_key_commands(CLI::App& app, GlobalOptions& g, Action& action) {
@@ -229,6 +266,25 @@ void add_key_commands(CLI::App& app, GlobalOptions& g, Action& action) {
   auto* revoke = keys->add_subcommand("revoke", "Revoke a key: revoke KEY_ID (its requests are refused at once)");
   revoke->add_option("key_id", *revoke_id, "Key id (key_...)")->required();
   revoke->callback([&g, &action, revoke_id] { action = [&g, revoke_id] { return run_keys_revoke(g, *revoke_id); }; });
+
+  auto* nodes = app.add_subcommand("nodes", "The nodes of a cluster in its shared store (docs/cluster.md)");
+  nodes->require_subcommand(1);
+  nodes->add_option("--store", g.store, "the cluster's store (a postgres:// URL)")->envname("B3OS_STORE");
+  auto nodes_json = std::make_shared<bool>(false);
+  auto* nlist = nodes->add_subcommand("list", "Each node's state (ready, draining, down) and load");
+  nlist->add_flag("--json", *nodes_json, "Print as JSON");
+  nlist->callback([&g, &action, nodes_json] { action = [&g, nodes_json] { return run_nodes_list(g, *nodes_json); }; });
+  auto node_name = std::make_shared<std::string>();
+  auto* drain = nodes->add_subcommand("drain", "No new sandboxes on NODE (its sandboxes run on until they end)");
+  drain->add_option("node", *node_name, "Node id")->required();
+  drain->callback([&g, &action, node_name] {
+    action = [&g, node_name] { return run_nodes_set_state(g, *node_name, "draining"); };
+  });
+  auto* ready = nodes->add_subcommand("ready", "Take new sandboxes on NODE again (undoes drain)");
+  ready->add_option("node", *node_name, "Node id")->required();
+  ready->callback([&g, &action, node_name] {
+    action = [&g, node_name] { return run_nodes_set_state(g, *node_name, "ready"); };
+  });
 
   auto* projects = app.add_subcommand("projects", "Project settings in the local store (run on the daemon's host)");
   projects->require_subcommand(1);

@@ -37,6 +37,7 @@ void add_examples(CLI::App& app) {
       {"status", "b3os status"},
       {"mcp", "b3os mcp        (an MCP client starts it; B3OS_API_URL and B3OS_API_KEY in its env)"},
       {"keys", "b3os keys create --project team-a\n  b3os keys list"},
+      {"nodes", "b3os nodes list --store postgresql://b3os@db/b3os\n  b3os nodes drain node-3"},
   };
   for (const auto& [name, text] : kExamples) {
     CLI::App* sub = nullptr;

@@ -66,10 +66,12 @@ Result<void> verify_request(std::string_view secret, std::string_view method, st
 Result<std::string> read_cluster_secret(const std::string& path) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) return fail(errno_error(ErrorCode::kInvalidRequest, "cluster secret " + path, errno));
-  if ((st.st_mode & 077) != 0)
+  // Its owner, and its group when the group may read it (Kubernetes gives a Secret's files to
+  // the pod's fsGroup, mode 0440); never everyone, and nobody else may write it.
+  if ((st.st_mode & 0027) != 0)
     return fail(ErrorCode::kInvalidRequest, "cluster secret " + path +
-                                                ": readable by others than its owner (chmod 600 it; in Kubernetes "
-                                                "mount the Secret with defaultMode 0400)");
+                                                ": others can read it or its group can write it (chmod 600 it; in "
+                                                "Kubernetes mount the Secret with defaultMode 0400)");
   std::ifstream in(path, std::ios::binary);
   std::stringstream ss;
   ss << in.rdbuf();

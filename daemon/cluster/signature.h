@@ -29,7 +29,8 @@ Result<void> verify_request(std::string_view secret, std::string_view method, st
                             std::string_view authorization, int64_t now_ms);
 
 /// Reads the cluster secret from `path`: at least 32 bytes once trailing whitespace is cut,
-/// and readable by its owner only (a secret others can read is refused, as ssh refuses a key).
+/// readable by its owner and at most its group (a secret everyone can read, or its group can
+/// write, is refused, as ssh refuses such a key).
 Result<std::string> read_cluster_secret(const std::string& path);
 
 }  // namespace b3os::cluster

@@ -195,6 +195,26 @@ expect files.upload 201
 api GET "/v1/sandboxes/$SID/files?path=/tmp/blob"
 check files.download_same_bytes "$(stat -c %s "$RESP") bytes" cmp -s "$RESP" "$T/blob"
 
+# ---- b3os nodes: list, drain (no new sandboxes there), ready again ------------------------------
+
+out=$("$B3OS_BIN/b3os" nodes list --store "$STORE" 2>&1) || true
+check nodes.list "$out" sh -c "echo '$out' | grep -q '^node-a *ready' && echo '$out' | grep -q '^node-c *ready'"
+check nodes.drain "exit status" "$B3OS_BIN/b3os" nodes drain node-c --store "$STORE"
+sleep 1.2  # the routers read the nodes at most once a second
+URL=${ROUTERS[0]}
+on_c=0
+for i in 1 2 3 4; do
+  create_sandbox '{"timeout_s": 120}'
+  [ -n "$CID" ] && [ "$(node_of "$CID")" = node-c ] && on_c=$((on_c + 1))
+  [ -z "$CID" ] || delete_sandbox "$CID" || true
+done
+check nodes.drained_gets_none "$on_c of 4 creates on node-c" test "$on_c" = 0
+"$B3OS_BIN/b3os" nodes list --json --store "$STORE" >"$T/nodes.json" 2>/dev/null || true
+check nodes.list_json "$(head -c 200 "$T/nodes.json")" jq -e '.[] | select(.id == "node-c") | .state == "draining"' "$T/nodes.json"
+"$B3OS_BIN/b3os" nodes drain node-zzz --store "$STORE" >/dev/null 2>&1 && rc=0 || rc=$?
+check nodes.drain_unknown_exit_1 "exit $rc" test "$rc" = 1
+check nodes.ready "exit status" "$B3OS_BIN/b3os" nodes ready node-c --store "$STORE"
+
 # ---- fork stays on its source's node; a restore goes where its image is ------------------------
 
 apij POST "/v1/sandboxes/$SID/fork" '{"count": 2}'

@@ -64,6 +64,8 @@ TEST(ClusterSignature, TheSecretFileMustBeLongAndPrivate) {
   auto open = read_cluster_secret(write("open", kSecret, 0644));
   ASSERT_FALSE(open);
   EXPECT_NE(open.error().message.find("chmod 600"), std::string::npos);
+  EXPECT_TRUE(read_cluster_secret(write("group", kSecret, 0440)));  // Kubernetes' fsGroup
+  EXPECT_FALSE(read_cluster_secret(write("group_w", kSecret, 0660)));
   EXPECT_FALSE(read_cluster_secret((dir / "missing").string()));
   std::filesystem::remove_all(dir);
 }
