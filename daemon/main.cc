@@ -22,6 +22,7 @@
 #include "daemon/api/config.h"
 #include "daemon/gateway/gateway.h"
 #include "daemon/gateway/relay.h"
+#include "daemon/http/metrics_listener.h"
 #include "daemon/http/server.h"
 #include "daemon/preview/preview.h"
 #include "daemon/mcp/server.h"
@@ -53,19 +54,6 @@ std::string beside_self(const std::string& name) {
   if (fs::exists(beside)) return beside.string();
   auto packaged = self.parent_path().parent_path() / "lib" / "b3os" / name;
   return fs::exists(packaged) ? packaged.string() : beside.string();
-}
-
-/// "host:port" into its parts; false unless the port is 0-65535 (0: any free one) and the
-/// host is not empty.
-bool split_address(const std::string& a, std::string& host, int& port) {
-  const auto c = a.rfind(':');
-  if (c == std::string::npos || c == 0) return false;
-  host = a.substr(0, c);
-  char* end = nullptr;
-  const long p = std::strtol(a.c_str() + c + 1, &end, 10);
-  if (end == a.c_str() + c + 1 || *end != '\0' || p < 0 || p > 65535) return false;
-  port = static_cast<int>(p);
-  return true;
 }
 
 /// The first key of a fresh store: created once, kept in data_dir/admin.key (0600) so every
@@ -130,22 +118,6 @@ int connection_cap(int wanted, rlim_t fd_limit) {
 
 /// Seconds from a flag, as the server's milliseconds.
 std::chrono::milliseconds ms(double seconds) { return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000)); }
-
-/// The metrics listener's one route.
-void serve_metrics(http::Exchange& ex) {
-  std::string_view target = ex.target();
-  target = target.substr(0, target.find('?'));
-  if (target != "/metrics") {
-    ex.respond(404, "text/plain; charset=utf-8", "only GET /metrics is served here\n", {});
-    return;
-  }
-  ex.set_route("/metrics");
-  if (ex.method() != "GET") {
-    ex.respond(405, "text/plain; charset=utf-8", "GET /metrics\n", {{"Allow", "GET"}});
-    return;
-  }
-  ex.respond(200, "text/plain; version=0.0.4; charset=utf-8", metrics::metrics().render(), {});
-}
 
 /// A number from a /proc file's "Name: value kB" line, or -1.
 double proc_status_kb(const char* field) {
@@ -527,11 +499,11 @@ int main(int argc, char** argv) {
   if (preview_cfg.sandbox_floor > preview_cfg.max_per_sandbox)
     return bad("--preview-sandbox-floor " + std::to_string(preview_cfg.sandbox_floor) +
                " is above --preview-max-per-sandbox " + std::to_string(preview_cfg.max_per_sandbox));
-  if (!split_address(listen, listen_host, listen_port)) return bad("--listen must be address:port, port 0-65535");
+  if (!http::split_address(listen, listen_host, listen_port)) return bad("--listen must be address:port, port 0-65535");
   std::string metrics_host;
   int metrics_port = 0;
   const bool metrics_on = metrics_listen != "off";
-  if (metrics_on && !split_address(metrics_listen, metrics_host, metrics_port))
+  if (metrics_on && !http::split_address(metrics_listen, metrics_host, metrics_port))
     return bad("--metrics-listen must be address:port (port 0-65535) or off, got \"" + metrics_listen + "\"");
   http_cfg.idle_timeout = ms(idle_timeout_s);
   http_cfg.head_timeout = ms(head_timeout_s);
@@ -772,18 +744,12 @@ int main(int argc, char** argv) {
   register_node_metrics(sandboxes, gw);
   std::unique_ptr<http::Server> metrics_server;
   if (metrics_on) {
-    http::Config mcfg;
-    mcfg.name = "metrics";
-    mcfg.max_connections = 64;
-    mcfg.max_requests = 4;
-    mcfg.idle_timeout = http_cfg.idle_timeout;
-    mcfg.head_timeout = http_cfg.head_timeout;
-    mcfg.body_timeout = http_cfg.body_timeout;
-    metrics_server = std::make_unique<http::Server>(metrics_host, metrics_port, mcfg, serve_metrics);
-    if (auto r = metrics_server->listen(); !r) {
-      std::cerr << "b3osd: the metrics listener (--metrics-listen " << metrics_listen << "): " << r.error().message << "\n";
+    auto m = http::listen_metrics(metrics_listen, http_cfg);
+    if (!m) {
+      std::cerr << "b3osd: the metrics listener (--metrics-listen " << metrics_listen << "): " << m.error().message << "\n";
       return 1;
     }
+    metrics_server = std::move(*m);
   }
   // A node's place in a cluster (a shared store only): its load is what the registry holds.
   cluster::Membership membership(

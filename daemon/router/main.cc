@@ -10,6 +10,7 @@
 #include <spdlog/spdlog.h>
 
 #include "daemon/cluster/signature.h"
+#include "daemon/http/metrics_listener.h"
 #include "daemon/http/server.h"
 #include "daemon/router/router.h"
 #include "daemon/store/store.h"
@@ -35,6 +36,12 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--max-connections", http_cfg.max_connections, "open client connections")->capture_default_str();
   app.add_option("--max-requests", http_cfg.max_requests, "requests relayed at once")->capture_default_str();
+  std::string metrics_listen = "off";
+  app.add_option("--metrics-listen", metrics_listen,
+                 "address:port serving GET /metrics (Prometheus text format, no auth: keep it off the public network), "
+                 "or off")
+      ->envname("B3OS_ROUTER_METRICS_LISTEN")
+      ->capture_default_str();
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error")->capture_default_str();
   app.set_version_flag("--version", "b3os-router " B3OS_VERSION);
   CLI11_PARSE(app, argc, argv);
@@ -63,12 +70,27 @@ int main(int argc, char** argv) {
   cfg.secret = *secret;
   cfg.key_cache_ms = key_cache_ms;
   router::Router router(cfg, **store);
+  router.register_metrics();
+  std::unique_ptr<http::Server> metrics_server;
+  if (metrics_listen != "off") {
+    auto m = http::listen_metrics(metrics_listen, http_cfg);
+    if (!m) {
+      std::cerr << "b3os-router: the metrics listener (--metrics-listen " << metrics_listen << "): " << m.error().message
+                << "\n";
+      return 2;
+    }
+    metrics_server = std::move(*m);
+    std::thread([&metrics_server] { metrics_server->run(); }).detach();
+  }
   http::Server server(listen_host, port, http_cfg, [&router](http::Exchange& ex) { router.handle(ex); });
   if (auto r = server.listen(); !r) {
     std::cerr << "b3os-router: " << r.error().message << "\n";
     return 1;
   }
-  std::cout << "b3os-router listening on http://" << listen_host << ":" << server.port() << std::endl;
+  std::cout << "b3os-router listening on http://" << listen_host << ":" << server.port();
+  if (metrics_server) std::cout << ", metrics on http://" << metrics_listen.substr(0, metrics_listen.rfind(':')) << ":"
+                                << metrics_server->port() << "/metrics";
+  std::cout << std::endl;
   server.run();
   return 0;
 }

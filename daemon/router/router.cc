@@ -6,6 +6,8 @@
 #include <spdlog/spdlog.h>
 
 #include "common/clock.h"
+#include "common/json.h"
+#include "common/metrics.h"
 #include "daemon/cluster/signature.h"
 
 namespace b3os::router {
@@ -62,6 +64,14 @@ std::string unhex(std::string_view h) {
   return out;
 }
 
+// Registered at start, so every family is on /metrics from the first scrape.
+auto& m_forwards = metrics::metrics().counter(
+    "b3os_router_forwards_total",
+    "requests the router passed on, by what the path names (sandbox: a sandbox's or snapshot's path; create; mcp; "
+    "other) and result (relayed; node_unreachable: a node refused the connection, the router tried again; no_node: "
+    "no node could take it, the client got 503 or 429)",
+    {"kind", "result"});
+
 std::string error_body(const Error& e) {
   nlohmann::json j = {{"error", {{"code", std::string(error_code_name(e.code))}, {"message", e.message}}}};
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
@@ -97,6 +107,23 @@ Result<NodeAddress> parse_node_url(const std::string& url) {
 }
 
 Router::Router(Config cfg, store::Store& store) : cfg_(std::move(cfg)), store_(store) {}
+
+void Router::register_metrics() {
+  auto& reg = metrics::metrics();
+  reg.collect({"b3os_router_nodes", "the cluster's nodes by state (ready, draining, down), as this router last read them",
+               {"state"}, [this](auto& out) {
+                 std::map<std::string, int> by_state{{"ready", 0}, {"draining", 0}, {"down", 0}};
+                 std::lock_guard lk(mu_);
+                 for (const auto& n : nodes_) ++by_state[n.state];
+                 for (auto& [st, c] : by_state) out.push_back({metrics::Labels{st}, double(c)});
+               }});
+  reg.collect({"b3os_router_node_sandboxes", "sandboxes each node that is not down said it holds at its last heartbeat",
+               {"node"}, [this](auto& out) {
+                 std::lock_guard lk(mu_);
+                 for (const auto& n : nodes_)
+                   if (n.state != "down") out.push_back({metrics::Labels{n.id}, double(n.sandboxes)});
+               }});
+}
 
 void Router::send_error(http::Exchange& ex, const Error& e) {
   http::Headers h;
@@ -296,7 +323,9 @@ void Router::handle(http::Exchange& ex) {
       auto raw = ex.read_body(cfg_.max_create_body);
       if (!raw) return send_error(ex, raw.error());
       body = std::move(*raw);
-      auto j = nlohmann::json::parse(*body, nullptr, false);  // a bad body goes on: the node says what is wrong
+      // A bad body goes on as it is: the node says what is wrong with it (a body nested past
+      // 64 levels is not parsed here at all, as the node refuses it unparsed).
+      auto j = json_depth(*body) > 64 ? nlohmann::json() : nlohmann::json::parse(*body, nullptr, false);
       if (j.is_object()) {
         if (auto m = j.find("memory_mib"); m != j.end() && m->is_number_integer()) memory_mib = std::max(1, m->get<int>());
         if (auto t = j.find("template"); t != j.end() && t->is_string()) tpl = t->get<std::string>();
@@ -337,6 +366,10 @@ void Router::handle(http::Exchange& ex) {
     };
   }
 
+  const char* kind = create                                                                   ? "create"
+                     : !segs.empty() && segs[0] == "mcp"                                        ? "mcp"
+                     : segs.size() >= 3 && segs[0] == "v1" && (segs[1] == "sandboxes" || segs[1] == "snapshots") ? "sandbox"
+                                                                                                : "other";
   std::vector<std::string> tried;
   std::string last_error;
   for (int attempt = 0; attempt < 3; ++attempt) {
@@ -352,7 +385,11 @@ void Router::handle(http::Exchange& ex) {
       std::lock_guard lk(mu_);
       if (--creating_[n->id] <= 0) creating_.erase(n->id);
     }
-    if (sent) return;
+    if (sent) {
+      m_forwards.with({kind, "relayed"}).inc();
+      return;
+    }
+    m_forwards.with({kind, "node_unreachable"}).inc();
     spdlog::warn("router: {}", error);
     last_error = error;
     // A node that restarted may listen elsewhere now (a new pod address): the store knows.
@@ -366,14 +403,17 @@ void Router::handle(http::Exchange& ex) {
         }
       }
     }
-    if (bound)
+    if (bound) {
+      m_forwards.with({kind, "no_node"}).inc();
       return send_error(ex, {ErrorCode::kNodeUnavailable,
                              "the node holding " + bound_what + " is not answering (" + error + "); retry shortly", 0});
+    }
     // Nothing was read from the client yet: another node can take it, or this one where the
     // store says it listens now.
     if (auto again = live_node(*all, n->id); again && again->url != n->url) continue;
     tried.push_back(n->id);
   }
+  m_forwards.with({kind, "no_node"}).inc();
   if (create)
     return send_error(ex, {ErrorCode::kCapacityUnavailable,
                            "no node can take this sandbox now (" + std::to_string(all->size()) + " nodes" +

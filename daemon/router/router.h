@@ -45,6 +45,9 @@ Result<NodeAddress> parse_node_url(const std::string& url);
 class Router {
  public:
   Router(Config cfg, store::Store& store);
+  /// Adds the router's gauges (nodes by state, sandboxes per node) to the process's metrics;
+  /// once, for a router that lives as long as the process.
+  void register_metrics();
   /// Handles one request (the http::Server handler).
   void handle(http::Exchange& ex);
 
