@@ -4,11 +4,17 @@
 
 #include <spdlog/spdlog.h>
 
+#include "common/clock.h"
+
 namespace b3os::cluster {
 
 Membership::Membership(store::Store& store, MembershipConfig cfg, std::function<store::NodeRecord()> load,
                        std::function<void()> on_down)
-    : store_(store), cfg_(std::move(cfg)), load_(std::move(load)), on_down_(std::move(on_down)) {}
+    : store_(store),
+      cfg_(std::move(cfg)),
+      load_(std::move(load)),
+      on_down_(std::move(on_down)),
+      streak_(cfg_.heartbeat_ms, cfg_.down_after_ms) {}
 
 Membership::~Membership() { stop(); }
 
@@ -49,8 +55,11 @@ void Membership::tick() {
     // The store is away (restarting, cut off): the next beat tries again. Past the silence
     // limit the others mark this node down, and the beat after the store returns says so.
     spdlog::warn("cluster: heartbeat: {}", state.error().message);
+    streak_.missed();
     return;
   }
+  const int64_t now = steady_ms();
+  streak_.beat(now);
   if ((*state == "down" || *state == "missing") && !down_reported_.exchange(true)) {
     spdlog::critical("cluster: the store has node {} {} (silent past {} s): its sandboxes were failed by the cluster; "
                      "b3osd stops so that its restart removes them and registers again",
@@ -58,6 +67,9 @@ void Membership::tick() {
     if (on_down_) on_down_();
     return;
   }
+  // After an outage of the store, every node has been silent: wait until each had its chance
+  // to beat again before judging any.
+  if (!streak_.may_judge(now)) return;
   auto marked = store_.mark_silent_nodes_down(cfg_.down_after_ms);
   if (!marked) {
     spdlog::warn("cluster: looking for silent nodes: {}", marked.error().message);

@@ -2,7 +2,8 @@
 // Membership: this node's place in a cluster (docs/cluster.md). With a shared store it
 // registers the node, heartbeats every 2 s with its load, and marks down any node silent for
 // 10 s (the store does it in one transaction: one caller wins, the node's sandboxes become
-// failed, its budget holds and idempotency claims are released). When the store says this
+// failed, its budget holds and idempotency claims are released), once its own heartbeats have
+// reached the store for 10 s without a gap (HeartbeatStreak). When the store says this
 // node itself was marked down (it was cut off from the store for too long), its sandboxes are
 // failed already: it calls `on_down`, and b3osd exits so that its restart sweeps them.
 //
@@ -25,6 +26,28 @@ struct MembershipConfig {
   std::string url;  // where routers and other nodes reach this node
   int64_t heartbeat_ms = 2000;
   int64_t down_after_ms = 10000;
+};
+
+/// Whether this node may judge others silent: only after its own heartbeats have reached the
+/// store without a gap for as long as the silence limit. Else an outage of the store itself
+/// (every node silent at once) would, when it ends, let the first node back mark down every
+/// node that has not beaten again yet.
+class HeartbeatStreak {
+ public:
+  HeartbeatStreak(int64_t heartbeat_ms, int64_t down_after_ms) : heartbeat_ms_(heartbeat_ms), down_after_ms_(down_after_ms) {}
+  /// A heartbeat reached the store at `now_ms` (a steady clock). A gap of more than two beats
+  /// and a second since the last one starts the streak again.
+  void beat(int64_t now_ms) {
+    if (last_ms_ < 0 || now_ms - last_ms_ > 2 * heartbeat_ms_ + 1000) start_ms_ = now_ms;
+    last_ms_ = now_ms;
+  }
+  /// A heartbeat did not reach the store.
+  void missed() { last_ms_ = start_ms_ = -1; }
+  bool may_judge(int64_t now_ms) const { return start_ms_ >= 0 && last_ms_ == now_ms && now_ms - start_ms_ >= down_after_ms_; }
+
+ private:
+  const int64_t heartbeat_ms_, down_after_ms_;
+  int64_t last_ms_ = -1, start_ms_ = -1;
 };
 
 class Membership {
@@ -55,6 +78,7 @@ class Membership {
   std::condition_variable cv_;
   bool stopping_ = false;
   std::atomic<bool> down_reported_{false};
+  HeartbeatStreak streak_;  // the heartbeat thread's alone
   std::thread thread_;
 };
 

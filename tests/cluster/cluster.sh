@@ -6,10 +6,14 @@
 # cluster has: the internal port refuses what is not signed, creates spread over the nodes,
 # every sandbox is reached through either router, a fork stays on its source's node, a
 # restore goes where its image is, two routers racing one Idempotency-Key create one sandbox,
-# the spend cap of a key is one across nodes, a node killed is marked down within 10 s (its
-# sandboxes failed, creates go to the others) and its restart sweeps what it left, a router
-# killed mid-stream leaves the other serving. Then the e2e suite, the MCP suite and both
-# cookbook recipes (all four tabs), each through a router in front of a b3osd on Postgres.
+# the spend cap of a key is one across nodes, the routers' /metrics count what they relayed
+# and show the nodes, Postgres restarted under load gives clients only 2xx or typed 503s and
+# loses no record nor node, a node killed is marked down within 10 s (its sandboxes failed,
+# creates go to the others) and its restart sweeps what it left, a node killed mid-create or
+# mid-fork leaves no answer claiming a sandbox, no record running and (after its restart)
+# nothing on the host, a router killed mid-stream leaves the other serving. Then the e2e
+# suite, the MCP suite and both cookbook recipes (all four tabs), each through a router in
+# front of a b3osd on Postgres.
 #
 # Usage (as root, base template built): B3OS_BIN=build/bin tests/cluster/cluster.sh
 # shellcheck disable=SC2016
@@ -31,6 +35,7 @@ NODES=(a b c)
 declare -A NODE_PID NODE_URL NODE_PORT
 ROUTER_PIDS=()
 ROUTERS=()
+ROUTER_METRICS=()
 
 # ---- set-up and clean-up ---------------------------------------------------------------------
 
@@ -110,16 +115,22 @@ start_node() {
   return 1
 }
 
-# start_router: a b3os-router on a free port; appends its URL to ROUTERS.
+# start_router: a b3os-router on a free port, its metrics on a port of the kernel's choosing;
+# appends its URL to ROUTERS and its metrics URL (from the first line of its log: "b3os-router
+# listening on ..., metrics on http://HOST:PORT/metrics") to ROUTER_METRICS.
 start_router() {
-  local port i=${#ROUTERS[@]}
+  local port i=${#ROUTERS[@]} murl=
   port=$(free_port)
   "$B3OS_BIN/b3os-router" --port "$port" --store "$STORE" --cluster-secret-file "$SECRET" --name "router-$i" \
-    >>"$T/router-$i.log" 2>&1 </dev/null &
+    --metrics-listen 127.0.0.1:0 >>"$T/router-$i.log" 2>&1 </dev/null &
   ROUTER_PIDS+=($!)
   ROUTERS+=("http://127.0.0.1:$port")
   for _ in $(seq 1 100); do
-    curl -s -o /dev/null "http://127.0.0.1:$port/healthz" && return 0
+    if curl -s -o /dev/null "http://127.0.0.1:$port/healthz"; then
+      murl=$(grep -o 'metrics on http://[0-9.]*:[0-9]*/metrics' "$T/router-$i.log" | head -n1 | sed 's/^metrics on //')
+      ROUTER_METRICS+=("$murl")
+      return 0
+    fi
     sleep 0.1
   done
   return 1
@@ -195,6 +206,29 @@ expect files.upload 201
 api GET "/v1/sandboxes/$SID/files?path=/tmp/blob"
 check files.download_same_bytes "$(stat -c %s "$RESP") bytes" cmp -s "$RESP" "$T/blob"
 
+# ---- the router's metrics ------------------------------------------------------------------------
+# Router 0 placed three of the six creates above and relayed requests since; its /metrics
+# counts them and shows the nodes as it last read them (all ready, each with its sandboxes).
+
+URL=${ROUTERS[0]}
+api GET /v1/sandboxes  # a request now: the router reads the nodes again (at most 1 s old)
+metrics_url=${ROUTER_METRICS[0]:-}
+code=$(curl -s -o "$T/router.metrics" -w '%{http_code}' "${metrics_url:-http://127.0.0.1:1/none}") || true
+# metric_value NAME{LABELS}: its value in $T/router.metrics ("" when absent).
+metric_value() { awk -v k="$1" '$1 == k { print $2; exit }' "$T/router.metrics"; }
+relayed=$(metric_value 'b3os_router_forwards_total{kind="create",result="relayed"}')
+ready_nodes=$(metric_value 'b3os_router_nodes{state="ready"}')
+sb_a=$(metric_value 'b3os_router_node_sandboxes{node="node-a"}')
+info "router metrics at ${metrics_url:-(none in its log)}: HTTP $code; creates relayed ${relayed:-absent}," \
+  "nodes ready ${ready_nodes:-absent}, node-a sandboxes ${sb_a:-absent}"
+check router_metrics.served "HTTP $code from ${metrics_url:-no metrics URL in $T/router-0.log}" \
+  sh -c "[ '$code' = 200 ] && grep -q '^# TYPE b3os_router_forwards_total counter' '$T/router.metrics'"
+check router_metrics.creates_relayed "b3os_router_forwards_total{kind=\"create\",result=\"relayed\"} ${relayed:-absent}" \
+  awk -v v="${relayed:-0}" 'BEGIN { exit !(v + 0 > 0) }'
+check router_metrics.nodes_ready "b3os_router_nodes{state=\"ready\"} ${ready_nodes:-absent}" test "${ready_nodes:-}" = 3
+check router_metrics.node_sandboxes "b3os_router_node_sandboxes{node=\"node-a\"} ${sb_a:-absent}" \
+  sh -c "echo '$sb_a' | grep -Eqx '[0-9]+'"
+
 # ---- b3os nodes: list, drain (no new sandboxes there), ready again ------------------------------
 
 out=$("$B3OS_BIN/b3os" nodes list --store "$STORE" 2>&1) || true
@@ -255,6 +289,102 @@ check idempotency.two_routers_one_sandbox "codes $(cat "$T/idem.0.code") $(cat "
   test "$n_race" = 1
 for r in 0 1; do jq -r '.id // empty' "$T/idem.$r" >>"$T/ids" 2>/dev/null || true; done
 
+# ---- Postgres restarted under load -------------------------------------------------------------
+# Six clients, through both routers, loop over the six sandboxes (GET it, exec `true` in it)
+# while Postgres restarts (pg_ctl stop -m fast, then start on the same data). Every answer must
+# be a 2xx with the right body or a typed 503 (a JSON .error.code, and Retry-After): no 500, no
+# connection cut without an answer. Requests succeed again within 10 s of Postgres being back
+# and keep succeeding, the nodes stay ready (a restart of a second or two is far below the 10 s
+# silence that marks a node down), and no record is lost. No psql here while Postgres is away
+# (set -e). Postgres away for longer than 10 s is not tested: see docs/cluster.md, "Faults".
+
+# load_client N ID ROUTER: until $T/load.stop exists, one line per request in $T/load.N.log:
+# KIND START_MS END_MS STATUS CURL_EXIT ERROR_CODE OK ("-" for none; OK is "bad" for a 200
+# with the wrong body or a 503 without Retry-After); each answer but a good 2xx in load.N.answers.
+load_client() {
+  local n=$1 id=$2 url=$3 i=0 kind st rc code ok t0 t1 body=$T/load.$1.body hdr=$T/load.$1.headers
+  : >"$T/load.$n.log"
+  while [ ! -e "$T/load.stop" ]; do
+    : >"$body"
+    : >"$hdr"
+    rc=0
+    t0=$(now_ms)
+    if [ $((i % 2)) = 0 ]; then
+      kind="get"
+      st=$(curl -s -m 20 -o "$body" -D "$hdr" -w '%{http_code}' -H "Authorization: Bearer $KEY" "$url/v1/sandboxes/$id") || rc=$?
+    else
+      kind="exec"
+      st=$(curl -s -m 20 -o "$body" -D "$hdr" -w '%{http_code}' -H "Authorization: Bearer $KEY" -H 'Content-Type: application/json' \
+        --data '{"cmd": ["true"]}' "$url/v1/sandboxes/$id/exec") || rc=$?
+    fi
+    t1=$(now_ms)
+    code=$(jq -r '.error.code // empty' "$body" 2>/dev/null || true)
+    ok=-
+    case "$kind:$st" in
+      get:200) jq -e --arg id "$id" '.id == $id and .status == "running"' "$body" >/dev/null 2>&1 && ok=ok || ok=bad ;;
+      exec:200) jq -e '.exit_code == 0' "$body" >/dev/null 2>&1 && ok=ok || ok=bad ;;
+      *:503) grep -qi '^retry-after:' "$hdr" && ok=retry-after || ok=bad ;;
+    esac
+    echo "$kind $t0 $t1 ${st:-000} $rc ${code:--} $ok" >>"$T/load.$n.log"
+    [ "$ok" = ok ] || echo "$kind HTTP ${st:-000} curl-exit-$rc: $(head -c 240 "$body" | tr '\n' ' ')" >>"$T/load.$n.answers"
+    i=$((i + 1))
+  done
+}
+# load_ok_after KIND MS: a KIND request that started at MS or later had a good 2xx.
+load_ok_after() { cat "$T"/load.*.log | awk -v k="$1" -v t="$2" '$1 == k && $2 >= t && $4 ~ /^2/ && $7 != "bad" { f = 1 } END { exit !f }'; }
+
+rows_before=$(psql_q "SELECT count(*) FROM sandboxes")
+psql_q "SELECT id FROM sandboxes WHERE state = 'running' ORDER BY id" >"$T/running.before"
+rm -f "$T/load.stop" "$T"/load.*.log "$T"/load.*.answers
+loaders=()
+for i in "${!IDS[@]}"; do
+  load_client "$i" "${IDS[$i]}" "${ROUTERS[$((i % 2))]}" &
+  loaders+=($!)
+done
+sleep 2
+pg_down_ms=$(now_ms)
+pg_restart && pg_ok=1 || pg_ok=0
+pg_up_ms=$(now_ms)
+# Until both kinds of request have succeeded again (at most 15 s), then 3 s more of load.
+back_ms=
+for _ in $(seq 1 150); do
+  if load_ok_after get "$pg_up_ms" && load_ok_after exec "$pg_up_ms"; then back_ms=$(($(now_ms) - pg_up_ms)); break; fi
+  sleep 0.1
+done
+sleep 3
+touch "$T/load.stop"
+wait "${loaders[@]}" || true
+cat "$T"/load.*.log >"$T/load.all"
+n_req=$(wc -l <"$T/load.all")
+seen=$(awk '{ print $1 " " $4 ($6 != "-" ? " " $6 : "") ($5 != 0 ? " curl-exit-" $5 : "") ($7 == "bad" ? " BAD" : $7 == "retry-after" ? " Retry-After" : "") }' "$T/load.all" |
+  sort | uniq -c | awk '{ c = $1; $1 = ""; printf "%s%s x%d", (NR > 1 ? ";" : ""), $0, c }')
+# Neither a 2xx with the right body nor a 503 with an error code and Retry-After: each such line.
+awk '!(($4 ~ /^2/ && $7 != "bad") || ($4 == 503 && $6 != "-" && $7 != "bad"))' "$T/load.all" >"$T/load.bad"
+outage_ms=$((pg_up_ms - pg_down_ms))
+n_503=$(awk '$4 == 503' "$T/load.all" | wc -l)
+# The last answer that was not a good 2xx, in ms after Postgres was back (<= 0: none after).
+last_bad_ms=$(awk -v u="$pg_up_ms" '!($4 ~ /^2/ && $7 != "bad") { if ($3 - u > m) m = $3 - u } END { print m + 0 }' "$T/load.all")
+info "postgres restart: down for ${outage_ms} ms (pg_restart ok=$pg_ok); $n_req requests by 6 clients, $n_503 answered 503;" \
+  "both kinds succeeded again ${back_ms:-never (15 s)} ms after it was back; last failure ${last_bad_ms} ms after; seen:$seen"
+cat "$T"/load.*.answers 2>/dev/null | sed -E 's/sbx_[0-9a-z]+/sbx_ID/g; s/req_[0-9a-z]+/req_ID/g' | sort | uniq -c | sort -rn | head -n 6 |
+  sed 's/^ */# postgres restart: answer (times seen) /'
+check pg_restart.answers_2xx_or_typed_503 "$(wc -l <"$T/load.bad") answers neither a good 2xx nor a typed 503: $(head -n 5 "$T/load.bad" | tr '\n' '|'); all seen:$seen" \
+  test "$pg_ok:$(wc -l <"$T/load.bad")" = 1:0
+check pg_restart.requests_succeed_within_10s "both kinds ok again after ${back_ms:-never} ms; last failure ${last_bad_ms} ms after Postgres was back" \
+  test -n "$back_ms" -a "${back_ms:-99999}" -le 10000 -a "$last_bad_ms" -le 10000
+# Three heartbeats (2 s each) after Postgres came back, every node still ready and running.
+while [ $(($(now_ms) - pg_up_ms)) -lt 6500 ]; do sleep 0.2; done
+states=$(psql_q "SELECT id || ':' || state FROM nodes ORDER BY id" | tr '\n' ' ')
+alive=0
+for n in "${NODES[@]}"; do kill -0 "${NODE_PID[$n]}" 2>/dev/null && alive=$((alive + 1)); done
+check pg_restart.nodes_still_ready "nodes $states; $alive of 3 b3osd alive (a node marked down by the outage is a bug)" \
+  test "$(psql_q "SELECT count(*) FROM nodes WHERE state = 'ready'"):$alive" = 3:3
+rows_after=$(psql_q "SELECT count(*) FROM sandboxes")
+psql_q "SELECT id FROM sandboxes WHERE state = 'running' ORDER BY id" >"$T/running.after"
+gone=$(comm -23 "$T/running.before" "$T/running.after" | tr '\n' ' ')
+check pg_restart.no_record_lost "rows $rows_before before, $rows_after after; running before and not after: ${gone:-none}" \
+  test "$rows_before" = "$rows_after" -a -z "$gone" -a -s "$T/running.before"
+
 # ---- a node killed: marked down within 10 s, its sandboxes failed, creates go elsewhere --------
 
 victim=$(node_of "${IDS[2]}")
@@ -286,6 +416,145 @@ check down.restart_ready "$(psql_q "SELECT state FROM nodes WHERE id = '$victim'
   test "$(psql_q "SELECT state FROM nodes WHERE id = '$victim'")" = ready
 check down.restart_swept "$(runsc --root "$T/node-$vn/run/runsc" list --quiet 2>/dev/null | tr '\n' ' ')" \
   eventually 20 sh -c "[ -z \"\$(runsc --root '$T/node-$vn/run/runsc' list --quiet 2>/dev/null)\" ]"
+
+# ---- a node killed mid-create, and mid-fork ------------------------------------------------------
+# The same node again ($victim: none of the sandboxes the later sections use is on it). The two
+# others are drained first, so that placement has only it; they are set ready at the end.
+
+# node_leftovers N: what of node N is on the host: runsc containers, sandbox directories, disks
+# (files and mounts), fork images, shims. Empty when there is nothing.
+node_leftovers() {
+  local d=$T/node-$1 f
+  runsc --root "$d/run/runsc" list --quiet 2>/dev/null | sed 's/^/container:/'
+  for f in "$d"/run/sandboxes/* "$d"/data/disks/* "$d"/data/fork-images/*; do
+    [ -e "$f" ] && echo "${f#"$d"/}"
+  done
+  awk -v p="$d/data/disks/" 'index($2, p) == 1 { print "mount:" $2 }' /proc/mounts
+  pgrep -f "b3os-shim $d/" 2>/dev/null | sed 's/^/shim:/' || true
+}
+node_clean() { [ -z "$(node_leftovers "$1")" ]; }
+# wait_down NODE_ID: waits (up to 25 s) for the store to have it down; prints the ms it took.
+wait_down() {
+  local t0 s
+  t0=$(now_ms)
+  for _ in $(seq 1 250); do
+    s=$(psql_q "SELECT state FROM nodes WHERE id = '$1'" || true)
+    [ "$s" != down ] || { echo $(($(now_ms) - t0)); return 0; }
+    sleep 0.1
+  done
+  echo never
+}
+# restart_clean N CHECK: starts node N again; CHECK.restart_clean passes when it is ready
+# and, within 20 s (its orphan sweep runs behind the API), nothing of it is left on the host.
+restart_clean() {
+  local n=$1 name=$2
+  start_node "$n" || { fail "$name.restart_clean" "node $n did not start again"; return 0; }
+  eventually 20 node_clean "$n" || true
+  local st left
+  st=$(psql_q "SELECT state FROM nodes WHERE id = 'node-$n'")
+  left=$(node_leftovers "$n" | tr '\n' ' ')
+  info "$name: node-$n restarted, $st; left on the host: ${left:-nothing}"
+  check "$name.restart_clean" "node-$n $st; left on the host: ${left:-nothing}" test "$st:$left" = ready:
+}
+# in_flight_kill N PID NAME WHAT CMD...: waits (up to 20 s, every 5 ms) for CMD to succeed (WHAT
+# says what it looks for) while the client PID is still waiting, then SIGKILLs node N. Says what
+# was on the host at the kill; sets KILL_MS (ms after the call) and KILL_SEEN (1: CMD held).
+in_flight_kill() {
+  local n=$1 cpid=$2 name=$3 what=$4 t0
+  shift 4
+  local waiting=no
+  t0=$(now_ms)
+  KILL_SEEN=0
+  for _ in $(seq 1 4000); do
+    if "$@"; then KILL_SEEN=1; break; fi
+    kill -0 "$cpid" 2>/dev/null || break
+    sleep 0.005
+  done
+  ! kill -0 "$cpid" 2>/dev/null || waiting=yes
+  kill -KILL "${NODE_PID[$n]}" 2>/dev/null || true
+  KILL_MS=$(($(now_ms) - t0))
+  wait "${NODE_PID[$n]}" 2>/dev/null || true
+  [ "$waiting" = yes ] || KILL_SEEN=0  # the answer came first: not killed in flight
+  info "$name: node-$n SIGKILLed ${KILL_MS} ms after the request was sent ($what: $([ "$KILL_SEEN" = 1 ] && echo yes ||
+    echo no); client still waiting then: $waiting); on the host after the kill:" "$(node_leftovers "$n" | tr '\n' ' ')"
+}
+# has_entries DIR MIN: DIR has at least MIN entries.
+has_entries() {
+  local e=("$1"/*)
+  [ -e "${e[0]}" ] && [ "${#e[@]}" -ge "$2" ]
+}
+
+others=()
+for n in "${NODES[@]}"; do [ "node-$n" = "$victim" ] || others+=("node-$n"); done
+for o in "${others[@]}"; do
+  out=$("$B3OS_BIN/b3os" nodes drain "$o" --store "$STORE" 2>&1) || fail midcreate.drain_others "$o: $out"
+done
+sleep 1.2  # the routers read the nodes at most once a second
+eventually 20 node_clean "$vn" || true
+
+# Mid-create: killed once the create's container is being made (runsc has its state file).
+curl -s -m 60 -o "$T/midcreate.json" -w '%{http_code}' -H "Authorization: Bearer $KEY" -H 'Content-Type: application/json' \
+  --data '{"timeout_s": 120, "metadata": {"fault": "mid-create"}}' "${ROUTERS[0]}/v1/sandboxes" >"$T/midcreate.code" 2>/dev/null &
+cpid=$!
+in_flight_kill "$vn" "$cpid" midcreate "the container begun (runsc state)" has_entries "$T/node-$vn/run/runsc" 1
+wait "$cpid" && crc=0 || crc=$?
+st=$(cat "$T/midcreate.code" 2>/dev/null || true)
+ecode=$(jq -r '.error.code // empty' "$T/midcreate.json" 2>/dev/null || true)
+case "$st" in
+  2*) answer="HTTP $st claiming a sandbox: $(head -c 200 "$T/midcreate.json")"; jq -r '.id // empty' "$T/midcreate.json" >>"$T/ids" 2>/dev/null || true ;;
+  000 | "") answer="no answer: the connection was cut (curl exit $crc)" ;;
+  *) answer="HTTP $st ${ecode:-untyped}: $(jq -r '.error.message // empty' "$T/midcreate.json" 2>/dev/null | head -c 200)" ;;
+esac
+info "midcreate: the client got $answer"
+check midcreate.killed_in_flight "the create's container had not appeared when the node was killed (${KILL_MS} ms; $answer)" \
+  test "$KILL_SEEN" = 1
+check midcreate.client_answer_not_2xx "$answer" \
+  sh -c "[ '$st' = 000 ] || [ -z '$st' ] || { [ '$st' = 503 ] && [ -n '$ecode' ]; }"
+down_ms=$(wait_down "$victim")
+left=$(psql_q "SELECT id || ':' || state FROM sandboxes WHERE node_id = '$victim' AND state NOT IN ('stopped', 'failed')" | tr '\n' ' ')
+info "midcreate: node $victim marked down after $down_ms ms; its rows not ended: ${left:-none}"
+check midcreate.no_row_left_running "down after $down_ms ms; rows of $victim not ended: ${left:-none}" \
+  test "$down_ms" != never -a -z "$left"
+restart_clean "$vn" midcreate
+
+# Mid-fork: a forkable sandbox on the node, a fork of 3, the node killed while the forks are
+# being restored from the fork's image (the image written, a fork's sandbox directory made).
+sleep 1.2  # the routers see it ready
+URL=${ROUTERS[0]}
+create_sandbox '{"forkable": true, "timeout_s": 120, "metadata": {"fault": "mid-fork"}}'
+FSRC=$CID
+if [ -n "$FSRC" ] && [ "$(node_of "$FSRC")" = "$victim" ]; then
+  curl -s -m 60 -o "$T/midfork.json" -w '%{http_code}' -H "Authorization: Bearer $KEY" -H 'Content-Type: application/json' \
+    --data '{"count": 3}' "${ROUTERS[0]}/v1/sandboxes/$FSRC/fork" >"$T/midfork.code" 2>/dev/null &
+  cpid=$!
+  # A second sandbox directory besides the source's: the first fork's launch has begun.
+  in_flight_kill "$vn" "$cpid" midfork "a fork's launch begun" has_entries "$T/node-$vn/run/sandboxes" 2
+  wait "$cpid" && crc=0 || crc=$?
+  st=$(cat "$T/midfork.code" 2>/dev/null || true)
+  ecode=$(jq -r '.error.code // empty' "$T/midfork.json" 2>/dev/null || true)
+  case "$st" in
+    2*) answer="HTTP $st with forks $(jq -r '[.data[]?.id] | join(" ")' "$T/midfork.json" 2>/dev/null)"; jq -r '.data[]?.id' "$T/midfork.json" >>"$T/ids" 2>/dev/null || true ;;
+    000 | "") answer="no answer: the connection was cut (curl exit $crc)" ;;
+    *) answer="HTTP $st ${ecode:-untyped}: $(jq -r '.error.message // empty' "$T/midfork.json" 2>/dev/null | head -c 200)" ;;
+  esac
+  info "midfork: the client got $answer"
+  check midfork.killed_in_flight "no fork had begun its launch when the node was killed (${KILL_MS} ms; $answer)" \
+    test "$KILL_SEEN" = 1
+  check midfork.client_answer_not_2xx "$answer" \
+    sh -c "[ '$st' = 000 ] || [ -z '$st' ] || { [ '$st' = 503 ] && [ -n '$ecode' ]; }"
+  down_ms=$(wait_down "$victim")
+  left=$(psql_q "SELECT id || ':' || state FROM sandboxes WHERE node_id = '$victim' AND state NOT IN ('stopped', 'failed')" | tr '\n' ' ')
+  info "midfork: node $victim marked down after $down_ms ms; its rows not ended: ${left:-none}"
+  check midfork.no_row_left_running "down after $down_ms ms; rows of $victim not ended: ${left:-none}" \
+    test "$down_ms" != never -a -z "$left"
+  restart_clean "$vn" midfork
+else
+  fail midfork.source "the forkable source is not on $victim: $(snip)"
+fi
+for o in "${others[@]}"; do
+  out=$("$B3OS_BIN/b3os" nodes ready "$o" --store "$STORE" 2>&1) || fail midfork.others_ready_again "$o: $out"
+done
+sleep 1.2
 
 # ---- a router killed mid-stream: the other serves ----------------------------------------------
 
