@@ -14,7 +14,7 @@ Membership::Membership(store::Store& store, MembershipConfig cfg, std::function<
       cfg_(std::move(cfg)),
       load_(std::move(load)),
       on_down_(std::move(on_down)),
-      streak_(cfg_.heartbeat_ms, cfg_.down_after_ms) {}
+      streak_(cfg_.heartbeat_ms, cfg_.judge_after_ms < 0 ? cfg_.down_after_ms : cfg_.judge_after_ms) {}
 
 Membership::~Membership() { stop(); }
 

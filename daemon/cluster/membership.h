@@ -26,6 +26,9 @@ struct MembershipConfig {
   std::string url;  // where routers and other nodes reach this node
   int64_t heartbeat_ms = 2000;
   int64_t down_after_ms = 10000;
+  /// How long this node's own heartbeats must have reached the store, without a gap, before
+  /// it may judge others silent (HeartbeatStreak); -1: down_after_ms.
+  int64_t judge_after_ms = -1;
 };
 
 /// Whether this node may judge others silent: only after its own heartbeats have reached the
@@ -41,8 +44,9 @@ class HeartbeatStreak {
     if (last_ms_ < 0 || now_ms - last_ms_ > 2 * heartbeat_ms_ + 1000) start_ms_ = now_ms;
     last_ms_ = now_ms;
   }
-  /// A heartbeat did not reach the store.
-  void missed() { last_ms_ = start_ms_ = -1; }
+  /// A heartbeat did not reach the store: a beat missed alone (a connection the store's
+  /// restart broke) is no gap; the gap is counted from the last beat that got through.
+  void missed() {}
   bool may_judge(int64_t now_ms) const { return start_ms_ >= 0 && last_ms_ == now_ms && now_ms - start_ms_ >= down_after_ms_; }
 
  private:

@@ -1,6 +1,7 @@
 #include "daemon/store/pg_store.h"
 
 #include <libpq-fe.h>
+#include <poll.h>
 
 #include <chrono>
 #include <cstdio>
@@ -106,6 +107,16 @@ class Conn {
   Conn& operator=(const Conn&) = delete;
 
   bool ok() const { return PQstatus(c_) == CONNECTION_OK; }
+  /// Whether an idle connection still stands. Nothing b3os does asks the server to speak
+  /// unprompted (no LISTEN), so anything that arrived while it sat idle is the server leaving:
+  /// a FATAL message ("terminating connection due to administrator command") and the close of
+  /// a restart. Such a connection is dropped rather than handed to a request that would fail
+  /// on it (a parameter the server reports after a reload costs one reconnect, no more).
+  bool alive() const {
+    if (PQstatus(c_) != CONNECTION_OK) return false;
+    pollfd p{PQsocket(c_), POLLIN, 0};
+    return ::poll(&p, 1, 0) == 0;
+  }
 
   /// Runs `sql` (prepared on this connection the first time) with `p`.
   Result<Res> run(const std::string& sql, const Params& p, std::string_view what) {
@@ -468,12 +479,15 @@ Result<void> PgStore::with_conn(const std::function<Result<void>(Conn&)>& body) 
     std::unique_lock lk(mu_);
     if (!idle_cv_.wait_for(lk, kPoolWait, [&] { return !idle_.empty() || open_ < pool_size_; }))
       return fail(ErrorCode::kNodeUnavailable, "store: every postgres connection of the pool stayed busy for 5 s; retry shortly");
-    if (!idle_.empty()) {
+    while (!c && !idle_.empty()) {
       c = std::move(idle_.back());
       idle_.pop_back();
-    } else {
-      ++open_;
+      if (!c->alive()) {  // closed by a restart of the server: dropped, another tried
+        c.reset();
+        --open_;
+      }
     }
+    if (!c) ++open_;
   }
   if (!c) {
     auto made = Conn::connect(url_);

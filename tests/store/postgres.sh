@@ -34,8 +34,10 @@ pg_createdb() {
   echo "postgresql://postgres@/$1?host=$PG_DIR"
 }
 
+# pg_restart [SECONDS]: stops the server and starts it again, SECONDS later (default at once).
 pg_restart() {
   pg_as "$PG_BIN/pg_ctl" -D "$PG_DIR/data" -m fast -w stop >/dev/null 2>&1
+  [ -z "${1:-}" ] || sleep "$1"
   _pg_up
 }
 

@@ -22,8 +22,11 @@ TEST(HeartbeatStreak, AMissedBeatOrALongGapStartsAgain) {
   HeartbeatStreak s(2000, 10000);
   for (int64_t t = 0; t <= 10000; t += 2000) s.beat(t);
   EXPECT_TRUE(s.may_judge(10000));
-  s.missed();  // the store went away
-  EXPECT_FALSE(s.may_judge(12000));
+  s.missed();  // one beat lost (a connection broken by a quick restart of the store): no gap
+  s.beat(14000);
+  EXPECT_TRUE(s.may_judge(14000));
+  s.missed();  // the store went away for longer
+  EXPECT_FALSE(s.may_judge(16000));
   s.beat(26000);  // back 14 s later: the others had no chance to beat yet
   EXPECT_FALSE(s.may_judge(26000));
   for (int64_t t = 28000; t < 36000; t += 2000) {
