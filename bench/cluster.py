@@ -8,8 +8,14 @@
 2. Throughput: 20 clients looping create, exec `python3 -c 'print(1)'`, delete for a while
    (tests/reliability/load.py's clients) through the router in front of three nodes, against
    one node alone with the same CPU (the same machine), and the errors of each.
+3. A snapshot restored on another node (its image fetched from the object store: s3rver on
+   loopback from tests/cluster/node_modules, else a shared directory) against a local restore
+   on the node that took it, taking turns; of an idle sandbox and of a busy one (a python
+   process appending to a file every 50 ms); the first remote restore, which also fetches the
+   template's root, apart.
 
 Usage (root): bench/cluster.py [--bin build/bin] [--rounds 200] [--duration 60] [--clients 20]
+              [--restores 20]
 """
 import argparse
 import concurrent.futures
@@ -153,6 +159,53 @@ def overhead(node_port, router_port, key, rounds, clients):
     return out
 
 
+def restores(a, b, key, rounds):
+    """Restores of one snapshot on the node that took it (a) and on another (b), taking turns;
+    server total and fetch medians, and the client's wall time."""
+    out = {}
+    ca, cb = Conn(a.port, key), Conn(b.port, key)
+    busy_cmd = ("nohup python3 -c 'import time\nwhile True:\n open(\"/tmp/tick\",\"a\").write(\"x\")\n time.sleep(0.05)' "
+                ">/dev/null 2>&1 &")
+    for label, cmd in (("idle", None), ("busy", busy_cmd)):
+        sid = ca.call("POST", "/v1/sandboxes", {"timeout_s": 3600})["id"]
+        try:
+            if cmd:
+                ca.call("POST", f"/v1/sandboxes/{sid}/exec", {"cmd": cmd})
+                time.sleep(0.5)
+            snap = ca.call("POST", f"/v1/sandboxes/{sid}/snapshot", {})
+            snp = snap["id"]
+            up = snap.get("timing", {}).get("upload_ms", float("nan"))
+            rows = {"local": [], "remote": []}
+            first = None
+            for i in range(rounds + 1):
+                order = (("local", ca), ("remote", cb)) if i % 2 == 0 else (("remote", cb), ("local", ca))
+                for where, c in order:
+                    t = time.perf_counter()
+                    r = c.call("POST", "/v1/sandboxes", {"snapshot": snp, "timeout_s": 120})
+                    wall = (time.perf_counter() - t) * 1000
+                    c.call("DELETE", f"/v1/sandboxes/{r['id']}")
+                    tm = r.get("timing", {})
+                    row = (tm.get("total_ms", float("nan")), tm.get("fetch_ms", 0.0), wall)
+                    if where == "remote" and first is None:
+                        first = row  # the root came too
+                        continue
+                    rows[where].append(row)
+            ca.call("DELETE", f"/v1/snapshots/{snp}")
+        finally:
+            ca.call("DELETE", f"/v1/sandboxes/{sid}")
+        for where in ("local", "remote"):
+            rs = rows[where]
+            out[f"{label}, {where}"] = {"total_ms": med([r[0] for r in rs]), "fetch_ms": med([r[1] for r in rs]),
+                                        "wall_ms": med([r[2] for r in rs]), "n": len(rs)}
+        out[f"{label}, remote first"] = {"total_ms": first[0], "fetch_ms": first[1], "wall_ms": first[2], "n": 1}
+        print(f"# restore of a {label} sandbox's snapshot (upload at snapshot {up:.0f} ms, size "
+              f"{snap.get('size_bytes', 0) / 1e6:.1f} MB): local {out[label + ', local']['total_ms']:.1f} ms, "
+              f"on another node {out[label + ', remote']['total_ms']:.1f} ms (fetch "
+              f"{out[label + ', remote']['fetch_ms']:.1f}); the first there {first[0]:.0f} ms (fetch {first[1]:.0f}, "
+              f"with the root)", flush=True)
+    return out
+
+
 def throughput(url, key, clients, duration, label):
     stats = load.Stats(load.documented_statuses())
     done, secs = load.run_clients(url, [key], stats, "bench", clients, duration=duration, idempotency=False)
@@ -168,6 +221,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=200)
     ap.add_argument("--duration", type=float, default=60)
     ap.add_argument("--clients", type=int, default=20)
+    ap.add_argument("--restores", type=int, default=20, help="rounds of the restore comparison (0: none)")
     ap.add_argument("--templates", default=os.environ.get("B3OS_TEMPLATES_DIR", "/var/lib/b3os/templates"))
     args = ap.parse_args()
     bindir = os.path.abspath(args.bin)
@@ -188,8 +242,22 @@ def main():
         with open(secret, "w") as f:
             f.write(os.urandom(32).hex())
         os.chmod(secret, 0o600)
+        s3 = None
+        s3rver = os.path.join(ROOT, "tests", "cluster", "node_modules", ".bin", "s3rver")
+        if os.path.exists(s3rver):
+            s3_port = free_port()
+            os.makedirs(os.path.join(pg_dir, "s3"), exist_ok=True)
+            s3 = subprocess.Popen([s3rver, "-d", os.path.join(pg_dir, "s3"), "-a", "127.0.0.1", "-p", str(s3_port),
+                                   "--silent", "--configure-bucket", "b3os"], stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL)
+            os.environ.update(AWS_ACCESS_KEY_ID="S3RVER", AWS_SECRET_ACCESS_KEY="S3RVER")
+            objects = f"s3://b3os/bench?endpoint=http://127.0.0.1:{s3_port}"
+            time.sleep(1.5)
+        else:
+            objects = "dir:" + os.path.join(pg_dir, "objects")
+        print(f"# object store: {objects}", flush=True)
         flags = lambda n: ["--store", store, "--node-id", f"bench-{n}", "--cluster-listen", "127.0.0.1:0",
-                           "--cluster-secret-file", secret, *COMMON]
+                           "--cluster-secret-file", secret, "--object-store", objects, *COMMON]
         with PrivateDaemon(bindir, args.templates, flags("a")) as a, \
                 PrivateDaemon(bindir, args.templates, flags("b")) as b, \
                 PrivateDaemon(bindir, args.templates, flags("c")) as c:
@@ -205,8 +273,11 @@ def main():
                 # ones go (node a); the rest of the machine quiet.
                 psql(pg_dir, "b3bench", "UPDATE nodes SET state = 'draining' WHERE id <> 'bench-a'")
                 time.sleep(3)
-                res["overhead"] = overhead(a.port, router.port, key, args.rounds, args.clients)
+                if args.rounds > 0:
+                    res["overhead"] = overhead(a.port, router.port, key, args.rounds, args.clients)
                 psql(pg_dir, "b3bench", "UPDATE nodes SET state = 'ready'")
+                if args.restores > 0:
+                    res["restores"] = restores(a, b, key, args.restores)
                 time.sleep(2)
                 if args.duration > 0:
                     res["three nodes"] = throughput(f"http://127.0.0.1:{router.port}", key, args.clients,
@@ -214,6 +285,8 @@ def main():
             finally:
                 router.stop()
     finally:
+        if 's3' in locals() and s3:
+            s3.kill()
         pg_stop(pg_dir)
 
     print(f"\ncluster: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}")
@@ -221,6 +294,14 @@ def main():
     for name, r in res.get("overhead", {}).items():
         print(f"{name:30}{r['direct_ms']:12.2f}{r['router_ms']:12.2f}{r['router_ms'] - r['direct_ms']:10.2f}"
               f"{r['router_ms'] / r['direct_ms']:8.2f}")
+    if "restores" in res:
+        print(f"\nA snapshot restored (server total, median of {args.restores}; the fetch part; the client's wall time):")
+        print(f"{'':30}{'total ms':>12}{'fetch ms':>12}{'wall ms':>10}")
+        for name, r in res["restores"].items():
+            print(f"{name:30}{r['total_ms']:12.1f}{r['fetch_ms']:12.1f}{r['wall_ms']:10.1f}")
+        for label in ("idle", "busy"):
+            loc, rem = res["restores"][f"{label}, local"], res["restores"][f"{label}, remote"]
+            print(f"{label + ': another node / local':30}{rem['total_ms'] / loc['total_ms']:12.2f}")
     if "one node" in res and "three nodes" in res:
         one, three = res["one node"], res["three nodes"]
         print(f"\n{args.clients} clients looping create, exec, delete for {args.duration:g} s:")

@@ -23,6 +23,7 @@
 #include "daemon/gateway/gateway.h"
 #include "daemon/gateway/relay.h"
 #include "daemon/http/metrics_listener.h"
+#include "daemon/objstore/objstore.h"
 #include "daemon/http/server.h"
 #include "daemon/preview/preview.h"
 #include "daemon/mcp/server.h"
@@ -273,6 +274,12 @@ int main(int argc, char** argv) {
   app.add_option("--cluster-url", cluster_url,
                  "the URL routers reach the internal listener at (default: http://HOST:PORT of --cluster-listen)")
       ->envname("B3OS_CLUSTER_URL");
+  std::string object_store_spec;
+  app.add_option("--object-store", object_store_spec,
+                 "with a shared store: where snapshots go so that any node can restore them, dir:/PATH (a directory "
+                 "every node mounts) or s3://BUCKET[/PREFIX][?endpoint=URL&region=R] (credentials from "
+                 "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY); empty: snapshots stay on the node that took them")
+      ->envname("B3OS_OBJECT_STORE");
   app.add_option("--run-dir", cfg.run_dir, "per-sandbox runtime files")->capture_default_str();
   app.add_option("--templates-dir", cfg.templates_dir_override, "template root filesystems (default: DATA_DIR/templates)");
   app.add_option("--agent", cfg.agent_path, "path of b3os-agent (default: beside b3osd)");
@@ -602,6 +609,16 @@ int main(int argc, char** argv) {
   if (!store) {
     std::cerr << "b3osd: " << store.error().message << "\n";
     return 1;
+  }
+  cfg.node_id = node_id;
+  std::unique_ptr<objstore::ObjectStore> object_store;
+  if (!object_store_spec.empty()) {
+    if (!(*store)->shared()) return bad("--object-store needs a shared store (--store postgres://...): a single node "
+                                        "restores its snapshots from its own disk");
+    auto os = objstore::open_object_store(object_store_spec);
+    if (!os) return bad(os.error().message);
+    object_store = std::move(*os);
+    cfg.object_store = object_store.get();
   }
   if (auto r = (*store)->idempotency_clear_pending(); !r) {
     std::cerr << "b3osd: " << r.error().message << "\n";

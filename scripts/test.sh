@@ -24,9 +24,9 @@ record() {  # name status(0 ok, 77 skip, else fail) [reason]; says how long its 
 step "dependencies"
 ./scripts/install-deps.sh || { echo "installing dependencies failed"; exit 1; }
 
-step "node packages: the official MCP SDK and Inspector for the MCP tests and the recipes' MCP tabs; kubernetes-models for the manifests"
+step "node packages: the official MCP SDK and Inspector for the MCP tests and the recipes' MCP tabs; kubernetes-models for the manifests; s3rver for the cluster's object store"
 if command -v npm >/dev/null; then
-  for d in tests/mcp cookbook tests/kubernetes; do
+  for d in tests/mcp cookbook tests/kubernetes tests/cluster; do
     (cd "$d" && npm ci --no-audit --no-fund --loglevel=error) ||
       echo "npm ci in $d failed: the MCP client checks that need it will say SKIP"
   done

@@ -330,10 +330,12 @@ void Router::handle(http::Exchange& ex) {
         if (auto m = j.find("memory_mib"); m != j.end() && m->is_number_integer()) memory_mib = std::max(1, m->get<int>());
         if (auto t = j.find("template"); t != j.end() && t->is_string()) tpl = t->get<std::string>();
         if (auto s = j.find("snapshot"); s != j.end() && s->is_string()) {
-          // Until snapshots move through object storage, a restore goes where the image is.
+          // A restore goes where the image is (no fetch) while that node is ready; else it is
+          // placed like any create, and the node it lands on fetches the image from the
+          // object store (docs/cluster.md).
           auto node = node_holding(key->project_id, s->get<std::string>(), true);
           if (!node) return send_error(ex, node.error());
-          if (!node->empty()) bind_to(*node, "snapshot " + s->get<std::string>());
+          if (auto n = live_node(*all, *node); n && n->state == "ready") bind_to(*node, "snapshot " + s->get<std::string>());
         }
       }
     } else {

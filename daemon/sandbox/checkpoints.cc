@@ -13,6 +13,7 @@
 #include "common/ids.h"
 #include "common/scope_exit.h"
 #include "common/unique_fd.h"
+#include "daemon/sandbox/remote_images.h"
 #include "daemon/sandbox/view.h"
 
 namespace b3os::sandbox {
@@ -292,6 +293,15 @@ Result<json> Checkpoints::snapshot(const Principal& p, const std::string& id, Ti
   if (auto r = sync_image(dir.path()); !r) return fail(r.error().wrap("snapshotting " + id));
   room.release();
   t.lap("sync", sw);
+  // In a cluster, into the object store before the record: a snapshot any node can list is
+  // one any node can restore.
+  if (cfg_.object_store) {
+    const std::string rootfs =
+        base.rootfs.empty() ? lifecycle_.template_rootfs(base.template_name) + "/rootfs" : base.rootfs;
+    if (auto r = publish_snapshot(cfg_, snap_id, dir.path(), rootfs, base.template_name); !r)
+      return fail(r.error().wrap("snapshotting " + id));
+    t.lap("upload", sw);
+  }
   uint64_t size = 0;
   std::error_code ec;
   for (auto& e : fs::directory_iterator(dir.path(), ec))
@@ -347,6 +357,10 @@ Result<json> Checkpoints::delete_snapshot(const Principal& p, const std::string&
   if (auto r = store_.delete_snapshot(p.project_id, id); !r) return fail(r.error());
   std::error_code ec;
   fs::remove_all(cfg_.snapshots_dir() + "/" + id, ec);
+  // The record is gone, so no one can restore it; objects left by a store that is down now
+  // are said in the log (docs/cluster.md).
+  if (auto r = forget_snapshot(cfg_, id); !r)
+    spdlog::warn("snapshot {}: deleted, but its objects stay in the object store: {}", id, r.error().message);
   if (auto* c = lifecycle_.templates(); c && d->contains("template") && (*d)["template"].is_object())
     c->released((*d)["template"].value("id", ""));
   (*d)["deleted"] = true;

@@ -7,6 +7,10 @@
 
 #include "daemon/runtime/runsc.h"
 
+namespace b3os::objstore {
+class ObjectStore;
+}
+
 namespace b3os::sandbox {
 
 /// Where preview URLs point (ports.h).
@@ -20,6 +24,10 @@ struct PreviewConfig {
 
 
 struct Config {
+  /// A cluster's object storage (docs/cluster.md), where snapshots go so that another node can
+  /// restore them; null on a single node. Not owned.
+  objstore::ObjectStore* object_store = nullptr;
+  std::string node_id;  // this node's name in a shared store ("" alone)
   std::string data_dir = "/var/lib/b3os";  // b3os.db, templates/, snapshots/, fork-images/
   std::string run_dir = "/run/b3os";       // per-sandbox bundles, shim sockets, logs
   std::string templates_dir_override;      // default: data_dir/templates
@@ -57,6 +65,9 @@ struct Config {
   /// often a small tmpfs (an image is as large as the source's memory). Swept at start.
   std::string fork_images_dir() const { return data_dir + "/fork-images"; }
   std::string sandboxes_dir() const { return run_dir + "/sandboxes"; }
+  /// Template roots fetched from the object store for restores of other nodes' snapshots, one
+  /// directory per root's fingerprint (kept: the sandboxes restored on them read them).
+  std::string rootfs_cache_dir() const { return data_dir + "/rootfs-cache"; }
 };
 
 }  // namespace b3os::sandbox

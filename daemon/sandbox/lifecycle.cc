@@ -14,6 +14,8 @@
 #include "common/clock.h"
 #include "common/ids.h"
 #include "common/metrics.h"
+#include "common/scope_exit.h"
+#include "daemon/sandbox/remote_images.h"
 #include "daemon/sandbox/view.h"
 
 namespace b3os::sandbox {
@@ -279,11 +281,27 @@ Result<json> Lifecycle::create_from_snapshot(const Principal& p, const SandboxSp
   spec.api.spend_cap_usd.reset();
   if (snap.spend_cap_micros) spec.api.spend_cap_usd = micros_to_usd(*snap.spend_cap_micros);
   const std::string image = cfg_.snapshots_dir() + "/" + snap.id;
-  if (!fs::exists(image + "/checkpoint.img"))
-    return fail(ErrorCode::kInternal, "snapshot " + snap.id + " has no image on disk at " + image);
-  TemplateChoice from;  // only its id: a snapshot's image holds everything else
+  TemplateChoice from;  // only its id (and a fetched image): a snapshot's image holds everything else
   from.id = snap.template_id;
-  return create_launched(p, spec, snap.template_name, snap.rootfs, snap.id, t, sw, snap.budget_id, &from);
+  std::string rootfs = snap.rootfs;
+  std::optional<FetchedSnapshot> fetched;
+  if (!fs::exists(image + "/checkpoint.img")) {
+    if (snap.node_id == cfg_.node_id || snap.node_id.empty())
+      return fail(ErrorCode::kInternal, "snapshot " + snap.id + " has no image on disk at " + image);
+    // Another node's snapshot (docs/cluster.md): its image, and its root unless cached here,
+    // from the object store; the image goes once the restore has read it.
+    auto got = fetch_snapshot(cfg_, snap.id, snap.node_id);
+    if (!got) return fail(got.error());
+    fetched = *got;
+    from.image = fetched->image_dir;
+    rootfs = fetched->rootfs;
+    t.lap("fetch", sw);
+  }
+  ScopeExit drop_fetched([&] {
+    std::error_code ec;
+    if (fetched) fs::remove_all(fetched->image_dir, ec);
+  });
+  return create_launched(p, spec, snap.template_name, rootfs, snap.id, t, sw, snap.budget_id, &from);
 }
 
 Result<json> Lifecycle::create_launched(const Principal& p, const SandboxSpec& spec, const std::string& tname,
@@ -320,7 +338,8 @@ Result<json> Lifecycle::create_launched(const Principal& p, const SandboxSpec& s
     l.id = new_id("sbx");
     l.project_id = p.project_id;
     l.rootfs = rootfs;
-    if (snapshot_id) l.image = cfg_.snapshots_dir() + "/" + *snapshot_id;
+    // A snapshot's image: on this node's disk, or fetched for this restore (tpl->image).
+    if (snapshot_id) l.image = tpl && !tpl->image.empty() ? tpl->image : cfg_.snapshots_dir() + "/" + *snapshot_id;
     l.vcpu = spec.vcpu;
     l.memory_mib = spec.memory_mib;
     l.disk_gib = spec.disk_gib;
@@ -626,6 +645,7 @@ Result<void> Lifecycle::recover() {
     }
     ec.clear();
   }
+  sweep_rootfs_cache(cfg_);
   // Snapshot images no record owns: a b3osd killed mid-snapshot (the record is written after
   // the image, so a crash between the two leaves an image nobody can use or delete).
   if (auto ids = store_.snapshot_ids()) {

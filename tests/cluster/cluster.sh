@@ -70,6 +70,7 @@ finish() {
     done <"$T/ids"
   fi
   pg_stop
+  [ -z "${S3PID:-}" ] || kill "$S3PID" 2>/dev/null
   if [ "$rc" != 0 ] || [ "$(count_results FAIL)" != 0 ]; then
     for n in "${NODES[@]}"; do
       echo "# ---- last 15 lines of node $n's log ----"
@@ -95,6 +96,43 @@ SECRET=$T/cluster.secret
 head -c 48 /dev/urandom | base64 >"$SECRET"
 chmod 600 "$SECRET"
 
+# The object store every node puts its snapshots in: s3rver (tests/cluster/package.json, an S3
+# test server keeping objects in files) on loopback; a shared directory when npm could not
+# install it (said).
+S3PORT=$(free_port)
+S3PID=
+EMPTY_SHA=e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855
+if [ -x "$HERE/node_modules/.bin/s3rver" ]; then
+  mkdir -p "$T/s3"
+  "$HERE/node_modules/.bin/s3rver" -d "$T/s3" -a 127.0.0.1 -p "$S3PORT" --silent --configure-bucket b3os \
+    >>"$T/s3.log" 2>&1 </dev/null &
+  S3PID=$!
+  export AWS_ACCESS_KEY_ID=S3RVER AWS_SECRET_ACCESS_KEY=S3RVER
+  OBJECT_STORE="s3://b3os/cluster?endpoint=http://127.0.0.1:$S3PORT"
+  for _ in $(seq 1 100); do curl -s -o /dev/null "http://127.0.0.1:$S3PORT/" && break; sleep 0.1; done
+else
+  info "tests/cluster/node_modules/.bin/s3rver is missing (npm ci failed, see above): the object store is a shared directory"
+  OBJECT_STORE="dir:$T/objects"
+fi
+# s3 METHOD KEY [curl args...]: a signed request for an object of the cluster's store; prints
+# the HTTP status. With a dir: store, the same questions of the directory.
+s3() {
+  local method=$1 key=$2
+  shift 2
+  if [ -z "$S3PID" ]; then
+    case $method in
+      HEAD) if [ -f "$T/objects/$key" ]; then echo 200; else echo 404; fi ;;
+      PUT) cp "$2" "$T/objects/$key" && echo 200 ;;
+    esac
+    return 0
+  fi
+  local sha=$EMPTY_SHA how=(-X "$method")
+  [ "$method" != PUT ] || sha=$(sha256sum "$2" | cut -d' ' -f1)
+  [ "$method" != HEAD ] || how=(-I)
+  curl -s -o /dev/null -w '%{http_code}' -m 10 --aws-sigv4 aws:amz:us-east-1:s3 -u S3RVER:S3RVER \
+    -H "x-amz-content-sha256: $sha" "${how[@]}" "$@" "http://127.0.0.1:$S3PORT/b3os/cluster/$key" || true
+}
+
 # start_node NAME: b3osd on the shared store with an internal listener; waits for /healthz.
 start_node() {
   local n=$1 d=$T/node-$1
@@ -104,6 +142,7 @@ start_node() {
     --runsc-root "$d/run/runsc" --templates-dir "$TEMPLATES" --quiet-key --warm-pool 0 --fork-pool 0 \
     --template-checkpoints off --network off --preview-listen "127.0.0.1:$(free_port)" --metrics-listen "127.0.0.1:0" \
     --store "$STORE" --node-id "node-$n" --cluster-listen 127.0.0.1:0 --cluster-secret-file "$SECRET" \
+    --object-store "$OBJECT_STORE" \
     ${CLUSTER_NODE_ARGS:-} >>"$d/log" 2>&1 </dev/null &
   NODE_PID[$n]=$!
   NODE_URL[$n]=http://127.0.0.1:${NODE_PORT[$n]}
@@ -274,6 +313,68 @@ else
   fail snapshot.restore_on_image_node "snapshot: $(snip)"
 fi
 
+# ---- snapshots move: through the object store to another node ------------------------------------
+# A snapshot is in the object store before its record; a restore placed away from the image's
+# node (drained) fetches it, checked against its manifest; a changed object is refused; the
+# store down during a snapshot is a typed 503 that leaves nothing; a delete removes the objects.
+
+apij POST "/v1/sandboxes/$SNAP_SRC/exec" '{"cmd": "echo moved-'"$$"' > /tmp/mark"}'
+apij POST "/v1/sandboxes/$SNAP_SRC/snapshot" '{}'
+SNP2=$(j .id)
+check objstore.snapshot_uploaded "$(snip); upload $(j .timing.upload_ms) ms" \
+  test "$(s3 HEAD "snapshots/$SNP2/manifest.json")" = 200 -a "$(s3 HEAD "snapshots/$SNP2/checkpoint.img")" = 200
+img_node=$(psql_q "SELECT node_id FROM snapshots WHERE id = '$SNP2'")
+"$B3OS_BIN/b3os" nodes drain "$img_node" --store "$STORE" >/dev/null
+sleep 1.2  # the routers' copy of the nodes
+create_sandbox '{"snapshot": "'"$SNP2"'", "timeout_s": 120}'
+MOVED=$CID
+check objstore.restore_on_another_node "$(snip | head -c 200); image on $img_node, restored on $(node_of "${MOVED:-none}")" \
+  test -n "$MOVED" -a "$(node_of "${MOVED:-none}")" != "$img_node"
+info "a restore on another node: fetch $(j .timing.fetch_ms) ms (the image, and the template's root the first time), total $(j .timing.total_ms) ms"
+if [ -n "$MOVED" ]; then
+  run_exec "$MOVED" '{"cmd": "cat /tmp/mark"}'
+  check objstore.restored_has_the_files "$(snip)" okj 200 '.stdout == "moved-'"$$"'\n"'
+  mn=$(node_of "$MOVED")
+  check objstore.fetched_image_removed "$(ls "$T/node-${mn#node-}/data/fork-images" 2>/dev/null | tr '\n' ' ')" \
+    test -z "$(ls "$T/node-${mn#node-}/data/fork-images" 2>/dev/null)"
+fi
+# The image changed in the store after its manifest: refused, nothing made.
+head -c 4096 /dev/urandom >"$T/garbage"
+put=$(s3 PUT "snapshots/$SNP2/checkpoint.img" -T "$T/garbage")
+rows_before=$(psql_q "SELECT count(*) FROM sandboxes")
+create_sandbox '{"snapshot": "'"$SNP2"'"}'
+check objstore.changed_image_refused "PUT $put; $(snip)" \
+  sh -c "[ '$ST' = 500 ] && grep -q 'does not match its manifest' '$RESP' && [ \"\$(ls $T/node-*/data/fork-images 2>/dev/null | grep -c fetch)\" = 0 ]"
+check objstore.changed_image_no_row "$rows_before rows before, $(psql_q "SELECT count(*) FROM sandboxes") after" \
+  test "$(psql_q "SELECT count(*) FROM sandboxes")" = "$rows_before"
+"$B3OS_BIN/b3os" nodes ready "$img_node" --store "$STORE" >/dev/null
+# The store down during a snapshot: 503, no record, no image left on the node.
+if [ -n "$S3PID" ]; then
+  kill "$S3PID" 2>/dev/null
+  wait "$S3PID" 2>/dev/null || true
+  snaps_before=$(psql_q "SELECT count(*) FROM snapshots")
+  src_node=$(node_of "$SNAP_SRC")
+  dirs_before=$(ls "$T/node-${src_node#node-}/data/snapshots" | wc -l)
+  apij POST "/v1/sandboxes/$SNAP_SRC/snapshot" '{}'
+  check objstore.down_snapshot_503 "$(snip)" okj 503 '.error.code == "node_unavailable" and (.error.message | test("object store"))'
+  check objstore.down_nothing_recorded "snapshots $snaps_before -> $(psql_q "SELECT count(*) FROM snapshots"); image dirs $dirs_before -> $(ls "$T/node-${src_node#node-}/data/snapshots" | wc -l)" \
+    test "$(psql_q "SELECT count(*) FROM snapshots")" = "$snaps_before" -a "$(ls "$T/node-${src_node#node-}/data/snapshots" | wc -l)" = "$dirs_before"
+  run_exec "$SNAP_SRC" '{"cmd": "echo alive"}'
+  check objstore.down_source_runs_on "$(snip)" okj 200 '.stdout == "alive\n"'
+  "$HERE/node_modules/.bin/s3rver" -d "$T/s3" -a 127.0.0.1 -p "$S3PORT" --silent --configure-bucket b3os \
+    >>"$T/s3.log" 2>&1 </dev/null &
+  S3PID=$!
+  for _ in $(seq 1 100); do curl -s -o /dev/null "http://127.0.0.1:$S3PORT/" && break; sleep 0.1; done
+  apij POST "/v1/sandboxes/$SNAP_SRC/snapshot" '{}'
+  check objstore.back_snapshot_works "$(snip)" sh -c "[ '$ST' = 201 ] || [ '$ST' = 200 ]"
+else
+  skip objstore.down_snapshot_503 "the object store is a shared directory here (s3rver missing)"
+fi
+# A delete removes the snapshot's objects.
+api DELETE "/v1/snapshots/$SNP2"
+check objstore.delete_removes_objects "$(snip); manifest $(s3 HEAD "snapshots/$SNP2/manifest.json")" \
+  test "$ST" = 200 -a "$(s3 HEAD "snapshots/$SNP2/manifest.json")" = 404
+
 # ---- two routers race one Idempotency-Key ------------------------------------------------------
 
 racers=()
@@ -384,6 +485,21 @@ psql_q "SELECT id FROM sandboxes WHERE state = 'running' ORDER BY id" >"$T/runni
 gone=$(comm -23 "$T/running.before" "$T/running.after" | tr '\n' ' ')
 check pg_restart.no_record_lost "rows $rows_before before, $rows_after after; running before and not after: ${gone:-none}" \
   test "$rows_before" = "$rows_after" -a -z "$gone" -a -s "$T/running.before"
+
+# ---- Postgres away longer than the silence limit: no node marked down -----------------------------
+# Every node is silent while the store is away; none may take the others' silence for death
+# when it comes back (a node judges others only after 10 s of its own heartbeats, no gap).
+
+psql_q "SELECT id FROM sandboxes WHERE state = 'running' ORDER BY id" >"$T/running.away"
+pg_restart 14 || die "postgres did not come back"
+sleep 13  # past the silence limit again, the store up: every node has beaten again meanwhile
+check pg_away.no_node_marked_down "$(psql_q "SELECT id || '=' || state FROM nodes ORDER BY id" | tr '\n' ' ')" \
+  test "$(psql_q "SELECT count(*) FROM nodes WHERE state <> 'ready'")" = 0
+gone=$(comm -23 "$T/running.away" <(psql_q "SELECT id FROM sandboxes WHERE state = 'running' ORDER BY id") | tr '\n' ' ')
+check pg_away.sandboxes_still_running "running before and not after: ${gone:-none}" test -z "$gone"
+URL=${ROUTERS[1]}
+run_exec "${IDS[0]}" '{"cmd": "echo back"}'
+check pg_away.serves_again "$(snip)" okj 200 '.stdout == "back\n"'
 
 # ---- a node killed: marked down within 10 s, its sandboxes failed, creates go elsewhere --------
 

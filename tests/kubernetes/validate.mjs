@@ -117,6 +117,15 @@ const node = byKind("DaemonSet").find((d) => d.metadata.name === "b3osd");
 check("b3osd.host_pid_and_network", node?.spec.template.spec.hostPID === true && node?.spec.template.spec.hostNetwork === true,
   "b3osd needs hostPID (sandboxes outlive it) and hostNetwork (sandbox networks)");
 check("b3osd.prometheus", node?.spec.template.metadata.annotations?.["prometheus.io/scrape"] === "true", "no scrape annotation");
+{
+  // The router's scrape port is one its container declares and its command listens on.
+  const rt = byKind("Deployment").find((d) => d.metadata.name === "b3os-router")?.spec.template;
+  const port = rt?.metadata.annotations?.["prometheus.io/port"];
+  const c = rt?.spec.containers[0];
+  check("router.prometheus", rt?.metadata.annotations?.["prometheus.io/scrape"] === "true" &&
+        (c?.ports ?? []).some((p) => String(p.containerPort) === port) &&
+        (c?.command ?? []).some((a) => a.endsWith(":" + port)), `scrape port ${port} not declared or not listened on`);
+}
 
 // The validator itself can fail: a replica count as a string, a container without an image.
 const broken = structuredClone(router);

@@ -1,0 +1,151 @@
+#include "daemon/sandbox/remote_images.h"
+
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <sstream>
+
+#include <spdlog/spdlog.h>
+
+#include "common/ids.h"
+#include "daemon/image/digest.h"
+#include "daemon/objstore/objstore.h"
+#include "daemon/objstore/transfer.h"
+
+namespace fs = std::filesystem;
+
+namespace b3os::sandbox {
+
+namespace {
+
+constexpr const char* kFingerprintFile = ".b3os-fingerprint";
+
+/// One fetch or upload of a root at a time per fingerprint on this node: the second waits
+/// for the first and then finds it done.
+std::mutex& root_lock(const std::string& fp) {
+  static std::mutex mu;
+  static std::map<std::string, std::unique_ptr<std::mutex>> locks;
+  std::lock_guard lk(mu);
+  auto& m = locks[fp];
+  if (!m) m = std::make_unique<std::mutex>();
+  return *m;
+}
+
+bool plain_fingerprint(const std::string& fp) {
+  return fp.size() == 64 && fp.find_first_not_of("0123456789abcdef") == std::string::npos;
+}
+
+}  // namespace
+
+std::string rootfs_fingerprint(const Config& cfg, const std::string& rootfs) {
+  const fs::path root(rootfs);
+  std::ifstream in(root.parent_path() / kFingerprintFile);
+  std::string fp;
+  if (in && std::getline(in, fp) && plain_fingerprint(fp)) return fp;
+  struct stat st {};
+  ::stat(rootfs.c_str(), &st);
+  std::ostringstream id;
+  id << cfg.node_id << '\n'
+     << rootfs << '\n'
+     << st.st_ino << ' ' << st.st_mtim.tv_sec << '.' << st.st_mtim.tv_nsec << ' ' << st.st_ctim.tv_sec << '.'
+     << st.st_ctim.tv_nsec;
+  image::Sha256 h;
+  const std::string s = id.str();
+  h.update(s.data(), s.size());
+  return h.hex();
+}
+
+Result<void> publish_snapshot(const Config& cfg, const std::string& snap_id, const std::string& dir,
+                              const std::string& rootfs, const std::string& template_name) {
+  auto* os = cfg.object_store;
+  if (!os) return {};
+  const std::string fp = rootfs_fingerprint(cfg, rootfs);
+  {
+    std::lock_guard lk(root_lock(fp));
+    auto have = os->exists("rootfs/" + fp + "/manifest.json");
+    if (!have) return fail(have.error());
+    if (!*have) {
+      spdlog::info("object store: putting the root {} ({}) of template {}", fp.substr(0, 12), rootfs, template_name);
+      if (auto r = objstore::push_tree(*os, "rootfs/" + fp, rootfs, cfg.fork_images_dir()); !r)
+        return fail(r.error().wrap("putting the root of template " + template_name));
+    }
+  }
+  nlohmann::json extra = {{"snapshot", snap_id}, {"node", cfg.node_id}, {"rootfs", fp}, {"template", template_name}};
+  auto m = objstore::push_set(*os, "snapshots/" + snap_id, dir, extra);
+  if (!m) return fail(m.error());
+  return {};
+}
+
+Result<FetchedSnapshot> fetch_snapshot(const Config& cfg, const std::string& snap_id, const std::string& held_by) {
+  auto* os = cfg.object_store;
+  if (!os)
+    return fail(ErrorCode::kNodeUnavailable, "snapshot " + snap_id + "'s image is on node " + held_by +
+                                                 ", and this node has no object store to fetch it from "
+                                                 "(--object-store); retry when that node is back");
+  std::error_code ec;
+  fs::create_directories(cfg.fork_images_dir(), ec);
+  auto m = objstore::read_manifest(*os, "snapshots/" + snap_id, cfg.fork_images_dir());
+  if (!m) {
+    if (m.error().code == ErrorCode::kNotFound)
+      return fail(ErrorCode::kNodeUnavailable, "snapshot " + snap_id + "'s image is on node " + held_by +
+                                                   " and not in the object store (it was taken before the node had "
+                                                   "one); restore it there");
+    return fail(m.error());
+  }
+  const std::string fp = m->value("rootfs", "");
+  if (!plain_fingerprint(fp))
+    return fail(ErrorCode::kInternal, "snapshot " + snap_id + "'s manifest names no root it was taken against");
+  FetchedSnapshot out;
+  out.image_dir = cfg.fork_images_dir() + "/" + new_id("fetch");
+  fs::create_directories(out.image_dir, ec);
+  if (ec) return fail(ErrorCode::kInternal, "creating " + out.image_dir + ": " + ec.message());
+  if (auto r = objstore::pull_set(*os, "snapshots/" + snap_id, *m, out.image_dir); !r) {
+    fs::remove_all(out.image_dir, ec);
+    return fail(r.error().wrap("fetching snapshot " + snap_id));
+  }
+  const std::string cache = cfg.rootfs_cache_dir() + "/" + fp;
+  out.rootfs = cache + "/rootfs";
+  std::lock_guard lk(root_lock(fp));
+  if (!fs::exists(cache + "/" + kFingerprintFile)) {
+    spdlog::info("object store: fetching the root {} of snapshot {}", fp.substr(0, 12), snap_id);
+    fs::create_directories(cache, ec);
+    fs::remove_all(out.rootfs, ec);  // a fetch cut short before its rename never leaves one; be sure
+    auto r = objstore::pull_tree(*os, "rootfs/" + fp, out.rootfs, cfg.fork_images_dir());
+    if (r) {
+      std::ofstream f(cache + "/" + kFingerprintFile + std::string(".part"));
+      f << fp << "\n";
+      f.close();
+      fs::rename(cache + "/" + kFingerprintFile + std::string(".part"), cache + "/" + kFingerprintFile, ec);
+      if (ec) r = fail(ErrorCode::kInternal, "writing " + cache + "/" + kFingerprintFile + ": " + ec.message());
+    }
+    if (!r) {
+      fs::remove_all(out.image_dir, ec);
+      fs::remove_all(cache, ec);
+      return fail(r.error().wrap("fetching the root of snapshot " + snap_id));
+    }
+  }
+  return out;
+}
+
+Result<void> forget_snapshot(const Config& cfg, const std::string& snap_id) {
+  if (!cfg.object_store) return {};
+  std::error_code ec;
+  fs::create_directories(cfg.fork_images_dir(), ec);
+  return objstore::remove_set(*cfg.object_store, "snapshots/" + snap_id, cfg.fork_images_dir());
+}
+
+void sweep_rootfs_cache(const Config& cfg) {
+  std::error_code ec;
+  for (auto it = fs::directory_iterator(cfg.rootfs_cache_dir(), ec); !ec && it != fs::directory_iterator();
+       it.increment(ec)) {
+    std::error_code e2;
+    if (fs::exists(it->path() / kFingerprintFile, e2)) continue;
+    fs::remove_all(it->path(), e2);
+    spdlog::warn("removed {} (a root fetch cut short)", it->path().string());
+  }
+}
+
+}  // namespace b3os::sandbox

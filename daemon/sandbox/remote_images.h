@@ -1,0 +1,48 @@
+#pragma once
+// Snapshots through a cluster's object storage (docs/cluster.md, "Snapshots move"): a node
+// that takes a snapshot puts its image there, and the template root it was taken against
+// (once per root); a node that restores a snapshot it does not hold fetches both, checking
+// every file against its manifest. A single node (no object store) does none of this.
+//
+// Keys: snapshots/SNAPSHOT_ID/{files, manifest.json} and rootfs/FINGERPRINT/{tree.tar,
+// manifest.json}. A root's fingerprint names the exact files (the node and path it was
+// built at, and the root's inode and times): a restored sandbox's root must be the very
+// files its memory image was taken against (gVisor checks sizes and times at restore), so a
+// template root rebuilt anywhere is another root.
+
+#include <string>
+
+#include "common/result.h"
+#include "daemon/sandbox/config.h"
+
+namespace b3os::sandbox {
+
+/// The fingerprint of the template root at `rootfs` on this node: what a root fetched from
+/// another node was (its cache directory says), else a digest of this node, the path and the
+/// root directory's inode and times.
+std::string rootfs_fingerprint(const Config& cfg, const std::string& rootfs);
+
+/// Puts the image in `dir` as snapshot `snap_id`, after the root it needs if the store does
+/// not have it yet. Errors are the object store's (kNodeUnavailable when it is down); on
+/// failure nothing of the snapshot stays in the store (its root may: it is whole or absent).
+Result<void> publish_snapshot(const Config& cfg, const std::string& snap_id, const std::string& dir,
+                              const std::string& rootfs, const std::string& template_name);
+
+/// A snapshot's image fetched for one restore, and the root to restore it on.
+struct FetchedSnapshot {
+  std::string image_dir;  // under fork_images_dir(): remove it after the restore
+  std::string rootfs;
+};
+
+/// Fetches snapshot `snap_id` (held by `held_by`, for errors) from the object store, and its
+/// root unless this node has it cached. kNodeUnavailable when there is no object store or it
+/// cannot be reached; kInternal when the store's copy is missing or does not match.
+Result<FetchedSnapshot> fetch_snapshot(const Config& cfg, const std::string& snap_id, const std::string& held_by);
+
+/// Removes snapshot `snap_id`'s objects (the roots stay: other snapshots may need them).
+Result<void> forget_snapshot(const Config& cfg, const std::string& snap_id);
+
+/// At start: removes roots whose fetch was cut short.
+void sweep_rootfs_cache(const Config& cfg);
+
+}  // namespace b3os::sandbox
