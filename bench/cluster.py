@@ -176,6 +176,7 @@ def restores(a, b, key, rounds):
             snp = snap["id"]
             up = snap.get("timing", {}).get("upload_ms", float("nan"))
             rows = {"local": [], "remote": []}
+            last_timing = {}
             first = None
             for i in range(rounds + 1):
                 order = (("local", ca), ("remote", cb)) if i % 2 == 0 else (("remote", cb), ("local", ca))
@@ -186,6 +187,7 @@ def restores(a, b, key, rounds):
                     c.call("DELETE", f"/v1/sandboxes/{r['id']}")
                     tm = r.get("timing", {})
                     row = (tm.get("total_ms", float("nan")), tm.get("fetch_ms", 0.0), wall)
+                    last_timing[where] = tm
                     if where == "remote" and first is None:
                         first = row  # the root came too
                         continue
@@ -198,6 +200,9 @@ def restores(a, b, key, rounds):
             out[f"{label}, {where}"] = {"total_ms": med([r[0] for r in rs]), "fetch_ms": med([r[1] for r in rs]),
                                         "wall_ms": med([r[2] for r in rs]), "n": len(rs)}
         out[f"{label}, remote first"] = {"total_ms": first[0], "fetch_ms": first[1], "wall_ms": first[2], "n": 1}
+        for where, tm in last_timing.items():
+            phases = ", ".join(f"{k[:-3]} {v:.1f}" for k, v in tm.items() if k.endswith("_ms") and k != "total_ms" and v >= 1)
+            print(f"# {label}, {where}: the last restore's phases (ms): {phases}", flush=True)
         print(f"# restore of a {label} sandbox's snapshot (upload at snapshot {up:.0f} ms, size "
               f"{snap.get('size_bytes', 0) / 1e6:.1f} MB): local {out[label + ', local']['total_ms']:.1f} ms, "
               f"on another node {out[label + ', remote']['total_ms']:.1f} ms (fetch "
