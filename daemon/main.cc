@@ -7,6 +7,7 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -243,6 +244,12 @@ int main(int argc, char** argv) {
   app.add_option("--preview-domain", preview_cfg.domain,
                  "domain of preview URLs: http://{port}-{host_id}.DOMAIN:{listen port}/ (*.localhost needs no DNS)")
       ->capture_default_str();
+  int preview_url_port = 0;
+  app.add_option("--preview-url-port", preview_url_port,
+                 "the port preview URLs name (default: the port of --preview-listen); in a cluster, the port of "
+                 "the routers' preview listener (docs/cluster.md)")
+      ->envname("B3OS_PREVIEW_URL_PORT")
+      ->check(CLI::Range(0, 65535));
   app.add_option("--preview-max-requests", preview_cfg.max_requests,
                  "preview requests handled at once on the node, a thread each (503 above); 7/8 of them may be in "
                  "flight in sandboxes, shared fairly (docs/ports.md)")
@@ -661,7 +668,7 @@ int main(int argc, char** argv) {
   // Public ports' URLs name the preview listener's port; their tokens come from a key kept
   // beside the database.
   cfg.preview.domain = preview_cfg.domain;
-  cfg.preview.listen_port = preview_cfg.port;
+  cfg.preview.listen_port = preview_url_port > 0 ? preview_url_port : preview_cfg.port;
   cfg.preview.key_file = cfg.data_dir + "/preview.key";
   sandbox::SandboxService sandboxes(cfg, runsc, shims, **store, hooks, network.get());
   gateway::Relay relay(&gw, [&sandboxes](const std::string& id) -> std::optional<gateway::SandboxGrant> {
@@ -715,6 +722,9 @@ int main(int argc, char** argv) {
   // the cluster secret (daemon/cluster/signature.h); anything unsigned is refused before the
   // API sees it.
   std::unique_ptr<http::Server> cluster_server;
+  // The preview server, once made (below): the internal listener hands it the preview
+  // requests a router relays (X-B3os-Route: preview).
+  std::atomic<preview::PreviewServer*> cluster_previews{nullptr};
   std::string cluster_secret;
   if (!cluster_listen.empty()) {
     if (!(*store)->shared()) {
@@ -738,12 +748,20 @@ int main(int argc, char** argv) {
     http::Config ccfg = http_cfg;
     ccfg.name = "cluster";
     cluster_server = std::make_unique<http::Server>(
-        cluster_listen.substr(0, colon), cport, ccfg, [&api, &cluster_secret](http::Exchange& ex) {
-          if (auto v = cluster::verify_request(cluster_secret, ex.method(), ex.target(), ex.header(cluster::kTimeHeader),
+        cluster_listen.substr(0, colon), cport, ccfg, [&api, &cluster_secret, &cluster_previews](http::Exchange& ex) {
+          const bool preview = ex.header(cluster::kRouteHeader) == "preview";
+          const std::string method = (preview ? "preview:" : "") + std::string(ex.method());
+          if (auto v = cluster::verify_request(cluster_secret, method, ex.target(), ex.header(cluster::kTimeHeader),
                                                ex.header(cluster::kSignatureHeader), ex.header("Authorization"),
                                                now_unix_ms());
               !v) {
             auto r = api::error_reply(v.error());
+            ex.respond(r.status, "application/json", api::dump_json(r.body), r.headers);
+            return;
+          }
+          if (preview) {
+            if (auto* pv = cluster_previews.load()) return pv->handle(ex);
+            auto r = api::error_reply({ErrorCode::kNodeUnavailable, "this node is starting; retry shortly", 0});
             ex.respond(r.status, "application/json", api::dump_json(r.body), r.headers);
             return;
           }
@@ -797,6 +815,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::thread([&] { previews.run(); }).detach();
+  cluster_previews = &previews;
   if (metrics_server) std::thread([&] { metrics_server->run(); }).detach();
   // The API answers from the first moment (503 with Retry-After until the sandboxes of a
   // previous b3osd are reattached), so a restart never looks like a dead node.

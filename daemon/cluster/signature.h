@@ -17,6 +17,10 @@ namespace b3os::cluster {
 inline constexpr std::string_view kTimeHeader = "X-B3os-Cluster-Time";
 inline constexpr std::string_view kSignatureHeader = "X-B3os-Cluster-Signature";
 inline constexpr int64_t kMaxSkewMs = 30'000;
+/// Set to "preview" on a preview request a router relays to a node's internal listener (the
+/// node's preview server answers it). The signature covers it: such a request is signed with
+/// "preview:" before its method.
+inline constexpr std::string_view kRouteHeader = "X-B3os-Route";
 
 /// The signature (lowercase hex) of a request made at `time_ms`.
 std::string sign_request(std::string_view secret, std::string_view method, std::string_view target, int64_t time_ms,

@@ -36,6 +36,14 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--max-connections", http_cfg.max_connections, "open client connections")->capture_default_str();
   app.add_option("--max-requests", http_cfg.max_requests, "requests relayed at once")->capture_default_str();
+  std::string preview_listen = "off";
+  app.add_option("--preview-listen", preview_listen,
+                 "address:port serving the cluster's preview URLs (set the nodes' --preview-url-port to its port "
+                 "and --preview-domain to the same domain), or off")
+      ->envname("B3OS_ROUTER_PREVIEW_LISTEN")
+      ->capture_default_str();
+  app.add_option("--preview-domain", cfg.preview_domain, "the domain of preview URLs, as the nodes'")
+      ->capture_default_str();
   std::string metrics_listen = "off";
   app.add_option("--metrics-listen", metrics_listen,
                  "address:port serving GET /metrics (Prometheus text format, no auth: keep it off the public network), "
@@ -71,6 +79,25 @@ int main(int argc, char** argv) {
   cfg.key_cache_ms = key_cache_ms;
   router::Router router(cfg, **store);
   router.register_metrics();
+  std::unique_ptr<http::Server> preview_server;
+  if (preview_listen != "off") {
+    std::string phost;
+    int pport = 0;
+    if (!http::split_address(preview_listen, phost, pport)) {
+      std::cerr << "b3os-router: --preview-listen must be host:port or off, got \"" << preview_listen << "\"\n";
+      return 2;
+    }
+    http::Config pcfg = http_cfg;
+    pcfg.name = "router-preview";
+    preview_server = std::make_unique<http::Server>(phost, pport, pcfg,
+                                                    [&router](http::Exchange& ex) { router.handle_preview(ex); });
+    if (auto r = preview_server->listen(); !r) {
+      std::cerr << "b3os-router: the preview listener (--preview-listen " << preview_listen << "): " << r.error().message
+                << "\n";
+      return 1;
+    }
+    std::thread([&preview_server] { preview_server->run(); }).detach();
+  }
   std::unique_ptr<http::Server> metrics_server;
   if (metrics_listen != "off") {
     auto m = http::listen_metrics(metrics_listen, http_cfg);
@@ -88,6 +115,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::cout << "b3os-router listening on http://" << listen_host << ":" << server.port();
+  if (preview_server) std::cout << ", previews on http://" << preview_listen.substr(0, preview_listen.rfind(':')) << ":"
+                                << preview_server->port();
   if (metrics_server) std::cout << ", metrics on http://" << metrics_listen.substr(0, metrics_listen.rfind(':')) << ":"
                                 << metrics_server->port() << "/metrics";
   std::cout << std::endl;

@@ -68,7 +68,7 @@ std::string unhex(std::string_view h) {
 auto& m_forwards = metrics::metrics().counter(
     "b3os_router_forwards_total",
     "requests the router passed on, by what the path names (sandbox: a sandbox's or snapshot's path; create; mcp; "
-    "other) and result (relayed; node_unreachable: a node refused the connection, the router tried again; no_node: "
+    "preview: a preview URL's; other) and result (relayed; node_unreachable: a node refused the connection, the router tried again; no_node: "
     "no node could take it, the client got 503 or 429)",
     {"kind", "result"});
 
@@ -276,6 +276,66 @@ Result<std::string> Router::node_holding(const std::string& project, const std::
   if (places_.size() >= 200'000) places_.clear();  // bounded; refilled as requests come
   places_[key] = CachedPlace{node, now + 60'000};
   return node;
+}
+
+void Router::handle_preview(http::Exchange& ex) {
+  ex.set_route("preview");
+  // Host: {port}-{host_id}.{domain}[:port], host_id being the sandbox's id with '-' for '_'.
+  std::string host(ex.header("Host"));
+  if (auto colon = host.rfind(':'); colon != std::string::npos && host.find(']') == std::string::npos) host.resize(colon);
+  std::transform(host.begin(), host.end(), host.begin(), [](unsigned char c) { return std::tolower(c); });
+  const std::string suffix = "." + cfg_.preview_domain;
+  auto not_preview = [&] {
+    send_error(ex, {ErrorCode::kNotFound,
+                    "not a preview URL: the host must be {port}-{sandbox host_id}." + cfg_.preview_domain, 0});
+  };
+  if (host.size() <= suffix.size() || host.compare(host.size() - suffix.size(), suffix.size(), suffix) != 0)
+    return not_preview();
+  const std::string label = host.substr(0, host.size() - suffix.size());
+  const size_t dash = label.find('-');
+  if (dash == std::string::npos || dash == 0 || dash > 5 || label.compare(dash + 1, 4, "sbx-") != 0) return not_preview();
+  std::string id = "sbx_" + label.substr(dash + 5);
+  if (id.size() > 64 || !std::all_of(id.begin() + 4, id.end(), [](unsigned char c) { return std::isalnum(c); }))
+    return not_preview();
+  std::string node;
+  const int64_t now = steady_ms();
+  {
+    std::lock_guard lk(mu_);
+    if (auto it = places_.find("p/" + id); it != places_.end() && it->second.until_ms > now) node = it->second.node_id;
+  }
+  if (node.empty()) {
+    auto found = store_.sandbox_node(id);
+    if (!found) return send_error(ex, found.error());
+    if (found->empty()) return send_error(ex, {ErrorCode::kSandboxNotFound, "no sandbox " + id, 0});
+    node = *found;
+    std::lock_guard lk(mu_);
+    if (places_.size() >= 200'000) places_.clear();
+    places_["p/" + id] = CachedPlace{node, now + 60'000};
+  }
+  auto all = nodes();
+  if (!all) return send_error(ex, all.error());
+  auto n = live_node(*all, node);
+  if (!n) return send_error(ex, {ErrorCode::kSandboxNotRunning, "sandbox " + id + " is not running: its node " + node +
+                                                                  " is down", 0});
+  // Signed as a preview request ("preview:" before the method), so that the route header
+  // cannot be added to or taken from a request signed for the API.
+  auto adjust = [&ex, this](http::ProxyOptions& o, const store::NodeRecord&) {
+    const int64_t t = now_unix_ms();
+    o.request_headers = {{std::string(cluster::kTimeHeader), std::to_string(t)},
+                         {std::string(cluster::kSignatureHeader),
+                          cluster::sign_request(cfg_.secret, "preview:" + std::string(ex.method()), ex.target(), t,
+                                                ex.header("Authorization"))},
+                         {std::string(cluster::kRouteHeader), "preview"}};
+    o.expect_large_bodies = false;  // an app's server may not know Expect
+  };
+  std::string error;
+  if (forward(ex, *n, std::nullopt, &error, adjust)) {
+    m_forwards.with({"preview", "relayed"}).inc();
+    return;
+  }
+  m_forwards.with({"preview", "node_unreachable"}).inc();
+  send_error(ex, {ErrorCode::kNodeUnavailable, "the node holding sandbox " + id + " is not answering (" + error +
+                                                   "); retry shortly", 0});
 }
 
 void Router::handle(http::Exchange& ex) {

@@ -32,6 +32,8 @@ struct Config {
   int64_t key_cache_ms = 5'000;   // a revoked key still passes the router this long (the node checks it too)
   int64_t nodes_cache_ms = 1'000;
   size_t max_create_body = 1u << 20;
+  /// Preview URLs' domain, as the nodes' --preview-domain: http://{port}-{host_id}.DOMAIN/.
+  std::string preview_domain = "localhost";
 };
 
 /// Where a node's internal listener is.
@@ -50,6 +52,9 @@ class Router {
   void register_metrics();
   /// Handles one request (the http::Server handler).
   void handle(http::Exchange& ex);
+  /// Handles one request to a preview URL (the preview listener's handler): relayed to the
+  /// node holding the sandbox the Host names, whose preview server checks the token.
+  void handle_preview(http::Exchange& ex);
 
  private:
   struct Pick {

@@ -40,5 +40,6 @@ Result<std::vector<NodeRecord>> Store::list_nodes() { return fail(not_shared("li
 Result<bool> Store::set_node_state(const std::string&, const std::string&) {
   return fail(not_shared("setting a node's state"));
 }
+Result<std::string> Store::sandbox_node(const std::string&) { return fail(not_shared("finding a sandbox's node")); }
 
 }  // namespace b3os::store

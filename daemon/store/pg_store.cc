@@ -1324,6 +1324,20 @@ Result<std::vector<NodeRecord>> PgStore::list_nodes() {
   return out;
 }
 
+Result<std::string> PgStore::sandbox_node(const std::string& id) {
+  std::string node;
+  auto r = with_conn([&](Conn& c) -> Result<void> {
+    Params p;
+    p.bind(1, id);
+    auto res = c.run("SELECT node_id FROM sandboxes WHERE id = $1", p, "finding the node of sandbox " + id);
+    if (!res) return fail(res.error());
+    if (res->rows() == 1) node = res->text(0, 0);
+    return {};
+  });
+  if (!r) return fail(r.error());
+  return node;
+}
+
 Result<bool> PgStore::set_node_state(const std::string& id, const std::string& state) {
   if (state != "ready" && state != "draining")
     return fail(ErrorCode::kInvalidRequest, "a node's state is set to ready or draining (\"" + state + "\" given)");

@@ -80,6 +80,7 @@ class PgStore final : public Store {
   Result<std::vector<std::string>> mark_silent_nodes_down(int64_t silence_ms) override;
   Result<std::vector<NodeRecord>> list_nodes() override;
   Result<bool> set_node_state(const std::string& id, const std::string& state) override;
+  Result<std::string> sandbox_node(const std::string& id) override;
 
  private:
   PgStore(std::string url, int pool_size, std::string node);

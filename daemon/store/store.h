@@ -258,6 +258,9 @@ class Store : public SandboxStore, public TemplateStore {
   virtual Result<std::vector<NodeRecord>> list_nodes();
   /// Sets a node's state (ready or draining); false when no such node.
   virtual Result<bool> set_node_state(const std::string& id, const std::string& state);
+  /// The node holding sandbox `id` (of any project; ids are unique), "" when there is no such
+  /// sandbox: for a preview URL, which names a sandbox but no project (the router's).
+  virtual Result<std::string> sandbox_node(const std::string& id);
 };
 
 /// The store `spec` names: empty (a single node's default: DATA_DIR/b3os.db), `sqlite:PATH`, or

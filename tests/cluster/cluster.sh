@@ -133,6 +133,10 @@ s3() {
     -H "x-amz-content-sha256: $sha" "${how[@]}" "$@" "http://127.0.0.1:$S3PORT/b3os/cluster/$key" || true
 }
 
+# The routers' preview listeners (ROUTER_PREVIEW[i] for router i); the nodes name router 0's
+# port in the URLs they mint.
+ROUTER_PREVIEW=("$(free_port)" "$(free_port)")
+
 # start_node NAME: b3osd on the shared store with an internal listener; waits for /healthz.
 start_node() {
   local n=$1 d=$T/node-$1
@@ -142,7 +146,7 @@ start_node() {
     --runsc-root "$d/run/runsc" --templates-dir "$TEMPLATES" --quiet-key --warm-pool 0 --fork-pool 0 \
     --template-checkpoints off --network off --preview-listen "127.0.0.1:$(free_port)" --metrics-listen "127.0.0.1:0" \
     --store "$STORE" --node-id "node-$n" --cluster-listen 127.0.0.1:0 --cluster-secret-file "$SECRET" \
-    --object-store "$OBJECT_STORE" \
+    --object-store "$OBJECT_STORE" --preview-url-port "${ROUTER_PREVIEW[0]}" \
     ${CLUSTER_NODE_ARGS:-} >>"$d/log" 2>&1 </dev/null &
   NODE_PID[$n]=$!
   NODE_URL[$n]=http://127.0.0.1:${NODE_PORT[$n]}
@@ -161,7 +165,7 @@ start_router() {
   local port i=${#ROUTERS[@]} murl=
   port=$(free_port)
   "$B3OS_BIN/b3os-router" --port "$port" --store "$STORE" --cluster-secret-file "$SECRET" --name "router-$i" \
-    --metrics-listen 127.0.0.1:0 >>"$T/router-$i.log" 2>&1 </dev/null &
+    --metrics-listen 127.0.0.1:0 --preview-listen "127.0.0.1:${ROUTER_PREVIEW[$i]}" >>"$T/router-$i.log" 2>&1 </dev/null &
   ROUTER_PIDS+=($!)
   ROUTERS+=("http://127.0.0.1:$port")
   for _ in $(seq 1 100); do
@@ -287,6 +291,40 @@ check nodes.list_json "$(head -c 200 "$T/nodes.json")" jq -e '.[] | select(.id =
 "$B3OS_BIN/b3os" nodes drain node-zzz --store "$STORE" >/dev/null 2>&1 && rc=0 || rc=$?
 check nodes.drain_unknown_exit_1 "exit $rc" test "$rc" = 1
 check nodes.ready "exit status" "$B3OS_BIN/b3os" nodes ready node-c --store "$STORE"
+
+# ---- preview URLs through either router -----------------------------------------------------------
+# A node mints URLs naming router 0's preview port; each router's preview listener relays a
+# request to the node holding the sandbox, whose preview server checks the token.
+
+create_sandbox '{"ports": [{"port": 8000, "public": true}], "timeout_s": 300}'
+PV=$CID
+if [ -n "$PV" ]; then
+  run_exec "$PV" '{"cmd": "mkdir -p /tmp/www && echo preview-'"$$"' > /tmp/www/index.html && cd /tmp/www && nohup python3 -m http.server 8000 --bind 127.0.0.1 >/dev/null 2>&1 & sleep 1"}'
+  api GET "/v1/sandboxes/$PV"
+  PURL=$(j '.ports[0].url')
+  check preview.url_names_router "$PURL" sh -c "echo '$PURL' | grep -q ':${ROUTER_PREVIEW[0]}/'"
+  got=""
+  for _ in $(seq 1 30); do
+    got=$(curl -s -m 5 "$PURL" 2>/dev/null || true)
+    [ "$got" = "preview-$$" ] && break
+    sleep 0.3
+  done
+  check preview.through_router "node $(node_of "$PV"): got '$(printf %s "$got" | head -c 100)'" test "$got" = "preview-$$"
+  other=${PURL/:${ROUTER_PREVIEW[0]}\//:${ROUTER_PREVIEW[1]}/}
+  got=$(curl -s -m 5 "$other" 2>/dev/null || true)
+  check preview.through_other_router "got '$(printf %s "$got" | head -c 100)'" test "$got" = "preview-$$"
+  bad=${PURL%%b3os_token=*}b3os_token=AAAA
+  code=$(curl -s -o "$T/pv.json" -w '%{http_code}' -m 5 "$bad" || true)
+  check preview.bad_token_refused "HTTP $code $(head -c 200 "$T/pv.json")" sh -c "[ '$code' = 401 ] || [ '$code' = 403 ] || [ '$code' = 404 ]"
+  code=$(curl -s -o "$T/pv.json" -w '%{http_code}' -m 5 -H "Host: 8000-sbx-0000000000000000000000000a.localhost" \
+    "http://127.0.0.1:${ROUTER_PREVIEW[0]}/" || true)
+  check preview.unknown_sandbox_404 "HTTP $code $(head -c 200 "$T/pv.json")" test "$code" = 404
+  code=$(curl -s -o "$T/pv.json" -w '%{http_code}' -m 5 -H "Host: example.com" "http://127.0.0.1:${ROUTER_PREVIEW[0]}/" || true)
+  check preview.foreign_host_404 "HTTP $code $(head -c 200 "$T/pv.json")" test "$code" = 404
+  delete_sandbox "$PV" || true
+else
+  fail preview.through_router "create with a public port: $(snip)"
+fi
 
 # ---- fork stays on its source's node; a restore goes where its image is ------------------------
 
