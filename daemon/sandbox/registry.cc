@@ -1,5 +1,7 @@
 #include "daemon/sandbox/registry.h"
 
+#include <spdlog/spdlog.h>
+
 namespace b3os::sandbox {
 
 std::shared_ptr<LiveSandbox> Registry::find(const std::string& id) const {
@@ -45,26 +47,52 @@ bool Registry::remove(const std::string& id) {
 }
 
 Result<void> Registry::reserve(const std::string& project_id, int n) {
-  std::lock_guard lk(mu_);
-  int mine = 0;
-  if (auto it = starting_by_project_.find(project_id); it != starting_by_project_.end()) mine += it->second;
-  if (auto it = live_by_project_.find(project_id); it != live_by_project_.end()) mine += it->second;
-  if (!project_id.empty() && mine + n > max_per_project_)
-    return fail(ErrorCode::kConcurrencyLimited, "this project has " + std::to_string(mine) + " sandboxes running and " +
-                                                    std::to_string(n) + " more would pass its limit of " +
-                                                    std::to_string(max_per_project_) + "; delete some first");
-  if (static_cast<int>(live_.size()) + starting_ + pooled_ + n > max_per_node_)
-    return fail(ErrorCode::kCapacityUnavailable,
-                "this node is at its limit of " + std::to_string(max_per_node_) + " sandboxes");
-  starting_ += n;
-  starting_by_project_[project_id] += n;
+  {
+    std::lock_guard lk(mu_);
+    int mine = 0;
+    if (auto it = starting_by_project_.find(project_id); it != starting_by_project_.end()) mine += it->second;
+    if (auto it = live_by_project_.find(project_id); it != live_by_project_.end()) mine += it->second;
+    if (!project_id.empty() && mine + n > max_per_project_)
+      return fail(ErrorCode::kConcurrencyLimited, "this project has " + std::to_string(mine) + " sandboxes running and " +
+                                                      std::to_string(n) + " more would pass its limit of " +
+                                                      std::to_string(max_per_project_) + "; delete some first");
+    if (static_cast<int>(live_.size()) + starting_ + pooled_ + n > max_per_node_)
+      return fail(ErrorCode::kCapacityUnavailable,
+                  "this node is at its limit of " + std::to_string(max_per_node_) + " sandboxes");
+    starting_ += n;
+    starting_by_project_[project_id] += n;
+  }
+  // The cluster's count, outside the lock (a store round trip): every node's sandboxes of the
+  // project and the starts they hold.
+  if (store_ && !project_id.empty()) {
+    auto held = store_->hold_project_starts(project_id, n, max_per_project_);
+    if (!held || !held->held) {
+      unreserve_here(project_id, n);
+      if (!held) return fail(held.error());
+      return fail(ErrorCode::kConcurrencyLimited,
+                  "this project has " + std::to_string(held->used) + " sandboxes running or starting on the cluster's " +
+                      "nodes and " + std::to_string(n) + " more would pass its limit of " +
+                      std::to_string(max_per_project_) + "; delete some first");
+    }
+  }
   return {};
 }
 
-void Registry::unreserve(const std::string& project_id, int n) {
+void Registry::unreserve_here(const std::string& project_id, int n) {
   std::lock_guard lk(mu_);
   starting_ -= n;
   if ((starting_by_project_[project_id] -= n) <= 0) starting_by_project_.erase(project_id);
+}
+
+void Registry::unreserve(const std::string& project_id, int n) {
+  unreserve_here(project_id, n);
+  if (store_ && !project_id.empty()) {
+    // Once more if the store failed the first time; else the starts stay counted until the
+    // node restarts or is marked down (both release every start it held).
+    auto r = store_->release_project_starts(project_id, n);
+    if (!r) r = store_->release_project_starts(project_id, n);
+    if (!r) spdlog::warn("project {}: {} starts stay held in the store: {}", project_id, n, r.error().message);
+  }
 }
 
 void Registry::pooled(int delta) {

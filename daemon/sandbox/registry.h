@@ -10,12 +10,16 @@
 
 #include "common/result.h"
 #include "daemon/sandbox/live.h"
+#include "daemon/store/store.h"
 
 namespace b3os::sandbox {
 
 class Registry {
  public:
-  Registry(int max_per_project, int max_per_node) : max_per_project_(max_per_project), max_per_node_(max_per_node) {}
+  /// `store`, when given, counts a project's sandboxes across a cluster too (a shared store's
+  /// hold_project_starts; a single node's store holds nothing and this node's count decides).
+  Registry(int max_per_project, int max_per_node, store::SandboxStore* store = nullptr)
+      : max_per_project_(max_per_project), max_per_node_(max_per_node), store_(store) {}
 
   /// The live sandbox `id` of any project (nullptr if none).
   std::shared_ptr<LiveSandbox> find(const std::string& id) const;
@@ -26,7 +30,8 @@ class Registry {
   /// Removes `id`; false when it was not there (someone else removed it first).
   bool remove(const std::string& id);
 
-  /// Counts `n` sandboxes about to start against the project's and the node's limits.
+  /// Counts `n` sandboxes about to start against the project's and the node's limits (in a
+  /// cluster, the project's limit counts every node's sandboxes: one store transaction).
   Result<void> reserve(const std::string& project_id, int n);
   void unreserve(const std::string& project_id, int n);
   /// Pool members count against the node's capacity while they wait.
@@ -40,7 +45,10 @@ class Registry {
   Usage usage() const;
 
  private:
+  void unreserve_here(const std::string& project_id, int n);
+
   const int max_per_project_, max_per_node_;
+  store::SandboxStore* const store_;
   mutable std::mutex mu_;
   std::map<std::string, std::shared_ptr<LiveSandbox>> live_;
   int starting_ = 0;

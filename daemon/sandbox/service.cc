@@ -14,7 +14,7 @@ SandboxService::SandboxService(Config cfg, runtime::Runtime& rt, runtime::Shims&
       rt_(rt),
       port_urls_(PortUrls::load(cfg_.preview)),
       hooks_(std::move(hooks)),
-      registry_(cfg_.max_sandboxes_per_project, cfg_.max_sandboxes_per_node),
+      registry_(cfg_.max_sandboxes_per_project, cfg_.max_sandboxes_per_node, &store),
       freezer_(rt, registry_, cfg_.idle_freeze_ms),
       launcher_(cfg_, rt, shims, network),
       pools_(cfg_, rt, launcher_, registry_,

@@ -455,6 +455,14 @@ CREATE TABLE template_builds (
 );
 CREATE INDEX template_builds_template ON template_builds(template_id, version);
 )sql"},
+    {2, "project_starts: sandboxes starting per project and node (the project's limit across nodes)", R"sql(
+CREATE TABLE project_starts (
+  project_id TEXT NOT NULL,
+  node_id TEXT NOT NULL,
+  starting BIGINT NOT NULL,
+  PRIMARY KEY (project_id, node_id)
+);
+)sql"}
 };
 
 }  // namespace
@@ -1153,6 +1161,15 @@ Result<void> release_holds(Conn& c, const std::string& node) {
   return {};
 }
 
+/// Forgets the starts `node` held against its projects' limits (it restarted, or is down).
+Result<void> release_starts(Conn& c, const std::string& node) {
+  Params p;
+  p.bind(1, node);
+  auto r = c.run("DELETE FROM project_starts WHERE node_id = $1", p, "releasing the starts of node " + node);
+  if (!r) return fail(r.error());
+  return {};
+}
+
 /// Releases the idempotency claims of `node` that have no response yet.
 Result<void> release_claims(Conn& c, const std::string& node) {
   Params p;
@@ -1237,6 +1254,7 @@ Result<void> PgStore::register_node(const NodeRecord& n) {
       return fail(r.error());
     // What its previous process held died with it.
     if (auto r = release_holds(c, n.id); !r) return r;
+    if (auto r = release_starts(c, n.id); !r) return r;
     return release_claims(c, n.id);
   });
 }
@@ -1286,6 +1304,7 @@ Result<std::vector<std::string>> PgStore::mark_silent_nodes_down(int64_t silence
           !f)
         return fail(f.error());
       if (auto h = release_holds(c, id); !h) return h;
+      if (auto st = release_starts(c, id); !st) return st;
       if (auto q = release_claims(c, id); !q) return q;
       marked.push_back(id);
     }
@@ -1322,6 +1341,51 @@ Result<std::vector<NodeRecord>> PgStore::list_nodes() {
   });
   if (!r) return fail(r.error());
   return out;
+}
+
+Result<SandboxStore::ProjectStarts> PgStore::hold_project_starts(const std::string& project_id, int n, int max) {
+  ProjectStarts out;
+  auto r = transaction([&](Conn& c) -> Result<void> {
+    Params p;
+    p.bind(1, project_id);
+    // One node at a time per project: the count and the hold go together.
+    if (auto l = c.run("SELECT pg_advisory_xact_lock(hashtext('b3os.project.' || $1))", p,
+                       "locking the starts of project " + project_id);
+        !l)
+      return fail(l.error());
+    auto res = c.run("SELECT (SELECT count(*) FROM sandboxes WHERE project_id = $1 AND state NOT IN ('stopped', 'failed')) "
+                     "+ (SELECT COALESCE(SUM(starting), 0) FROM project_starts WHERE project_id = $1)",
+                     p, "counting the sandboxes of project " + project_id);
+    if (!res) return fail(res.error());
+    out.used = res->i64(0, 0);
+    out.held = out.used + n <= max;
+    if (!out.held) return {};
+    Params q;
+    q.bind(1, project_id).bind(2, node_).bind(3, static_cast<int64_t>(n));
+    auto ins = c.run("INSERT INTO project_starts (project_id, node_id, starting) VALUES ($1, $2, $3) "
+                     "ON CONFLICT (project_id, node_id) DO UPDATE SET starting = project_starts.starting + EXCLUDED.starting",
+                     q, "holding starts of project " + project_id);
+    if (!ins) return fail(ins.error());
+    return {};
+  });
+  if (!r) return fail(r.error());
+  return out;
+}
+
+Result<void> PgStore::release_project_starts(const std::string& project_id, int n) {
+  return transaction([&](Conn& c) -> Result<void> {
+    Params p;
+    p.bind(1, project_id).bind(2, node_).bind(3, static_cast<int64_t>(n));
+    auto res = c.run("UPDATE project_starts SET starting = starting - $3 WHERE project_id = $1 AND node_id = $2", p,
+                     "releasing starts of project " + project_id);
+    if (!res) return fail(res.error());
+    Params q;
+    q.bind(1, project_id).bind(2, node_);
+    auto gone = c.run("DELETE FROM project_starts WHERE project_id = $1 AND node_id = $2 AND starting <= 0", q,
+                      "forgetting the starts of project " + project_id);
+    if (!gone) return fail(gone.error());
+    return {};
+  });
 }
 
 Result<std::string> PgStore::sandbox_node(const std::string& id) {

@@ -81,6 +81,8 @@ class PgStore final : public Store {
   Result<std::vector<NodeRecord>> list_nodes() override;
   Result<bool> set_node_state(const std::string& id, const std::string& state) override;
   Result<std::string> sandbox_node(const std::string& id) override;
+  Result<ProjectStarts> hold_project_starts(const std::string& project_id, int n, int max) override;
+  Result<void> release_project_starts(const std::string& project_id, int n) override;
 
  private:
   PgStore(std::string url, int pool_size, std::string node);

@@ -133,6 +133,20 @@ class SandboxStore {
   virtual Result<std::optional<PortTokenRecord>> find_port_token(const std::string& token_sha256) = 0;
   /// Forgets every token of a sandbox (it ended).
   virtual Result<void> delete_port_tokens(const std::string& sandbox_id) = 0;
+
+  /// A project's concurrency across a cluster (docs/cluster.md): counts `n` sandboxes about
+  /// to start on this node against `max`, with the project's live sandboxes on every node and
+  /// the starts every node holds, in one transaction under the project's lock. `used` is
+  /// what was counted before these. A single node's store holds nothing (its node counts).
+  struct ProjectStarts {
+    bool held = true;
+    int64_t used = 0;
+  };
+  virtual Result<ProjectStarts> hold_project_starts(const std::string& project_id, int n, int max) {
+    return ProjectStarts{};
+  }
+  /// Gives back `n` starts held by hold_project_starts (the sandboxes are live, or failed).
+  virtual Result<void> release_project_starts(const std::string& project_id, int n) { return {}; }
 };
 
 /// What the template module needs of the store: its builds (docs/templates.md). An interface,

@@ -133,6 +133,10 @@ s3() {
     -H "x-amz-content-sha256: $sha" "${how[@]}" "$@" "http://127.0.0.1:$S3PORT/b3os/cluster/$key" || true
 }
 
+# Each project's limit on every node; the section "one limit per project" fills a project of
+# its own to it from both routers at once.
+PER_PROJECT=30
+
 # The routers' preview listeners (ROUTER_PREVIEW[i] for router i); the nodes name router 0's
 # port in the URLs they mint.
 ROUTER_PREVIEW=("$(free_port)" "$(free_port)")
@@ -146,7 +150,7 @@ start_node() {
     --runsc-root "$d/run/runsc" --templates-dir "$TEMPLATES" --quiet-key --warm-pool 0 --fork-pool 0 \
     --template-checkpoints off --network off --preview-listen "127.0.0.1:$(free_port)" --metrics-listen "127.0.0.1:0" \
     --store "$STORE" --node-id "node-$n" --cluster-listen 127.0.0.1:0 --cluster-secret-file "$SECRET" \
-    --object-store "$OBJECT_STORE" --preview-url-port "${ROUTER_PREVIEW[0]}" \
+    --object-store "$OBJECT_STORE" --preview-url-port "${ROUTER_PREVIEW[0]}" --max-sandboxes-per-project "$PER_PROJECT" \
     ${CLUSTER_NODE_ARGS:-} >>"$d/log" 2>&1 </dev/null &
   NODE_PID[$n]=$!
   NODE_URL[$n]=http://127.0.0.1:${NODE_PORT[$n]}
@@ -523,6 +527,43 @@ psql_q "SELECT id FROM sandboxes WHERE state = 'running' ORDER BY id" >"$T/runni
 gone=$(comm -23 "$T/running.before" "$T/running.after" | tr '\n' ' ')
 check pg_restart.no_record_lost "rows $rows_before before, $rows_after after; running before and not after: ${gone:-none}" \
   test "$rows_before" = "$rows_after" -a -z "$gone" -a -s "$T/running.before"
+
+# ---- one limit per project across the nodes ------------------------------------------------------
+# PER_PROJECT + 3 creates of one project at once, through both routers, placed over the three
+# nodes: exactly PER_PROJECT run, the rest are 429 concurrency_limited, and no start stays held.
+
+TKEY=$("$B3OS_BIN/b3os" keys create --project tight --store "$STORE" 2>/dev/null)
+n_try=$((PER_PROJECT + 3))
+racers=()
+for i in $(seq 1 "$n_try"); do
+  curl -s -o "$T/tight.$i" -w '%{http_code}' -m 120 -H "Authorization: Bearer $TKEY" -H 'Content-Type: application/json' \
+    --data '{"timeout_s": 300}' "${ROUTERS[$((i % 2))]}/v1/sandboxes" >"$T/tight.$i.code" 2>/dev/null &
+  racers+=($!)
+done
+wait "${racers[@]}" || true
+made=0 limited=0 other=""
+for i in $(seq 1 "$n_try"); do
+  c=$(cat "$T/tight.$i.code" 2>/dev/null)
+  case $c in
+    201) made=$((made + 1)); jq -r '.id // empty' "$T/tight.$i" >>"$T/ids" ;;
+    429) if jq -e '.error.code == "concurrency_limited"' "$T/tight.$i" >/dev/null 2>&1; then limited=$((limited + 1)); else other+="$c "; fi ;;
+    *) other+="$c:$(head -c 120 "$T/tight.$i" 2>/dev/null) " ;;
+  esac
+done
+tight_nodes=$(psql_q "SELECT count(DISTINCT node_id) FROM sandboxes s JOIN projects p ON p.id = s.project_id WHERE p.name = 'tight' AND s.state = 'running'")
+check project_limit.exact_across_nodes "$made made on $tight_nodes nodes, $limited concurrency_limited, other: ${other:-none}" \
+  test "$made" = "$PER_PROJECT" -a "$limited" = 3 -a -z "$other"
+check project_limit.spread "$tight_nodes nodes" test "$tight_nodes" -ge 2
+check project_limit.no_start_held "$(psql_q "SELECT count(*) FROM project_starts")" test "$(psql_q "SELECT COALESCE(SUM(starting), 0) FROM project_starts")" = 0
+grep -h 'limit of' "$T"/tight.[0-9]* 2>/dev/null | head -n1 | sed 's/^/# a refused create: /' || true
+racers=()
+for id in $(psql_q "SELECT s.id FROM sandboxes s JOIN projects p ON p.id = s.project_id WHERE p.name = 'tight' AND s.state = 'running'"); do
+  curl -s -o /dev/null -m 60 -X DELETE -H "Authorization: Bearer $TKEY" "${ROUTERS[0]}/v1/sandboxes/$id" &
+  racers+=($!)
+done
+wait "${racers[@]}" || true
+check project_limit.all_deleted "$(psql_q "SELECT count(*) FROM sandboxes s JOIN projects p ON p.id = s.project_id WHERE p.name = 'tight' AND s.state = 'running'") left" \
+  test "$(psql_q "SELECT count(*) FROM sandboxes s JOIN projects p ON p.id = s.project_id WHERE p.name = 'tight' AND s.state = 'running'")" = 0
 
 # ---- Postgres away longer than the silence limit: no node marked down -----------------------------
 # Every node is silent while the store is away; none may take the others' silence for death

@@ -631,6 +631,54 @@ NodeRecord node_record(const std::string& id) {
   return n;
 }
 
+// A project's limit across nodes: 30 starts raced from three nodes against a limit of 7 (two
+// sandboxes of it already live) hold exactly 5; released, they make room again; a node's
+// restart lets go of what it held.
+TEST_P(PgStoreTest, ProjectStartsFromThreeNodesNeverPassTheLimit) {
+  auto b = another("node-b");
+  auto c = another("node-c");
+  ASSERT_TRUE(b && c);
+  for (const char* id : {"sbx_live1", "sbx_live2"}) {
+    SandboxRecord r = running_sandbox(id);
+    r.project_id = "prj_lim";
+    ASSERT_TRUE(store_->put_sandbox(r));
+  }
+  SandboxStore* nodes[] = {store_.get(), b.get(), c.get()};
+  std::atomic<int> held{0}, refused{0}, errors{0};
+  std::vector<int> who(30, -1);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 30; ++i)
+    threads.emplace_back([&, i] {
+      auto h = nodes[i % 3]->hold_project_starts("prj_lim", 1, 7);
+      if (!h) ++errors;
+      else if (h->held) {
+        ++held;
+        who[i] = i % 3;
+      } else {
+        ++refused;
+        if (h->used + 1 <= 7) ++errors;  // refused with room: wrong
+      }
+    });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(errors.load(), 0);
+  EXPECT_EQ(held.load(), 5);
+  EXPECT_EQ(refused.load(), 25);
+  for (int i = 0; i < 30; ++i)
+    if (who[i] >= 0 && who[i] != 1) ASSERT_TRUE(nodes[who[i]]->release_project_starts("prj_lim", 1));
+  // node-b's holds stay until it registers again (a restart).
+  auto more = store_->hold_project_starts("prj_lim", 1, 7);
+  ASSERT_TRUE(more);
+  const int b_held = static_cast<int>(std::count(who.begin(), who.end(), 1));
+  EXPECT_EQ(more->used, 2 + b_held);
+  ASSERT_TRUE(store_->release_project_starts("prj_lim", 1));
+  ASSERT_TRUE(b->register_node(node_record("node-b")));
+  auto after = c->hold_project_starts("prj_lim", 5, 7);
+  ASSERT_TRUE(after);
+  EXPECT_TRUE(after->held);
+  EXPECT_EQ(after->used, 2);
+}
+
+
 // A node silent past the limit is marked down by exactly one of those who look; its
 // sandboxes end failed at its last heartbeat, its holds and claims are released, and it learns
 // it at its next heartbeat. Its restart registers it ready again.
