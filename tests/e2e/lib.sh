@@ -438,6 +438,8 @@ cleanup_everything() {
       for d in $(cgroup_dirs "$id"); do rmdir "$d" 2>/dev/null || true; done
     done <"$T/ids"
   fi
+  # The suite's b3os-router (B3OS_E2E_ROUTER=1), last: the deletes above went through it.
+  [ -z "${ROUTER_PID:-}" ] || kill -KILL "$ROUTER_PID" 2>/dev/null || true
 }
 
 # ---- the fake internet (tests/net) ------------------------------------------------------------
