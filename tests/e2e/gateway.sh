@@ -86,27 +86,9 @@ start_private_daemon
 unset B3OS_E2E_UPSTREAM_KEY
 info "b3osd pid $(daemon_pid) on $URL; upstreams good :$GOOD, slow :$SLOW, dead :$DEAD"
 
-# The racer: N threads call the model at once from inside a sandbox; prints the statuses.
-cat >"$T/racer.py" <<'EOF'
-import json, os, sys, threading, urllib.error, urllib.request
-n = int(sys.argv[1]); model = sys.argv[2] if len(sys.argv) > 2 else os.environ["B3OS_MODEL"]
-url = os.environ["OPENAI_BASE_URL"] + "/chat/completions"
-body = json.dumps({"model": model, "max_tokens": 10, "messages": [{"role": "user", "content": "race"}]}).encode()
-out = [None] * n
-def call(i):
-    req = urllib.request.Request(url, body, {"Content-Type": "application/json",
-                                             "Authorization": "Bearer " + os.environ["OPENAI_API_KEY"]})
-    try:
-        with urllib.request.urlopen(req, timeout=30) as r:
-            out[i] = {"status": r.status, "body": json.load(r)}
-    except urllib.error.HTTPError as e:
-        out[i] = {"status": e.code, "body": json.load(e)}
-    except Exception as e:
-        out[i] = {"status": 0, "error": str(e)}
-ts = [threading.Thread(target=call, args=(i,)) for i in range(n)]
-[t.start() for t in ts]; [t.join() for t in ts]
-print(json.dumps(out))
-EOF
+# The racer (a test fixture): N threads call the model at once from inside a sandbox; prints
+# the statuses.
+cp "$ROOT/tests/fixtures/model_racer.py" "$T/racer.py"
 upload_racer() {
   api PUT "/v1/sandboxes/$1/files?path=/opt/racer.py" -H 'Content-Type: application/octet-stream' --data-binary "@$T/racer.py"
 }
