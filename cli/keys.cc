@@ -215,7 +215,8 @@ int run_nodes_set_state(const GlobalOptions& g, const std::string& node, const s
   if (!*changed)
     return report_error({ErrorCode::kNotFound, "no node " + node + " that is up (a down node comes back by starting)", 0});
   std::cerr << "node " << node << ": " << state
-            << (state == "draining" ? " (routers place no new sandboxes there; its sandboxes run on)" : "") << "\n";
+            << (state == "draining" ? " (routers place no new sandboxes there; with an object store its forkable sandboxes move to other "
+                                         "nodes after its --drain-move-after, the others run on)" : "") << "\n";
   return 0;
 }
 
@@ -275,7 +276,7 @@ void add_key_commands(CLI::App& app, GlobalOptions& g, Action& action) {
   nlist->add_flag("--json", *nodes_json, "Print as JSON");
   nlist->callback([&g, &action, nodes_json] { action = [&g, nodes_json] { return run_nodes_list(g, *nodes_json); }; });
   auto node_name = std::make_shared<std::string>();
-  auto* drain = nodes->add_subcommand("drain", "No new sandboxes on NODE (its sandboxes run on until they end)");
+  auto* drain = nodes->add_subcommand("drain", "No new sandboxes on NODE (its forkable sandboxes move to other nodes; the others run on until they end)");
   drain->add_option("node", *node_name, "Node id")->required();
   drain->callback([&g, &action, node_name] {
     action = [&g, node_name] { return run_nodes_set_state(g, *node_name, "draining"); };

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <spdlog/spdlog.h>
 #include <systemd/sd-daemon.h>
 
@@ -36,7 +37,9 @@
 #include "daemon/sandbox/service.h"
 #include "daemon/logging.h"
 #include "daemon/cluster/membership.h"
+#include "daemon/cluster/peer.h"
 #include "daemon/cluster/signature.h"
+#include "daemon/router/relay.h"
 #include "common/clock.h"
 #include "daemon/store/store.h"
 #include "daemon/sys/process.h"
@@ -222,6 +225,110 @@ void register_node_metrics(sandbox::SandboxService& sandboxes, gateway::Gateway&
                }});
 }
 
+/// An MCP tool call naming a sandbox another live node holds runs on that node: relayed to
+/// its internal listener signed for "mcp-call", with the client's key (docs/cluster.md).
+std::function<Result<bool>(http::Exchange&, const sandbox::Principal&, const std::string&, const std::string&,
+                           const std::function<bool()>&)>
+make_mcp_relay(store::Store& store, sandbox::SandboxService& sandboxes, const std::string& node_id,
+               const std::string& secret) {
+  return [&store, &sandboxes, node_id, &secret](http::Exchange& ex, const sandbox::Principal& p, const std::string& id,
+                                                const std::string& body,
+                                                const std::function<bool()>& cancelled) -> Result<bool> {
+    if (sandboxes.registry().find(p.project_id, id)) return false;
+    auto rec = store.get_sandbox(p.project_id, id);
+    // Unknown to the store, or another project's, or this node's: answered here.
+    if (!rec || !*rec || (*rec)->node_id.empty() || (*rec)->node_id == node_id || (*rec)->ended()) return false;
+    auto nodes = store.list_nodes();
+    if (!nodes) return fail(nodes.error());
+    const store::NodeRecord* holder = nullptr;
+    for (auto& n : *nodes)
+      if (n.id == (*rec)->node_id && n.state != "down") holder = &n;
+    if (!holder) return false;  // its node is down: the record is failed, and says so here
+    http::ProxyOptions o;
+    o.target = "/mcp";
+    o.body = body;
+    o.idle_timeout = std::chrono::milliseconds(3'700'000);  // a command may run quietly up to its timeout
+    o.abandon = cancelled;
+    auto r = router::relay_signed(ex, holder->url, secret, "mcp-call", std::move(o), std::chrono::seconds(2));
+    if (!r && !ex.responded() && !cancelled())
+      return fail(ErrorCode::kNodeUnavailable, "sandbox " + id + " is on node " + holder->id +
+                                                   ", which is not answering (" + r.error().message + "); retry shortly");
+    return true;
+  };
+}
+
+/// POST /internal/adopt on the internal listener (signed for the route "adopt", no API key):
+/// a draining node hands this one a sandbox (docs/cluster.md, "A drain moves sandboxes").
+void adopt_moved(http::Exchange& ex, sandbox::SandboxService& sandboxes) {
+  auto answer = [&ex](const Result<nlohmann::json>& r) {
+    api::Reply reply = r ? api::Reply{200, *r, {}} : api::error_reply(r.error());
+    ex.respond(reply.status, "application/json", api::dump_json(reply.body), reply.headers);
+  };
+  if (ex.method() != "POST" || ex.target() != "/internal/adopt")
+    return answer(fail(ErrorCode::kNotFound, "the adopt route is POST /internal/adopt"));
+  auto body = ex.read_body(64 * 1024);
+  if (!body) return answer(fail(body.error()));
+  const auto j = nlohmann::json::parse(*body, nullptr, false);
+  if (!j.is_object() || !j.value("sandbox_id", nlohmann::json()).is_string() ||
+      !j.value("project_id", nlohmann::json()).is_string() || !j.value("move_id", nlohmann::json()).is_string() ||
+      !j.value("from_node", nlohmann::json()).is_string() || !j.value("deadline_ms", nlohmann::json()).is_number_integer())
+    return answer(fail(ErrorCode::kInvalidRequest, "adopt: sandbox_id, project_id, move_id, from_node and deadline_ms are required"));
+  sandbox::Timing t;
+  answer(sandboxes.adopt(j["project_id"], j["sandbox_id"], j["move_id"], j["from_node"], j["deadline_ms"].get<int64_t>(), t));
+}
+
+/// A draining node moves out the sandboxes whose owners allowed it (forkable: true), each to
+/// the ready node with the fewest sandboxes; the others run on here until they end. Returns
+/// whether every one that could go went.
+bool move_sandboxes_out(sandbox::SandboxService& sandboxes, store::Store& store, const std::string& node_id,
+                        const std::string& secret) {
+  bool all = true;
+  std::map<std::string, int> sent;  // this pass's moves per node (its heartbeat shows them later)
+  for (auto& s : sandboxes.registry().all()) {
+    std::string project;
+    {
+      std::lock_guard lk(s->mu);
+      if (!s->rec.forkable || s->rec.state != store::State::kRunning) continue;
+      project = s->rec.project_id;
+    }
+    auto nodes = store.list_nodes();
+    if (!nodes) return false;
+    std::optional<store::NodeRecord> to;
+    for (auto& n : *nodes)
+      if (n.id != node_id && n.state == "ready" && (n.max_sandboxes <= 0 || n.sandboxes + sent[n.id] < n.max_sandboxes) &&
+          (!to || n.sandboxes + sent[n.id] < to->sandboxes + sent[to->id]))
+        to = n;
+    if (!to) {
+      spdlog::warn("drain: no ready node to move sandbox {} to; it stays for now", s->id);
+      return false;
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    sandbox::Timing t;
+    auto moved = sandboxes.move_out(s, [&](const std::string& move_id) -> Result<bool> {
+      // The target gives up a minute before this node does, so no answer lost on the way
+      // leaves the sandbox on both.
+      const int64_t deadline = now_unix_ms() + 4 * 60'000;
+      const nlohmann::json body = {{"sandbox_id", s->id}, {"project_id", project}, {"move_id", move_id},
+                                   {"from_node", node_id}, {"deadline_ms", deadline}};
+      auto a = cluster::post_to_node(to->url, secret, "adopt", "/internal/adopt", body.dump(), std::chrono::minutes(5));
+      if (a && a->status == 200) return true;
+      // No answer, or an error: the store says whether it took it (its record names it).
+      if (auto rec = store.get_sandbox(project, s->id); rec && *rec && (*rec)->node_id == to->id) return true;
+      return fail(ErrorCode::kNodeUnavailable,
+                  "node " + to->id + (a ? " answered " + std::to_string(a->status) + ": " + a->body.substr(0, 300)
+                                        : ": " + a.error().message));
+    }, t);
+    const long ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+    if (moved) {
+      ++sent[to->id];
+      spdlog::info("drain: sandbox {} moved to node {} in {} ms", s->id, to->id, ms);
+    } else {
+      spdlog::warn("drain: sandbox {}: {}", s->id, moved.error().message);
+      all = false;
+    }
+  }
+  return all;
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -281,6 +388,12 @@ int main(int argc, char** argv) {
   app.add_option("--cluster-url", cluster_url,
                  "the URL routers reach the internal listener at (default: http://HOST:PORT of --cluster-listen)")
       ->envname("B3OS_CLUSTER_URL");
+  int drain_move_after_s = 30;
+  app.add_option("--drain-move-after", drain_move_after_s,
+                 "in a cluster with an object store: seconds a node drains before it moves its forkable sandboxes to "
+                 "other nodes (docs/cluster.md); -1: never moves them")
+      ->check(CLI::Range(-1, 86400))
+      ->capture_default_str();
   std::string object_store_spec;
   app.add_option("--object-store", object_store_spec,
                  "with a shared store: where snapshots go so that any node can restore them, dir:/PATH (a directory "
@@ -703,6 +816,9 @@ int main(int argc, char** argv) {
                                : setuid_mode == "strip" ? image::Setuid::kStrip
                                                         : image::Setuid::kAllow;
     tcfg.image_stamp = image_stamp(cfg.runtime.runsc, cfg.agent_path);
+    tcfg.shared = (*store)->shared();
+    tcfg.node_id = node_id;
+    tcfg.object_store = object_store.get();
     templates = std::make_unique<tpl::TemplateService>(tcfg, sandboxes, **store);
     if (auto r = templates->start(); !r) {
       std::cerr << "b3osd: templates: " << r.error().message << "\n";
@@ -711,6 +827,9 @@ int main(int argc, char** argv) {
     sandboxes.set_templates(templates.get());
   }
   mcp::Tools mcp_tools(sandboxes, mcp_tools_cfg, templates.get());
+  // Read below, with --cluster-listen; the MCP relay needs it first.
+  std::string cluster_secret;
+  if (!cluster_listen.empty()) mcp_cfg.peer_relay = make_mcp_relay(**store, sandboxes, node_id, cluster_secret);
   mcp::Server mcp_server(mcp_cfg, mcp_tools);
   api::Api api(api_cfg, **store, sandboxes, gw, &mcp_server, templates.get());
   http::Server server(listen_host, listen_port, http_cfg, [&](http::Exchange& ex) { api.handle(ex); });
@@ -725,7 +844,6 @@ int main(int argc, char** argv) {
   // The preview server, once made (below): the internal listener hands it the preview
   // requests a router relays (X-B3os-Route: preview).
   std::atomic<preview::PreviewServer*> cluster_previews{nullptr};
-  std::string cluster_secret;
   if (!cluster_listen.empty()) {
     if (!(*store)->shared()) {
       std::cerr << "b3osd: --cluster-listen needs a shared store (--store postgres://...)\n";
@@ -748,22 +866,26 @@ int main(int argc, char** argv) {
     http::Config ccfg = http_cfg;
     ccfg.name = "cluster";
     cluster_server = std::make_unique<http::Server>(
-        cluster_listen.substr(0, colon), cport, ccfg, [&api, &cluster_secret, &cluster_previews](http::Exchange& ex) {
-          const bool preview = ex.header(cluster::kRouteHeader) == "preview";
-          const std::string method = (preview ? "preview:" : "") + std::string(ex.method());
+        cluster_listen.substr(0, colon), cport, ccfg, [&api, &cluster_secret, &cluster_previews, &sandboxes](http::Exchange& ex) {
+          // The route is inside what the signature covers ("ROUTE:" before the method).
+          const std::string route(ex.header(cluster::kRouteHeader));
+          const std::string method = (route.empty() ? "" : route + ":") + std::string(ex.method());
+          auto refuse = [&ex](const Error& e) {
+            auto r = api::error_reply(e);
+            ex.respond(r.status, "application/json", api::dump_json(r.body), r.headers);
+          };
           if (auto v = cluster::verify_request(cluster_secret, method, ex.target(), ex.header(cluster::kTimeHeader),
                                                ex.header(cluster::kSignatureHeader), ex.header("Authorization"),
                                                now_unix_ms());
-              !v) {
-            auto r = api::error_reply(v.error());
-            ex.respond(r.status, "application/json", api::dump_json(r.body), r.headers);
-            return;
-          }
-          if (preview) {
+              !v)
+            return refuse(v.error());
+          if (route == "mcp-call") return api.handle(ex, true);
+          if (route == "adopt") return adopt_moved(ex, sandboxes);
+          if (!route.empty() && route != "preview")
+            return refuse({ErrorCode::kInvalidRequest, "unknown cluster route \"" + route.substr(0, 40) + "\"", 0});
+          if (route == "preview") {
             if (auto* pv = cluster_previews.load()) return pv->handle(ex);
-            auto r = api::error_reply({ErrorCode::kNodeUnavailable, "this node is starting; retry shortly", 0});
-            ex.respond(r.status, "application/json", api::dump_json(r.body), r.headers);
-            return;
+            return refuse({ErrorCode::kNodeUnavailable, "this node is starting; retry shortly", 0});
           }
           api.handle(ex);
         });
@@ -809,6 +931,29 @@ int main(int argc, char** argv) {
         sandboxes.stop();
         std::_Exit(75);
       });
+  // Draining (b3os nodes drain): once the node has drained for --drain-move-after seconds
+  // (sandboxes about to end get to end here, and a drain undone at once moves nothing), the
+  // sandboxes whose owners allowed it move to other nodes, one pass at a time on a thread of
+  // its own; a pass that left some waits 30 s to try again.
+  std::atomic<bool> mover_busy{false};
+  std::atomic<int64_t> next_move_ms{0};
+  int64_t draining_since_ms = -1;  // the heartbeat thread's alone
+  if (object_store && !cluster_secret.empty() && drain_move_after_s >= 0)
+    membership.set_on_state([&](const std::string& state) {
+      if (state != "draining") {
+        draining_since_ms = -1;
+        return;
+      }
+      if (draining_since_ms < 0) draining_since_ms = steady_ms();
+      if (steady_ms() - draining_since_ms < drain_move_after_s * 1000LL || !sandboxes.ready() ||
+          steady_ms() < next_move_ms.load() || mover_busy.exchange(true))
+        return;
+      std::thread([&] {
+        const bool all = move_sandboxes_out(sandboxes, **store, node_id, cluster_secret);
+        next_move_ms = steady_ms() + (all ? 2'000 : 30'000);
+        mover_busy = false;
+      }).detach();
+    });
   preview::PreviewServer previews(preview_cfg, sandboxes);
   if (auto r = previews.listen(); !r) {
     std::cerr << "b3osd: " << r.error().message << "\n";

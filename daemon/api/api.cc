@@ -218,7 +218,7 @@ Result<sandbox::Principal> Api::authenticate(http::Exchange& ex) {
   return sandbox::Principal{(*rec)->project_id, (*rec)->id, (*rec)->project_name};
 }
 
-void Api::handle(http::Exchange& ex) {
+void Api::handle(http::Exchange& ex, bool relayed_mcp) {
   Call c(ex);
   c.method = std::string(ex.method());
   auto target = parse_target(ex.target());
@@ -249,7 +249,7 @@ void Api::handle(http::Exchange& ex) {
   // /mcp: the same key, rate limit and requests-in-flight cap as every route; the MCP server
   // reads and answers the request itself (JSON-RPC bodies, sessions, event streams).
   if (mcp_ && c.target.segments.size() == 1 && c.target.segments[0] == "mcp")
-    return mcp_->handle(ex, c.principal, c.target.query);
+    return relayed_mcp ? mcp_->handle_relayed(ex, c.principal) : mcp_->handle(ex, c.principal, c.target.query);
   const Match match = route(c);
   if (match.route) c.operation = match.route->operation;
   if (match.route && match.route->stream) return (this->*match.route->stream)(c);

@@ -38,8 +38,9 @@ class Api {
   /// `mcp`: the MCP endpoint (/mcp); null answers it 501.
   Api(const Config& cfg, store::Store& store, sandbox::SandboxService& sandboxes, gateway::Gateway& gw,
       mcp::Server* mcp = nullptr, tpl::TemplateService* templates = nullptr);
-  /// Handles one request (the http::Server handler).
-  void handle(http::Exchange& ex);
+  /// Handles one request (the http::Server handler). `relayed_mcp`: a request to /mcp is one
+  /// tools/call another node relayed (the internal listener checked its signature).
+  void handle(http::Exchange& ex, bool relayed_mcp = false);
 
  private:
   struct Call;

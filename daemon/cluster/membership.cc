@@ -67,6 +67,7 @@ void Membership::tick() {
     if (on_down_) on_down_();
     return;
   }
+  if (on_state_) on_state_(*state);
   // After an outage of the store, every node has been silent: wait until each had its chance
   // to beat again before judging any.
   if (!streak_.may_judge(now)) return;

@@ -70,6 +70,9 @@ class Membership {
 
   /// One heartbeat and one sweep for silent nodes (the thread's step; tests call it).
   void tick();
+  /// Called on the heartbeat thread with this node's state after each heartbeat that reached
+  /// the store ("ready", "draining"): a draining node moves its sandboxes out. Set before start().
+  void set_on_state(std::function<void(const std::string&)> f) { on_state_ = std::move(f); }
 
  private:
   store::NodeRecord record() const;
@@ -78,6 +81,7 @@ class Membership {
   const MembershipConfig cfg_;
   std::function<store::NodeRecord()> load_;
   std::function<void()> on_down_;
+  std::function<void(const std::string&)> on_state_;
   std::mutex mu_;
   std::condition_variable cv_;
   bool stopping_ = false;

@@ -115,6 +115,7 @@ struct UpReader {
   Exchange& ex;
   std::chrono::milliseconds idle;
   std::optional<Error> error;
+  const std::function<bool()>* abandon = nullptr;
   template <class Buffers>
   size_t read_some(const Buffers& buffers, beast::error_code& ec) {
     auto b = *asio::buffer_sequence_begin(buffers);
@@ -125,7 +126,9 @@ struct UpReader {
         if (*r == 0) ec = asio::error::eof;
         return *r;
       }
-      if (r.error().code == ErrorCode::kUpstreamTimeout && Clock::now() < until && !ex.client_gone()) continue;
+      const bool abandoned = abandon && *abandon && (*abandon)();
+      if (r.error().code == ErrorCode::kUpstreamTimeout && Clock::now() < until && !ex.client_gone() && !abandoned)
+        continue;
       error = r.error().code == ErrorCode::kUpstreamTimeout && Clock::now() >= until
                   ? Error{ErrorCode::kUpstreamTimeout,
                           "the app sent nothing for " + std::to_string(idle.count() / 1000) + " s", 0}
@@ -280,7 +283,7 @@ Result<void> relay(Exchange& ex, tcp::socket& sock, beast::flat_buffer& buf, bh:
   bh::write_header(w, rs, ec);
   if (ec) return fail(w.error.value_or(Error{ErrorCode::kUpstreamError, "sending the request: " + ec.message(), 0}));
 
-  UpReader r{up, ex, opts.idle_timeout, {}};
+  UpReader r{up, ex, opts.idle_timeout, {}, &opts.abandon};
   beast::flat_buffer up_buf;
   std::optional<bh::response_parser<bh::buffer_body>> rp;
   // Reads one response head into rp; false when none came (r.error or ec say why).
@@ -295,7 +298,7 @@ Result<void> relay(Exchange& ex, tcp::socket& sock, beast::flat_buffer& buf, bh:
   bool answered = false;  // the final response head is in rp: the body is not sent
   if (expect_continue) {
     // A server that says nothing for 3 s gets the body anyway (RFC 9110 10.1.1).
-    UpReader quick{up, ex, std::chrono::milliseconds(3000), {}};
+    UpReader quick{up, ex, std::chrono::milliseconds(3000), {}, &opts.abandon};
     if (read_head(quick)) {
       answered = rp->get().result_int() >= 200;
     } else if (quick.error && quick.error->code == ErrorCode::kUpstreamTimeout && up_buf.size() == 0) {

@@ -81,6 +81,9 @@ struct ProxyOptions {
   /// the server's 100 (or its early answer) before reading the client's body: for a server
   /// that answers from the head alone (b3osd nodes behind the router).
   bool expect_large_bodies = false;
+  /// Checked while waiting on the server, like the client's going: true ends the relay (an
+  /// MCP call relayed to another node that its client cancelled).
+  std::function<bool()> abandon;
 };
 
 /// A TCP connection to host:port as an Upstream (the router's connection to a node). Fails

@@ -316,8 +316,25 @@ void Server::request(http::Exchange& ex, const std::shared_ptr<Session>& s, cons
   answer(ex, make_error(m.id, kMethodNotFound, "method not found: " + m.method.substr(0, 80)));
 }
 
+void Server::handle_relayed(http::Exchange& ex, const sandbox::Principal& p) {
+  if (ex.method() != "POST") return refuse(ex, 405, -32000, "a relayed MCP call is a POST", nullptr, {{"Allow", "POST"}});
+  auto body = ex.read_body(cfg_.max_body);
+  if (!body) return refuse(ex, error_http_status(body.error().code), -32000, body.error().message);
+  auto m = parse_message(*body);
+  if (!m) return refuse(ex, 400, m.error().code, m.error().message, m.error().id);
+  if (m->kind != Message::Kind::kRequest || m->method != "tools/call")
+    return refuse(ex, 400, kInvalidRequest, "a relayed MCP message must be a tools/call request", m->id);
+  // The session lives on the node that relayed the call, which checked its toolsets.
+  auto s = std::make_shared<Session>();
+  s->id = "relayed";
+  s->key_id = p.key_id;
+  s->toolsets = Tools::toolsets();
+  s->last_used_ms = steady_ms();
+  call_tool(ex, s, p, *m, true);
+}
+
 void Server::call_tool(http::Exchange& ex, const std::shared_ptr<Session>& s, const sandbox::Principal& p,
-                       const Message& m) {
+                       const Message& m, bool relayed) {
   auto name = m.params.find("name");
   if (name == m.params.end() || !name->is_string())
     return answer(ex, make_error(m.id, kInvalidParams, "tools/call: name (a string) is required"));
@@ -355,6 +372,21 @@ void Server::call_tool(http::Exchange& ex, const std::shared_ptr<Session>& s, co
       s->last_used_ms = steady_ms();
     }
   } done{this, s, key};
+
+  // A sandbox another node holds: the call runs there (its answer, JSON or an event stream,
+  // comes back as that node sends it); a cancel here ends the relay, and the node, seeing
+  // its client gone, stops the call.
+  if (!relayed && cfg_.peer_relay)
+    if (auto sid = args.find("sandbox_id"); sid != args.end() && sid->is_string()) {
+      const json call = {{"jsonrpc", "2.0"}, {"id", m.id}, {"method", "tools/call"}, {"params", m.params}};
+      const std::function<bool()> cancelled = [&] { return flag->load() || ex.client_gone(); };
+      auto relayed = cfg_.peer_relay(ex, p, sid->get<std::string>(), call.dump(), cancelled);
+      if (!relayed) return answer(ex, make_result(m.id, tool_error(relayed.error())));
+      if (*relayed) {
+        if (!ex.responded()) answer(ex, make_error(m.id, kInternalError, "the request was cancelled"));
+        return;
+      }
+    }
 
   bool streaming = false;
   CallContext ctx;

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -36,6 +37,14 @@ struct Config {
   /// Bodies over 1 MiB (files in base64) read at once on the node; past it 503, retry. Each
   /// is held whole in memory while its call runs, so their number is what bounds that memory.
   int max_large_bodies = 8;
+  /// In a cluster: relays a tools/call naming a sandbox another node holds to that node
+  /// (docs/cluster.md), answering `ex` from there: true. False when the sandbox is not
+  /// elsewhere (the call runs here); an error (nothing answered) when its node could not be
+  /// reached. `body` is the call's JSON-RPC message; `cancelled` turns true when the client
+  /// cancels it. Null: a single node.
+  std::function<Result<bool>(http::Exchange& ex, const sandbox::Principal& p, const std::string& sandbox_id,
+                             const std::string& body, const std::function<bool()>& cancelled)>
+      peer_relay;
 };
 
 /// Whether a request's Origin may call /mcp: none (not a browser), a loopback page
@@ -48,6 +57,10 @@ class Server {
   /// One request to /mcp, authenticated as `p` (the API did it). `query` is the request's
   /// query string, decoded (toolsets=...).
   void handle(http::Exchange& ex, const sandbox::Principal& p, const std::multimap<std::string, std::string>& query);
+  /// One tools/call another node of the cluster relayed here (its session is there): run
+  /// without a session, answered as the session's node would (JSON, or an event stream of
+  /// progress). Only for requests signed with the cluster secret (the internal listener).
+  void handle_relayed(http::Exchange& ex, const sandbox::Principal& p);
   size_t session_count();
 
  private:
@@ -64,7 +77,9 @@ class Server {
                   const std::multimap<std::string, std::string>& query);
   /// A request of a session: the JSON-RPC answer (tools/call answers itself when it streams).
   void request(http::Exchange& ex, const std::shared_ptr<Session>& s, const sandbox::Principal& p, const Message& m);
-  void call_tool(http::Exchange& ex, const std::shared_ptr<Session>& s, const sandbox::Principal& p, const Message& m);
+  /// `relayed`: the call came from another node (it runs here, never relayed again).
+  void call_tool(http::Exchange& ex, const std::shared_ptr<Session>& s, const sandbox::Principal& p, const Message& m,
+                 bool relayed = false);
   void notification(const std::shared_ptr<Session>& s, const Message& m);
   std::shared_ptr<Session> find(const std::string& id, const sandbox::Principal& p);
   void evict_locked(const std::string& key_id);

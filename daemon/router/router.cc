@@ -1,4 +1,5 @@
 #include "daemon/router/router.h"
+#include "daemon/router/relay.h"
 
 #include <algorithm>
 
@@ -222,34 +223,25 @@ std::optional<store::NodeRecord> Router::least_loaded(const std::vector<store::N
 }
 
 bool Router::forward(http::Exchange& ex, const store::NodeRecord& node, const std::optional<std::string>& body,
-                     std::string* error,
-                     const std::function<void(http::ProxyOptions&, const store::NodeRecord&)>& adjust) {
-  auto addr = parse_node_url(node.url);
-  if (!addr) {
-    *error = "node " + node.id + ": " + addr.error().message;
-    return false;
-  }
-  auto up = http::connect_tcp(addr->host, addr->port, cfg_.connect_timeout);
-  if (!up) {
-    *error = "node " + node.id + ": " + up.error().message;
-    return false;
-  }
-  const int64_t now = now_unix_ms();
+                     std::string* error, const std::function<void(http::ProxyOptions&, const store::NodeRecord&)>& adjust,
+                     std::string_view route) {
   http::ProxyOptions o;
   o.target = std::string(ex.target());
   o.cookie = std::string(ex.header("Cookie"));
   o.idle_timeout = cfg_.idle_timeout;
-  o.request_headers = {
-      {std::string(cluster::kTimeHeader), std::to_string(now)},
-      {std::string(cluster::kSignatureHeader),
-       cluster::sign_request(cfg_.secret, ex.method(), ex.target(), now, ex.header("Authorization"))}};
   o.body = body;
   o.expect_large_bodies = true;
   if (adjust) adjust(o, node);
-  auto relayed = ex.proxy(**up, o);
-  if (!relayed && !ex.responded())
-    send_error(ex, {ErrorCode::kNodeUnavailable,
-                    "node " + node.id + " broke off the request: " + relayed.error().message + "; retry shortly", 0});
+  auto relayed = relay_signed(ex, node.url, cfg_.secret, route, std::move(o), cfg_.connect_timeout);
+  if (relayed || ex.responded()) return true;
+  if (relayed.error().code == ErrorCode::kNodeUnavailable || relayed.error().code == ErrorCode::kInvalidRequest) {
+    // Not reached (refused, no answer to the connect, or a bad URL in its row): nothing was
+    // sent, and another node, or this one at its new address, may take the request.
+    *error = "node " + node.id + ": " + relayed.error().message;
+    return false;
+  }
+  send_error(ex, {ErrorCode::kNodeUnavailable,
+                  "node " + node.id + " broke off the request: " + relayed.error().message + "; retry shortly", 0});
   return true;
 }
 
@@ -319,17 +311,11 @@ void Router::handle_preview(http::Exchange& ex) {
                                                                   " is down", 0});
   // Signed as a preview request ("preview:" before the method), so that the route header
   // cannot be added to or taken from a request signed for the API.
-  auto adjust = [&ex, this](http::ProxyOptions& o, const store::NodeRecord&) {
-    const int64_t t = now_unix_ms();
-    o.request_headers = {{std::string(cluster::kTimeHeader), std::to_string(t)},
-                         {std::string(cluster::kSignatureHeader),
-                          cluster::sign_request(cfg_.secret, "preview:" + std::string(ex.method()), ex.target(), t,
-                                                ex.header("Authorization"))},
-                         {std::string(cluster::kRouteHeader), "preview"}};
+  auto adjust = [](http::ProxyOptions& o, const store::NodeRecord&) {
     o.expect_large_bodies = false;  // an app's server may not know Expect
   };
   std::string error;
-  if (forward(ex, *n, std::nullopt, &error, adjust)) {
+  if (forward(ex, *n, std::nullopt, &error, adjust, "preview")) {
     m_forwards.with({"preview", "relayed"}).inc();
     return;
   }
@@ -365,6 +351,7 @@ void Router::handle(http::Exchange& ex) {
   std::string bound_what;
   const bool create = method == "POST" && segs.size() == 2 && segs[0] == "v1" && segs[1] == "sandboxes";
   std::optional<std::string> body;
+  std::string place_key;
   int memory_mib = 0;
   std::string tpl;
   auto bind_to = [&](const std::string& node_id, const std::string& what) {
@@ -377,6 +364,14 @@ void Router::handle(http::Exchange& ex) {
     auto node = node_holding(key->project_id, id, snap);
     if (!node) return send_error(ex, node.error());
     if (!node->empty()) bind_to(*node, (snap ? "snapshot " : "sandbox ") + id);
+    // A node that says "retry" (503 with Retry-After: the sandbox is being moved, or was
+    // moved away) makes the router read where it is again for the retry.
+    place_key = (snap ? "s/" : "b/") + key->project_id + "/" + id;
+  } else if (segs.size() == 6 && segs[0] == "v1" && segs[1] == "templates" && segs[3] == "builds" && segs[5] == "logs") {
+    // A build's log is a file on the node that runs the build (the node checks the key).
+    auto b = store_.get_template_build(std::string(segs[4]));
+    if (!b) return send_error(ex, b.error());
+    if (*b && !(*b)->node_id.empty()) bind_to((*b)->node_id, "template build " + (*b)->id);
   } else if (create) {
     memory_mib = 512;
     if (ex.has_body()) {
@@ -428,6 +423,16 @@ void Router::handle(http::Exchange& ex) {
     };
   }
 
+  if (!place_key.empty())
+    adjust = [this, place_key](http::ProxyOptions& o, const store::NodeRecord&) {
+      o.rewrite_response_header = [this, place_key](std::string_view name, std::string_view) -> std::optional<std::string> {
+        if (name.size() == 11 && starts_with_ci(name, "retry-after")) {
+          std::lock_guard lk(mu_);
+          places_.erase(place_key);
+        }
+        return std::nullopt;
+      };
+    };
   const char* kind = create                                                                   ? "create"
                      : !segs.empty() && segs[0] == "mcp"                                        ? "mcp"
                      : segs.size() >= 3 && segs[0] == "v1" && (segs[1] == "sandboxes" || segs[1] == "snapshots") ? "sandbox"

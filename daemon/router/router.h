@@ -72,9 +72,11 @@ class Router {
                                                 int memory_mib = 0, const std::string& tpl = "");
   /// Relays to `node`; false (nothing sent to the client) when the node could not be reached.
   /// `adjust` changes the relay's options for that node (MCP session ids).
+  /// `route`: what the request is signed for ("" the API, "preview"; relay.h).
   bool forward(http::Exchange& ex, const store::NodeRecord& node, const std::optional<std::string>& body,
                std::string* error,
-               const std::function<void(http::ProxyOptions&, const store::NodeRecord&)>& adjust = nullptr);
+               const std::function<void(http::ProxyOptions&, const store::NodeRecord&)>& adjust = nullptr,
+               std::string_view route = "");
   void send_error(http::Exchange& ex, const Error& e);
 
   const Config cfg_;

@@ -10,6 +10,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "common/clock.h"
 #include "common/ids.h"
 #include "common/scope_exit.h"
 #include "common/unique_fd.h"
@@ -365,6 +366,95 @@ Result<json> Checkpoints::delete_snapshot(const Principal& p, const std::string&
     c->released((*d)["template"].value("id", ""));
   (*d)["deleted"] = true;
   return *d;
+}
+
+// ---- moves between nodes (a draining node; docs/cluster.md) ----
+
+Result<void> Checkpoints::move_out(const std::shared_ptr<LiveSandbox>& s,
+                                   const std::function<Result<bool>(const std::string& move_id)>& adopt, Timing& t) {
+  if (!cfg_.object_store) return fail(ErrorCode::kProductUnavailable, "moving a sandbox needs an object store");
+  Stopwatch sw;
+  store::SandboxRecord base;
+  {
+    std::lock_guard lk(s->mu);
+    base = s->rec;
+  }
+  if (!base.forkable) return fail(ErrorCode::kForkUnavailable, "sandbox " + s->id + " is not forkable: it stays");
+  if (base.state != State::kRunning)
+    return fail(ErrorCode::kSandboxNotRunning, "sandbox " + s->id + " is " + std::string(api_status(base.state)));
+  if (s->moving.exchange(true)) return fail(ErrorCode::kConflict, "sandbox " + s->id + " is being moved already");
+  ScopeExit unmark([&] { s->moving = false; });
+  const std::string move_id = new_id("mov");
+  ImageDir dir(cfg_.fork_images_dir() + "/" + move_id);
+  {
+    Awake awake = lifecycle_.awake(*s);
+    // Requests in flight finish first (new ones get 503 now), for up to 10 s.
+    for (int i = 0; i < 100 && s->active_ops.load() > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    t.lap("drain_requests", sw);
+    ImageRoom room(rt_, *s, base.memory_mib);
+    if (auto r = dir.create(); !r) return fail(r.error());
+    if (auto r = checkpoint_into(*s, dir.path(), t, sw); !r) return fail(r.error().wrap("moving " + s->id));
+    if (auto r = lifecycle_.persist(*s); !r) return fail(r.error().wrap("moving " + s->id));
+    {
+      std::lock_guard lk(s->mu);
+      base = s->rec;
+    }
+  }
+  // Its container ends here now, its record untouched: it never runs on two nodes. What it
+  // did in the moment after the image is not in it (requests were held off; its own processes
+  // ran on).
+  lifecycle_.begin_move(s);
+  ScopeExit finish([&] { lifecycle_.end_move(s->id); });
+  t.lap("stop", sw);
+  auto moved = [&]() -> Result<void> {
+    if (auto r = sync_image(dir.path()); !r) return r;
+    const std::string rootfs =
+        base.rootfs.empty() ? lifecycle_.template_rootfs(base.template_name) + "/rootfs" : base.rootfs;
+    if (auto r = publish_snapshot(cfg_, move_id, dir.path(), rootfs, base.template_name); !r) return r;
+    t.lap("upload", sw);
+    auto took = adopt(move_id);
+    if (auto r = forget_snapshot(cfg_, move_id); !r)
+      spdlog::warn("move {}: its objects stay in the object store: {}", move_id, r.error().message);
+    if (!took) return fail(took.error());
+    if (!*took) return fail(ErrorCode::kNodeUnavailable, "the other node did not take it");
+    t.lap("adopt", sw);
+    return {};
+  }();
+  if (moved) return {};
+  // Not taken: restored here from the same image, as it was.
+  spdlog::warn("sandbox {}: moving it failed ({}); restoring it here", s->id, moved.error().message);
+  if (auto r = lifecycle_.restore_moved(base, base.rootfs.empty() ? lifecycle_.template_rootfs(base.template_name) + "/rootfs" : base.rootfs,
+                                        dir.path(), t);
+      !r)
+    spdlog::error("sandbox {}: restoring it after a failed move: {}", s->id, r.error().message);
+  return fail(moved.error().wrap("moving " + s->id));
+}
+
+Result<json> Checkpoints::adopt(const std::string& project_id, const std::string& id, const std::string& move_id,
+                                const std::string& from_node, int64_t deadline_ms, Timing& t) {
+  Stopwatch sw;
+  if (!cfg_.object_store) return fail(ErrorCode::kProductUnavailable, "this node has no object store to take a sandbox from");
+  if (registry_.find(id)) return fail(ErrorCode::kConflict, "sandbox " + id + " is here already");
+  auto row = store_.get_sandbox(project_id, id);
+  if (!row) return fail(row.error());
+  if (!*row || (*row)->ended() || (*row)->node_id != from_node)
+    return fail(ErrorCode::kConflict, "sandbox " + id + " is not a running sandbox of node " + from_node);
+  auto got = fetch_snapshot(cfg_, move_id, from_node);
+  if (!got) return fail(got.error());
+  ScopeExit drop([&] {
+    std::error_code ec;
+    fs::remove_all(got->image_dir, ec);
+  });
+  t.lap("fetch", sw);
+  auto s = lifecycle_.relaunch(**row, got->rootfs, got->image_dir, t, [&]() -> Result<void> {
+    // The mover stops waiting at the deadline and restores its own copy.
+    if (now_unix_ms() > deadline_ms)
+      return fail(ErrorCode::kConflict, "move " + move_id + " of sandbox " + id + " came too late; node " + from_node + " kept it");
+    return {};
+  });
+  if (!s) return fail(s.error());
+  spdlog::info("sandbox {}: taken over from node {} (move {})", id, from_node, move_id);
+  return lifecycle_.view(**s);
 }
 
 }  // namespace b3os::sandbox

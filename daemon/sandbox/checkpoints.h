@@ -2,7 +2,9 @@
 // Checkpoints: everything built on saving a running sandbox (its memory, disk and processes):
 // fork into N copies, snapshots kept on disk, and the images the pools build of templates.
 
+#include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -26,6 +28,20 @@ class Checkpoints {
   Result<nlohmann::json> get_snapshot(const Principal& p, const std::string& id);
   Result<nlohmann::json> list_snapshots(const Principal& p, const std::optional<std::string>& after_id, int limit);
   Result<nlohmann::json> delete_snapshot(const Principal& p, const std::string& id);
+
+  /// Moves a running forkable sandbox to another node (this one drains; docs/cluster.md):
+  /// its image (memory, root overlay, processes) is taken and its container here ended (its
+  /// record untouched), the image goes to the object store as move `move_id`, then
+  /// `adopt(move_id)` asks the other node to restore it under the same id and record it as
+  /// its own (true: it did). Not taken: restored here from the image, as it was (if that
+  /// fails too, its record ends failed). Requests meanwhile get 503 with Retry-After.
+  Result<void> move_out(const std::shared_ptr<LiveSandbox>& s,
+                        const std::function<Result<bool>(const std::string& move_id)>& adopt, Timing& t);
+  /// The other side of a move: restores sandbox `id` of `from_node` from move `move_id`'s
+  /// image under its id and record, and records it as this node's. Refused (nothing made)
+  /// after `deadline_ms`, when the mover has given up on the answer.
+  Result<nlohmann::json> adopt(const std::string& project_id, const std::string& id, const std::string& move_id,
+                               const std::string& from_node, int64_t deadline_ms, Timing& t);
 
   /// Writes an image of `s` into `dir` with its channel quiesced; no state change (the pools
   /// use it on a sandbox no one else can see yet).

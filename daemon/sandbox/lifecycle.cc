@@ -93,10 +93,25 @@ json Lifecycle::view(LiveSandbox& s) {
 }
 
 Result<std::shared_ptr<LiveSandbox>> Lifecycle::running(const Principal& p, const std::string& id) {
-  if (auto s = registry_.find(p.project_id, id)) return s;
+  {
+    std::lock_guard lk(moving_mu_);
+    if (moving_.count(id))
+      return fail(ErrorCode::kNodeUnavailable, "sandbox " + id + " is being moved to another node (this one drains); "
+                                                                 "retry in a moment");
+  }
+  if (auto s = registry_.find(p.project_id, id)) {
+    if (s->moving)
+      return fail(ErrorCode::kNodeUnavailable, "sandbox " + id + " is being moved to another node (this one drains); "
+                                                                 "retry in a moment");
+    return s;
+  }
   auto row = store_.get_sandbox(p.project_id, id);
   if (!row) return fail(row.error());
   if (!*row) return fail(not_found(id));
+  // In a cluster: another node holds it now (it was moved there). A router that sees the 503
+  // reads where it is again.
+  if (!(*row)->ended() && !(*row)->node_id.empty() && (*row)->node_id != cfg_.node_id)
+    return fail(ErrorCode::kNodeUnavailable, "sandbox " + id + " is on node " + (*row)->node_id + " now; retry there");
   return fail(ErrorCode::kSandboxNotRunning,
               "sandbox " + id + " is " + std::string(api_status((*row)->state)) + ", not running");
 }
@@ -782,6 +797,91 @@ void Lifecycle::release_orphans(const std::vector<std::string>& ids) {
       }
     });
   for (auto& t : workers) t.join();
+}
+
+void Lifecycle::collect_rootfs_cache() {
+  if (!cfg_.object_store) return;
+  auto snaps = store_.snapshot_rootfs();
+  if (!snaps) return;  // without the snapshots' roots nothing is known to be unused
+  std::set<std::string> in_use(snaps->begin(), snaps->end());
+  for (auto& s : registry_.all()) {
+    std::lock_guard lk(s->mu);
+    in_use.insert(s->rec.rootfs);
+  }
+  ::b3os::sandbox::collect_rootfs_cache(cfg_, in_use, 3600 * 1000);
+}
+
+void Lifecycle::begin_move(const std::shared_ptr<LiveSandbox>& s) {
+  {
+    std::lock_guard lk(moving_mu_);
+    moving_.insert(s->id);
+  }
+  // Out of the registry before its channel closes: the close is not a failure of the sandbox.
+  registry_.remove(s->id);
+  launcher_.discard(*s);
+}
+
+void Lifecycle::end_move(const std::string& id) {
+  std::lock_guard lk(moving_mu_);
+  moving_.erase(id);
+}
+
+Result<std::shared_ptr<LiveSandbox>> Lifecycle::relaunch(const store::SandboxRecord& rec, const std::string& rootfs,
+                                                         const std::string& image, Timing& t,
+                                                         const std::function<Result<void>()>& last_check) {
+  Stopwatch sw;
+  if (auto r = registry_.reserve(rec.project_id, 1); !r) return fail(r.error());
+  Reservation reserved(registry_, rec.project_id, 1);
+  LaunchRequest l;
+  l.id = rec.id;  // the same sandbox: its id, its record and everything in its image
+  l.project_id = rec.project_id;
+  l.rootfs = rootfs;
+  l.image = image;
+  l.vcpu = rec.vcpu;
+  l.memory_mib = rec.memory_mib;
+  l.disk_gib = rec.disk_gib;
+  l.from_pool = false;  // a pooled container has an id of its own
+  l.network = rec.egress_mode != "deny";
+  if (l.network && !launcher_.network())
+    return fail(ErrorCode::kProductUnavailable, "sandbox " + rec.id + " has egress \"" + rec.egress_mode +
+                                                    "\" and this node runs without sandbox networks");
+  auto launched = pools_.launch(l, t, sw);
+  if (!launched) return fail(launched.error());
+  auto s = *launched;
+  if (l.network)
+    if (auto r = launcher_.apply_egress(*s, {rec.egress_mode, rec.egress_allow}); !r) {
+      launcher_.discard(*s);
+      return fail(r.error());
+    }
+  if (last_check)
+    if (auto r = last_check(); !r) {
+      launcher_.discard(*s);
+      return fail(r.error());
+    }
+  {
+    std::lock_guard lk(s->mu);
+    const State launched_state = s->rec.state;
+    s->rec = rec;
+    s->rec.state = launched_state;
+    s->rec.rootfs = rootfs;
+    s->rec.node_id.clear();  // this node's (the store names it)
+  }
+  s->last_activity_ms = now_unix_ms();
+  if (auto r = publish({s}); !r) return fail(r.error());
+  return s;
+}
+
+Result<void> Lifecycle::restore_moved(const store::SandboxRecord& rec, const std::string& rootfs, const std::string& image,
+                                      Timing& t) {
+  auto s = relaunch(rec, rootfs, image, t);
+  if (s) return {};
+  store::SandboxRecord ended = rec;
+  ended.state = State::kFailed;
+  ended.stop_reason = store::StopReason::kFailed;
+  ended.stopped_ms = now_unix_ms();
+  ended.stop_message = "moving it to another node failed, and so did restoring it here: " + s.error().message;
+  if (auto r = store_.put_sandbox(ended); !r) spdlog::error("sandbox {}: {}", rec.id, r.error().message);
+  return fail(s.error());
 }
 
 }  // namespace b3os::sandbox

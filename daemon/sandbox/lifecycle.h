@@ -59,6 +59,25 @@ class Lifecycle {
   std::vector<std::string> orphans();
   /// Removes them (their containers, cgroups, shims, directories), a few at a time.
   void release_orphans(const std::vector<std::string>& ids);
+  // ---- moves between nodes (checkpoints.cc: move_out, adopt) ----
+  /// A sandbox being moved: out of the registry and its container ended here, its record
+  /// untouched; requests for it get 503 with Retry-After until end_move.
+  void begin_move(const std::shared_ptr<LiveSandbox>& s);
+  void end_move(const std::string& id);
+  /// Launches sandbox `rec` again from the image in `image` on `rootfs`, under its own id and
+  /// record, and records it as this node's (a move's target, or its source when the move
+  /// failed). `last_check` runs just before the record is written; its error undoes it all.
+  Result<std::shared_ptr<LiveSandbox>> relaunch(const store::SandboxRecord& rec, const std::string& rootfs,
+                                                const std::string& image, Timing& t,
+                                                const std::function<Result<void>()>& last_check = nullptr);
+  /// A failed move's source: the sandbox back from its image; if that fails too, its record
+  /// ends failed, saying why.
+  Result<void> restore_moved(const store::SandboxRecord& rec, const std::string& rootfs, const std::string& image,
+                             Timing& t);
+  bool has_network() const { return launcher_.network() != nullptr; }
+  /// Removes the roots fetched from the object store that no live sandbox or snapshot of this
+  /// node uses and no restore took for an hour (the reaper, every 10 minutes).
+  void collect_rootfs_cache();
 
   // ---- for the other parts of the module ----
 
@@ -120,6 +139,8 @@ class Lifecycle {
   SpendLookup spent_;
   const PortUrls* port_urls_;  // public ports' URLs in the sandbox object (null: none)
   TemplateCatalog* templates_ = nullptr;
+  std::mutex moving_mu_;
+  std::set<std::string> moving_;  // ids between begin_move and end_move
   /// Orphans the last pass removed, which the next pass removes once more (orphans()).
   std::mutex orphans_mu_;
   std::set<std::string> released_last_;

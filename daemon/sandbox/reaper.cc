@@ -13,11 +13,17 @@ using namespace std::chrono_literals;
 void Reaper::start() {
   thread_ = std::thread([this] {
     std::unique_lock lk(mu_);
+    auto collected = std::chrono::steady_clock::now();
     while (!stopping_) {
       cv_.wait_for(lk, 500ms);
       if (stopping_) break;
       lk.unlock();
       sweep(now_unix_ms());
+      // Roots fetched from the object store that nothing uses any more (a cluster's nodes).
+      if (std::chrono::steady_clock::now() - collected > 10min) {
+        collected = std::chrono::steady_clock::now();
+        lifecycle_.collect_rootfs_cache();
+      }
       lk.lock();
     }
   });
@@ -68,8 +74,9 @@ void Reaper::sweep(int64_t now_ms) {
       pause = s->rec.on_idle == "pause";
     }
     // Only a running sandbox expires: a paused one does not, and one in the middle of a
-    // pause, resume or checkpoint is in use.
-    if (state != State::kRunning) {
+    // pause, resume or checkpoint is in use; nor one being moved (frozen while its image
+    // travels to another node, so its agent cannot answer).
+    if (state != State::kRunning || s->moving) {
       if (s->channel) s->channel->reset_probe();  // it cannot answer until it runs again
       continue;
     }

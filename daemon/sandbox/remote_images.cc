@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -109,6 +110,9 @@ Result<FetchedSnapshot> fetch_snapshot(const Config& cfg, const std::string& sna
   const std::string cache = cfg.rootfs_cache_dir() + "/" + fp;
   out.rootfs = cache + "/rootfs";
   std::lock_guard lk(root_lock(fp));
+  // Marked used now: the collector leaves a root alone for an hour after a restore took it.
+  fs::last_write_time(cache + "/" + kFingerprintFile, fs::file_time_type::clock::now(), ec);
+  ec.clear();
   if (!fs::exists(cache + "/" + kFingerprintFile)) {
     spdlog::info("object store: fetching the root {} of snapshot {}", fp.substr(0, 12), snap_id);
     fs::create_directories(cache, ec);
@@ -135,6 +139,32 @@ Result<void> forget_snapshot(const Config& cfg, const std::string& snap_id) {
   std::error_code ec;
   fs::create_directories(cfg.fork_images_dir(), ec);
   return objstore::remove_set(*cfg.object_store, "snapshots/" + snap_id, cfg.fork_images_dir());
+}
+
+int collect_rootfs_cache(const Config& cfg, const std::set<std::string>& in_use, int64_t idle_ms) {
+  int removed = 0;
+  std::error_code ec;
+  const auto now = fs::file_time_type::clock::now();
+  for (auto it = fs::directory_iterator(cfg.rootfs_cache_dir(), ec); !ec && it != fs::directory_iterator();
+       it.increment(ec)) {
+    const std::string fp = it->path().filename().string();
+    const std::string rootfs = it->path().string() + "/rootfs";
+    if (in_use.count(rootfs)) continue;
+    std::lock_guard lk(root_lock(fp));  // not while a restore fetches or takes it
+    std::error_code e2;
+    const auto used = fs::last_write_time(it->path() / kFingerprintFile, e2);
+    if (e2) continue;  // a fetch in progress (sweep_rootfs_cache takes those cut short)
+    if (now - used < std::chrono::milliseconds(idle_ms)) continue;
+    fs::remove_all(it->path(), e2);
+    if (e2) {
+      spdlog::warn("rootfs cache: removing {}: {}", it->path().string(), e2.message());
+      continue;
+    }
+    spdlog::info("rootfs cache: removed the root {} (no sandbox or snapshot here uses it, no restore took it for {} min)",
+                 fp.substr(0, 12), idle_ms / 60000);
+    ++removed;
+  }
+  return removed;
 }
 
 void sweep_rootfs_cache(const Config& cfg) {

@@ -10,6 +10,8 @@
 // files its memory image was taken against (gVisor checks sizes and times at restore), so a
 // template root rebuilt anywhere is another root.
 
+#include <cstdint>
+#include <set>
 #include <string>
 
 #include "common/result.h"
@@ -44,5 +46,10 @@ Result<void> forget_snapshot(const Config& cfg, const std::string& snap_id);
 
 /// At start: removes roots whose fetch was cut short.
 void sweep_rootfs_cache(const Config& cfg);
+
+/// Removes the cached roots (rootfs_cache_dir()) that nothing in `in_use` (the roots of this
+/// node's live sandboxes and of the snapshots it holds) runs on and that no restore took for
+/// `idle_ms` (each restore that takes a cached root marks it used). Returns how many went.
+int collect_rootfs_cache(const Config& cfg, const std::set<std::string>& in_use, int64_t idle_ms);
 
 }  // namespace b3os::sandbox

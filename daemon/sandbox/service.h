@@ -95,6 +95,16 @@ class SandboxService {
     return life_.update(p, id, u, t);
   }
 
+  /// A draining node's moves (checkpoints.h, docs/cluster.md).
+  Result<void> move_out(const std::shared_ptr<LiveSandbox>& s,
+                        const std::function<Result<bool>(const std::string& move_id)>& adopt, Timing& t) {
+    return checkpoints_.move_out(s, adopt, t);
+  }
+  Result<nlohmann::json> adopt(const std::string& project_id, const std::string& id, const std::string& move_id,
+                               const std::string& from_node, int64_t deadline_ms, Timing& t) {
+    return checkpoints_.adopt(project_id, id, move_id, from_node, deadline_ms, t);
+  }
+
   Result<nlohmann::json> fork(const Principal& p, const std::string& id, int count,
                               const std::optional<std::map<std::string, std::string>>& metadata, Timing& t) {
     return checkpoints_.fork(p, id, count, metadata, t);

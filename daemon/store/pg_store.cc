@@ -243,6 +243,13 @@ Result<SnapshotRecord> snapshot_with_node(Row& row) {
   return rec;
 }
 
+Result<TemplateBuildRecord> build_with_node(Row& row) {
+  static const int node_col = column_count(kBuildColumns);
+  auto rec = build_from(row);
+  if (rec) rec->node_id = row.text(node_col);
+  return rec;
+}
+
 template <typename Record, typename From>
 Result<std::vector<Record>> all_rows(const Res& r, From from) {
   std::vector<Record> out;
@@ -899,14 +906,16 @@ Result<void> PgStore::put_template_build(const TemplateBuildRecord& b) {
     p.bind(6, b.status).bind(7, b.content_hash).bind(8, b.artifact).bind(9, b.created_ms).bind(10, b.started_ms);
     p.bind(11, b.finished_ms);
     if (b.deleted_ms) p.bind(12, *b.deleted_ms); else p.bind_null(12);
-    p.bind(13, b.doc.dump()).bind(14, node_);
+    // The row names the node that runs the build, not the last one to save it (another node
+    // marks a template deleted, or fails the builds of a node that is down).
+    p.bind(13, b.doc.dump()).bind(14, b.node_id.empty() ? node_ : b.node_id);
     if (auto r = c.run(sql, p, "saving template build " + b.id); !r) return fail(r.error());
     return {};
   });
 }
 
 Result<std::optional<TemplateBuildRecord>> PgStore::get_template_build(const std::string& id) {
-  static const std::string sql = std::string("SELECT ") + kBuildColumns + " FROM template_builds WHERE id = $1";
+  static const std::string sql = "SELECT " + with_node(kBuildColumns) + " FROM template_builds WHERE id = $1";
   std::optional<TemplateBuildRecord> out;
   auto r = with_conn([&](Conn& c) -> Result<void> {
     Params p;
@@ -915,7 +924,7 @@ Result<std::optional<TemplateBuildRecord>> PgStore::get_template_build(const std
     if (!res) return fail(res.error());
     if (res->rows() == 0) return {};
     Row row{*res, 0};
-    auto rec = build_from(row);
+    auto rec = build_with_node(row);
     if (!rec) return fail(rec.error());
     out = std::move(*rec);
     return {};
@@ -925,17 +934,13 @@ Result<std::optional<TemplateBuildRecord>> PgStore::get_template_build(const std
 }
 
 Result<std::vector<TemplateBuildRecord>> PgStore::template_builds() {
-  // This node's builds: their files are on its disk (docs/cluster.md: templates move with
-  // the object store, not yet).
-  static const std::string sql =
-      std::string("SELECT ") + kBuildColumns + " FROM template_builds WHERE node_id = $1 ORDER BY created_ms, id";
+  // Every node's builds, each naming its node: templates are the cluster's (docs/cluster.md).
+  static const std::string sql = "SELECT " + with_node(kBuildColumns) + " FROM template_builds ORDER BY created_ms, id";
   std::vector<TemplateBuildRecord> out;
   auto r = with_conn([&](Conn& c) -> Result<void> {
-    Params p;
-    p.bind(1, node_);
-    auto res = c.run(sql, p, "listing template builds");
+    auto res = c.run(sql, "listing template builds");
     if (!res) return fail(res.error());
-    auto rows = all_rows<TemplateBuildRecord>(*res, [](Row& row) { return build_from(row); });
+    auto rows = all_rows<TemplateBuildRecord>(*res, [](Row& row) { return build_with_node(row); });
     if (!rows) return fail(rows.error());
     out = std::move(*rows);
     return {};
@@ -1170,6 +1175,21 @@ Result<void> release_starts(Conn& c, const std::string& node) {
   return {};
 }
 
+/// Fails the template builds `node` had not finished (it is down: they will not finish).
+Result<void> fail_builds(Conn& c, const std::string& node, int64_t at_ms) {
+  Params p;
+  p.bind(1, node).bind(2, at_ms);
+  const std::string err = nlohmann::json{{"error", {{"code", "node_unavailable"},
+                                                    {"message", "its node " + node + " stopped answering; build it again"}}}}.dump();
+  p.bind(3, err);
+  if (auto r = c.run("UPDATE template_builds SET status = 'failed', finished_ms = $2, doc = (doc::jsonb || $3::jsonb)::text "
+                     "WHERE node_id = $1 AND status IN ('queued', 'building')",
+                     p, "failing the template builds of node " + node);
+      !r)
+    return fail(r.error());
+  return {};
+}
+
 /// Releases the idempotency claims of `node` that have no response yet.
 Result<void> release_claims(Conn& c, const std::string& node) {
   Params p;
@@ -1306,6 +1326,7 @@ Result<std::vector<std::string>> PgStore::mark_silent_nodes_down(int64_t silence
       if (auto h = release_holds(c, id); !h) return h;
       if (auto st = release_starts(c, id); !st) return st;
       if (auto q = release_claims(c, id); !q) return q;
+      if (auto b = fail_builds(c, id, last); !b) return b;
       marked.push_back(id);
     }
     return {};

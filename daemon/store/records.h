@@ -77,6 +77,9 @@ struct TemplateBuildRecord {
   int64_t created_ms = 0, started_ms = 0, finished_ms = 0;
   std::optional<int64_t> deleted_ms;  // the template was deleted: hidden, its files kept while used
   nlohmann::json doc = nlohmann::json::object();
+  /// The node that runs the build and holds its log (a shared store; "" in a single node's,
+  /// and on a record this node is about to save as its own).
+  std::string node_id;
 };
 
 /// One sandbox, as kept across restarts. Times are Unix milliseconds.

@@ -121,6 +121,11 @@ class SandboxStore {
   virtual Result<void> delete_snapshot(const std::string& project_id, const std::string& id) = 0;
   /// The ids of every snapshot, all projects (used at start-up to sweep images without a record).
   virtual Result<std::vector<std::string>> snapshot_ids() = 0;
+  /// The root filesystems this node's snapshots were taken on (their restores need them);
+  /// a store that cannot say fails, and nothing is collected.
+  virtual Result<std::vector<std::string>> snapshot_rootfs() {
+    return fail(ErrorCode::kNotImplemented, "this store does not list the roots of snapshots");
+  }
 
   /// Whether a project's keys and sandboxes may use the model gateway (default yes).
   virtual Result<bool> project_allows_infer(const std::string& project_id) = 0;

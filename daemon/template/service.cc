@@ -16,7 +16,9 @@
 #include "common/clock.h"
 #include "common/file.h"
 #include "common/ids.h"
+#include "common/scope_exit.h"
 #include "common/unique_fd.h"
+#include "daemon/objstore/transfer.h"
 #include "daemon/sys/process.h"
 
 namespace b3os::tpl {
@@ -133,6 +135,12 @@ Result<void> TemplateService::start() {
   if (!rows) return fail(rows.error());
   const int64_t now = now_unix_ms();
   for (auto& r : *rows) {
+    // Another node's builds are read as they are: their files are there (or in the object
+    // store), and their node fails its own unfinished ones.
+    if (!own(r)) {
+      if (!r.deleted_ms) builds_[r.id] = r;
+      continue;
+    }
     if (!terminal(r.status)) {
       r.status = "failed";
       r.finished_ms = now;
@@ -152,6 +160,7 @@ Result<void> TemplateService::start() {
     }
     builds_[r.id] = r;
   }
+  refreshed_ms_ = now;
   return {};
 }
 
@@ -293,6 +302,19 @@ Result<json> TemplateService::create(const sandbox::Principal& p, const json& bo
   if (!spec) return fail(spec.error());
   TemplateSpec& s = *spec;
 
+  // Version numbers come from every node's builds as the store has them now; an upload taken
+  // by another node is fetched from the object store.
+  refresh(true);
+  for (const auto* id : {&s.source.image_upload, &s.context_upload})
+    if (*id) {
+      bool here;
+      {
+        std::lock_guard lk(mu_);
+        here = find_upload(p.project_id, **id).has_value();
+      }
+      if (!here) (void)fetch_upload(p.project_id, **id);
+    }
+
   json source = json::object();
   std::string parent_key;
   std::unique_lock lk(mu_);
@@ -428,7 +450,7 @@ Result<json> TemplateService::create(const sandbox::Principal& p, const json& bo
       rec.doc["reused_from"] = b.id;
       rec.doc["defaults"] = b.doc.value("defaults", defaults);
       for (const char* k : {"images", "size_bytes", "steps"})
-        if (b.doc.contains(k)) rec.doc[k] = b.doc[k];
+        if (b.doc.contains(k) && (own(b) || std::string(k) != "images")) rec.doc[k] = b.doc[k];
       break;
     }
   if (auto r = store_.put_template_build(rec); !r) return fail(r.error());
@@ -558,7 +580,7 @@ Result<json> TemplateService::upload(const sandbox::Principal& p, const sandbox:
     for (auto& [id, other] : uploads_)
       if (other.project_id == u.project_id && other.sha256 == u.sha256 && other.size == u.size) {
         other.created_ms = u.created_ms;
-        ::unlink(part.c_str());
+        ::unlink(u.path.c_str());  // this copy: the one there serves
         return json{{"id", other.id},
                     {"object", "template_upload"},
                     {"size_bytes", other.size},
@@ -566,6 +588,13 @@ Result<json> TemplateService::upload(const sandbox::Principal& p, const sandbox:
                     {"expires_at", format_rfc3339(other.created_ms + cfg_.upload_ttl_ms)}};
       }
   }
+  // In a cluster the template may be asked of another node: the upload goes to the object
+  // store too, or it is refused (an upload only this node has would fail there).
+  if (cfg_.object_store)
+    if (auto r = publish_upload(u); !r) {
+      ::unlink(u.path.c_str());
+      return fail(r.error().wrap("keeping the upload for the cluster"));
+    }
   json meta = {{"id", u.id}, {"project_id", u.project_id}, {"sha256", u.sha256}, {"size", u.size}, {"created_ms", u.created_ms}};
   std::ofstream(cfg_.data_dir + "/template-uploads/" + u.id + ".json", std::ios::trunc) << meta.dump();
   std::optional<Upload> gone;
@@ -584,6 +613,7 @@ Result<json> TemplateService::upload(const sandbox::Principal& p, const sandbox:
 }
 
 Result<json> TemplateService::list(const sandbox::Principal& p) {
+  refresh();
   json out = sandboxes_.templates();
   json& data = out["data"];
   std::lock_guard lk(mu_);
@@ -599,6 +629,7 @@ Result<json> TemplateService::list(const sandbox::Principal& p) {
 }
 
 Result<json> TemplateService::get(const sandbox::Principal& p, const std::string& name_or_id) {
+  refresh();
   {
     std::lock_guard lk(mu_);
     auto v = visible_builds(p.project_id, name_or_id);
@@ -611,6 +642,7 @@ Result<json> TemplateService::get(const sandbox::Principal& p, const std::string
 }
 
 Result<json> TemplateService::remove(const sandbox::Principal& p, const std::string& name_or_id, bool force) {
+  refresh(true);
   std::string template_id, name;
   {
     std::lock_guard lk(mu_);
@@ -658,6 +690,7 @@ Result<json> TemplateService::remove(const sandbox::Principal& p, const std::str
 }
 
 Result<json> TemplateService::builds(const sandbox::Principal& p, const std::string& name_or_id) {
+  refresh();
   std::lock_guard lk(mu_);
   auto v = visible_builds(p.project_id, name_or_id);
   if (v.empty()) return fail(ErrorCode::kTemplateNotFound, "no template \"" + name_or_id + "\" with builds");
@@ -667,6 +700,7 @@ Result<json> TemplateService::builds(const sandbox::Principal& p, const std::str
 }
 
 Result<json> TemplateService::build(const sandbox::Principal& p, const std::string& name_or_id, const std::string& build_id) {
+  refresh();
   std::lock_guard lk(mu_);
   const auto v = visible_builds(p.project_id, name_or_id);
   if (v.empty()) return fail(ErrorCode::kTemplateNotFound, "no template \"" + name_or_id + "\" (see GET /v1/templates)");
@@ -678,13 +712,19 @@ Result<json> TemplateService::build(const sandbox::Principal& p, const std::stri
 Result<void> TemplateService::logs(const sandbox::Principal& p, const std::string& name_or_id, const std::string& build_id,
                                    bool follow, const std::function<Result<void>(std::string_view)>& write,
                                    const sandbox::CancelCheck& gone) {
+  refresh();
   {
     std::lock_guard lk(mu_);
-    bool found = false;
+    const TemplateBuildRecord* found = nullptr;
     const auto v = visible_builds(p.project_id, name_or_id);
     if (v.empty()) return fail(ErrorCode::kTemplateNotFound, "no template \"" + name_or_id + "\" (see GET /v1/templates)");
-    for (auto& b : v) found = found || b.id == build_id;
+    for (auto& b : v)
+      if (b.id == build_id) found = &b;
     if (!found) return fail(ErrorCode::kNotFound, "no build " + build_id + " of template \"" + name_or_id + "\"");
+    // The log is a file on the node that runs the build; a router sends the request there.
+    if (!own(*found))
+      return fail(ErrorCode::kNodeUnavailable, "build " + build_id + " runs on node " + found->node_id +
+                                                   ": its log is there (ask through a b3os-router, which sends it there)");
   }
   const std::string path = log_path(build_id);
   uint64_t off = 0;
@@ -713,13 +753,23 @@ Result<void> TemplateService::logs(const sandbox::Principal& p, const std::strin
 
 Result<std::optional<sandbox::TemplateChoice>> TemplateService::resolve(const std::string& project_id,
                                                                        const std::string& name_or_id) {
-  std::lock_guard lk(mu_);
-  auto v = visible_builds(project_id, name_or_id);
-  if (v.empty()) return std::optional<sandbox::TemplateChoice>();
-  const TemplateBuildRecord* r = latest_ready(v);
-  if (!r)
-    return fail(ErrorCode::kConflict, "template \"" + name_or_id + "\" has no ready version yet (build " + v.back().id +
-                                          " is " + v.back().status + ")");
+  refresh();
+  TemplateBuildRecord chosen;
+  {
+    std::lock_guard lk(mu_);
+    auto v = visible_builds(project_id, name_or_id);
+    if (v.empty()) return std::optional<sandbox::TemplateChoice>();
+    const TemplateBuildRecord* ready = latest_ready(v);
+    if (!ready)
+      return fail(ErrorCode::kConflict, "template \"" + name_or_id + "\" has no ready version yet (build " + v.back().id +
+                                            " is " + v.back().status + ")");
+    chosen = *ready;
+  }
+  // Built on another node: its root comes from the object store at its first use here; its
+  // checkpoint does not (it names that node's files), so sandboxes of it boot here.
+  const TemplateBuildRecord* r = &chosen;
+  if (auto f = ensure_artifact(chosen.artifact); !f) return fail(f.error());  // here already: at once
+  if (!own(chosen)) chosen.doc.erase("images");
   sandbox::TemplateChoice c;
   c.id = r->template_id;
   c.name = r->name;
@@ -860,6 +910,8 @@ void TemplateService::run_build(const std::string& build_id) {
   }
   if (done) done = build_root(rec, *spec, log);
   if (done) done = build_images(rec, *spec, log);
+  // Ready means ready on every node: the root is in the object store first.
+  if (done && cfg_.object_store) done = publish_artifact(rec.artifact, log);
   held.reset();
   rec.finished_ms = now_unix_ms();
   if (done) {
@@ -994,6 +1046,8 @@ Result<void> TemplateService::build_root(TemplateBuildRecord& rec, const Templat
     return std::max<int64_t>(0, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count());
   };
   std::string parent_rootfs = source.value("rootfs", "");
+  if (kind == "template")
+    if (auto f = ensure_artifact(source.value("artifact", "")); !f) return fail(f.error().wrap("from: the parent's root"));
   if (kind == "debian") {
     auto r = ensure_debian_root(log);
     if (!r) return fail(r.error());
@@ -1397,7 +1451,8 @@ void TemplateService::sync_pools() {
       const bool images = b.doc.contains("images") && b.doc["images"].is_object() &&
                           !b.doc["images"].value("image", "").empty();
       auto it = newest.find(b.template_id);
-      if (it != newest.end() && it->second == &b && images && d.value("warm_pool", 0) > 0) {
+      // Another node's checkpoint names its files: its pool is its own.
+      if (it != newest.end() && it->second == &b && images && own(b) && d.value("warm_pool", 0) > 0) {
         w.target = d.value("warm_pool", 0);
         w.shape.rootfs = artifact_rootfs(b.artifact);
         w.shape.image = b.doc["images"].value("image", "");
@@ -1420,13 +1475,17 @@ void TemplateService::collect_garbage() {
   }
   if (auto snaps = store_.snapshot_rootfs(); snaps) in_use_rootfs.insert(snaps->begin(), snaps->end());
   std::set<std::string> keep_artifacts = {"base", kDebianArtifact}, keep_images;
-  std::vector<std::string> forget;
+  // A root a sandbox here runs on stays, whatever the builds say (another node's build may
+  // be gone from the store while a sandbox here still runs on the root fetched for it).
+  for (auto& rootfs : in_use_rootfs)
+    if (rootfs.rfind(roots_dir() + "/", 0) == 0) keep_artifacts.insert(fs::path(rootfs).parent_path().filename().string());
+  std::vector<std::string> forget, forget_here;
   {
     std::lock_guard lk(mu_);
     for (auto& [id, b] : builds_) {
       const bool used = !b.artifact.empty() && in_use_rootfs.count(artifact_rootfs(b.artifact));
       if (b.deleted_ms && !used) {
-        forget.push_back(id);
+        (own(b) ? forget : forget_here).push_back(id);
         continue;
       }
       if (!b.artifact.empty()) keep_artifacts.insert(b.artifact);
@@ -1439,6 +1498,7 @@ void TemplateService::collect_garbage() {
       }
     }
     for (auto& id : forget) builds_.erase(id);
+    for (auto& id : forget_here) builds_.erase(id);  // its node forgets it in the store
   }
   for (auto& id : forget) {
     (void)store_.forget_template_build(id);
@@ -1485,6 +1545,157 @@ void TemplateService::drop_upload(const Upload& u) {
   std::error_code ec;
   fs::remove(u.path, ec);
   fs::remove(cfg_.data_dir + "/template-uploads/" + u.id + ".json", ec);
+  if (cfg_.object_store) {
+    // Its hour is over on every node (each counts from the upload's own time).
+    (void)cfg_.object_store->remove("template-uploads/" + u.id + "/meta.json");
+    (void)cfg_.object_store->remove("template-uploads/" + u.id + "/upload.tar");
+  }
+}
+
+// ---- a cluster ----
+
+void TemplateService::refresh(bool now) {
+  if (!cfg_.shared) return;
+  std::lock_guard rl(refresh_mu_);
+  const int64_t t = now_unix_ms();
+  if (!now && t - refreshed_ms_ < cfg_.refresh_ms) return;
+  auto rows = store_.template_builds();
+  if (!rows) {
+    spdlog::warn("templates: reading the cluster's builds: {}", rows.error().message);
+    return;
+  }
+  refreshed_ms_ = t;
+  bool gc = false;
+  {
+    std::lock_guard lk(mu_);
+    std::set<std::string> seen;
+    for (auto& r : *rows) {
+      seen.insert(r.id);
+      auto it = builds_.find(r.id);
+      if (own(r)) {
+        // This node's own copy is the truth (a store read may race a save of a running
+        // build); only a delete done by another node is taken from the row.
+        if (it != builds_.end() && r.deleted_ms && !it->second.deleted_ms) {
+          it->second.deleted_ms = r.deleted_ms;
+          gc = true;
+        }
+        continue;
+      }
+      if (it == builds_.end()) {
+        if (!r.deleted_ms) builds_[r.id] = r;
+        continue;
+      }
+      gc = gc || (r.deleted_ms && !it->second.deleted_ms);
+      it->second = r;
+    }
+    // Another node's build gone from the store: its node forgot it (deleted, unused there).
+    for (auto it = builds_.begin(); it != builds_.end();) {
+      if (!own(it->second) && !seen.count(it->first)) {
+        it = builds_.erase(it);
+        gc = true;
+      } else {
+        ++it;
+      }
+    }
+    if (gc) gc_wanted_ = true;
+  }
+  if (gc) cv_.notify_one();
+}
+
+Result<void> TemplateService::ensure_artifact(const std::string& artifact) {
+  if (artifact.empty() || artifact == "base") return {};
+  const std::string dest = roots_dir() + "/" + artifact;
+  if (fs::exists(dest + "/.b3os-ready")) return {};
+  if (!cfg_.object_store)
+    return fail(ErrorCode::kProductUnavailable, "template root " + artifact + " was built on another node and this node "
+                                                "has no object store to fetch it from (--object-store)");
+  std::lock_guard fl(fetch_mu_);
+  if (fs::exists(dest + "/.b3os-ready")) return {};
+  const auto t0 = Clock::now();
+  const std::string building = dest + ".building";
+  std::error_code ec;
+  fs::remove_all(building, ec);
+  fs::create_directories(building, ec);
+  ::chmod(building.c_str(), 0700);
+  auto r = objstore::pull_tree(*cfg_.object_store, "template-roots/" + artifact, building + "/rootfs", building);
+  if (r) {
+    std::ofstream(building + "/.b3os-ready").flush();
+    fs::remove_all(dest, ec);
+    fs::rename(building, dest, ec);
+    if (ec) r = fail(ErrorCode::kInternal, "keeping " + dest + ": " + ec.message());
+  }
+  if (!r) {
+    fs::remove_all(building, ec);
+    return fail(r.error().code == ErrorCode::kNotFound
+                    ? Error{ErrorCode::kProductUnavailable, "template root " + artifact + " is not in the object store"}
+                    : r.error().wrap("fetching template root " + artifact));
+  }
+  spdlog::info("template root {}: fetched from {} in {:.0f} ms", artifact, cfg_.object_store->describe(),
+               std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+  return {};
+}
+
+Result<void> TemplateService::publish_artifact(const std::string& artifact, const std::string& log) {
+  if (artifact.empty() || artifact == "base") return {};  // every node has its own base
+  const std::string prefix = "template-roots/" + artifact;
+  if (auto there = cfg_.object_store->exists(prefix + "/manifest.json"); there && *there) return {};
+  const auto t0 = Clock::now();
+  append_log(log, "-- putting the root in the object store, for every node\n");
+  const std::string scratch = roots_dir() + "/" + artifact + ".push.building";
+  std::error_code ec;
+  fs::create_directories(scratch, ec);
+  auto r = objstore::push_tree(*cfg_.object_store, prefix, artifact_rootfs(artifact), scratch);
+  fs::remove_all(scratch, ec);
+  if (!r) return fail(r.error().wrap("putting the root in the object store"));
+  append_log(log, "-- in the object store (" +
+                      std::to_string(static_cast<int>(std::chrono::duration<double>(Clock::now() - t0).count())) + " s)\n");
+  return {};
+}
+
+Result<void> TemplateService::publish_upload(const Upload& u) {
+  const std::string prefix = "template-uploads/" + u.id;
+  if (auto r = cfg_.object_store->put_file(prefix + "/upload.tar", u.path, u.sha256); !r) return r;
+  // The meta last: a reader that finds it finds the whole upload.
+  const std::string meta_path = cfg_.data_dir + "/template-uploads/" + u.id + ".meta.part";
+  std::ofstream(meta_path, std::ios::trunc)
+      << json{{"id", u.id}, {"project_id", u.project_id}, {"sha256", u.sha256}, {"size", u.size}, {"created_ms", u.created_ms}}.dump();
+  auto sum = objstore::file_sha256(meta_path);
+  Result<void> r = sum ? cfg_.object_store->put_file(prefix + "/meta.json", meta_path, sum->first) : Result<void>(fail(sum.error()));
+  ::unlink(meta_path.c_str());
+  if (!r) (void)cfg_.object_store->remove(prefix + "/upload.tar");
+  return r;
+}
+
+std::optional<TemplateService::Upload> TemplateService::fetch_upload(const std::string& project_id, const std::string& id) {
+  if (!cfg_.object_store || id.empty() || id.find_first_of("/.") != std::string::npos) return std::nullopt;
+  std::lock_guard fl(fetch_mu_);
+  const std::string prefix = "template-uploads/" + id, dir = cfg_.data_dir + "/template-uploads/";
+  const std::string meta_path = dir + id + ".meta.part", part = dir + id + ".tar.part";
+  ScopeExit cleanup([&] {
+    ::unlink(meta_path.c_str());
+    ::unlink(part.c_str());
+  });
+  if (auto r = cfg_.object_store->get_file(prefix + "/meta.json", meta_path); !r) return std::nullopt;
+  json j = json::parse(read_small_file(meta_path, 1 << 16).value_or(""), nullptr, false);
+  if (!j.is_object() || j.value("id", "") != id) return std::nullopt;
+  // Another project's upload is no upload of this one (and is not fetched).
+  if (j.value("project_id", "") != project_id) return std::nullopt;
+  Upload u{id, project_id, dir + id + ".tar", j.value("sha256", ""), j.value("size", uint64_t{0}), j.value("created_ms", int64_t{0})};
+  if (now_unix_ms() - u.created_ms > cfg_.upload_ttl_ms) return std::nullopt;
+  if (auto r = cfg_.object_store->get_file(prefix + "/upload.tar", part); !r) {
+    spdlog::warn("template upload {}: fetching it: {}", id, r.error().message);
+    return std::nullopt;
+  }
+  auto sum = objstore::file_sha256(part);
+  if (!sum || sum->first != u.sha256 || sum->second != u.size) {
+    spdlog::warn("template upload {}: the object store's copy does not match its checksum; not used", id);
+    return std::nullopt;
+  }
+  if (::rename(part.c_str(), u.path.c_str()) != 0) return std::nullopt;
+  std::ofstream(dir + id + ".json", std::ios::trunc) << j.dump();
+  std::lock_guard lk(mu_);
+  uploads_[u.id] = u;
+  return u;
 }
 
 }  // namespace b3os::tpl

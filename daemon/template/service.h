@@ -23,6 +23,7 @@
 
 #include "common/result.h"
 #include "daemon/image/image.h"
+#include "daemon/objstore/objstore.h"
 #include "daemon/sandbox/service.h"
 #include "daemon/sandbox/templates.h"
 #include "daemon/store/store.h"
@@ -61,6 +62,14 @@ struct Config {
   int warm_pool_node_cap = 8;  // members of all templates' pools together
   /// Identifies the runtime and agent an image was taken with (an image from others is dropped).
   std::string image_stamp;
+  // ---- a cluster (docs/cluster.md, "Templates are the cluster's") ----
+  /// The store is shared: other nodes' builds are read from it (at most every refresh_ms).
+  bool shared = false;
+  std::string node_id;
+  int refresh_ms = 1000;
+  /// Where a ready build's root and the uploads go, so that every node can use them (null: a
+  /// single node, or a cluster without one: templates stay on the node that built them).
+  objstore::ObjectStore* object_store = nullptr;
 };
 
 class TemplateService : public sandbox::TemplateCatalog {
@@ -146,6 +155,22 @@ class TemplateService : public sandbox::TemplateCatalog {
   void sync_pools();
   void sweep_uploads();
 
+  // ---- a cluster ----
+  /// This node's build (its files and log are here)?
+  bool own(const store::TemplateBuildRecord& b) const { return b.node_id.empty() || b.node_id == cfg_.node_id; }
+  /// Reads the other nodes' builds from a shared store, and deletes done elsewhere of this
+  /// node's; at most every refresh_ms unless `now`. Not under mu_.
+  void refresh(bool now = false);
+  /// The root of a build another node made, fetched from the object store into roots_dir()
+  /// unless here already. Not under mu_.
+  Result<void> ensure_artifact(const std::string& artifact);
+  /// A ready build's root to the object store (template-roots/ARTIFACT/).
+  Result<void> publish_artifact(const std::string& artifact, const std::string& log);
+  /// An upload to the object store (template-uploads/ID/), and one from there that another
+  /// node took (nullopt: none of that project by that id). Not under mu_.
+  Result<void> publish_upload(const Upload& u);
+  std::optional<Upload> fetch_upload(const std::string& project_id, const std::string& id);
+
   Config cfg_;
   sandbox::SandboxService& sandboxes_;
   store::TemplateStore& store_;
@@ -162,6 +187,9 @@ class TemplateService : public sandbox::TemplateCatalog {
   bool stopping_ = false;
   bool gc_wanted_ = false;  // a template was deleted: a worker removes what nothing uses
   std::vector<std::thread> workers_;
+  std::mutex refresh_mu_;  // one refresh at a time
+  int64_t refreshed_ms_ = 0;
+  std::mutex fetch_mu_;  // one artifact or upload fetch at a time
 };
 
 }  // namespace b3os::tpl

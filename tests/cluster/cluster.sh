@@ -11,7 +11,10 @@
 # loses no record nor node, a node killed is marked down within 10 s (its sandboxes failed,
 # creates go to the others) and its restart sweeps what it left, a node killed mid-create or
 # mid-fork leaves no answer claiming a sandbox, no record running and (after its restart)
-# nothing on the host, a router killed mid-stream leaves the other serving. Then the e2e
+# nothing on the host, a router killed mid-stream leaves the other serving, MCP tool calls
+# reach the sandboxes of every node from one session, a template built on one node runs on
+# all three, a drain moves a forkable sandbox (its processes going on) and leaves the others.
+# Then the e2e
 # suite, the MCP suite and both cookbook recipes (all four tabs), each through a router in
 # front of a b3osd on Postgres.
 #
@@ -71,6 +74,7 @@ finish() {
   fi
   pg_stop
   [ -z "${S3PID:-}" ] || kill "$S3PID" 2>/dev/null
+  [ -z "${MODEL_PID:-}" ] || kill "$MODEL_PID" 2>/dev/null
   if [ "$rc" != 0 ] || [ "$(count_results FAIL)" != 0 ]; then
     for n in "${NODES[@]}"; do
       echo "# ---- last 15 lines of node $n's log ----"
@@ -133,6 +137,16 @@ s3() {
     -H "x-amz-content-sha256: $sha" "${how[@]}" "$@" "http://127.0.0.1:$S3PORT/b3os/cluster/$key" || true
 }
 
+# The model every node's gateway offers: the scripted model (tests/fixtures/scripted_model.py,
+# a TEST FIXTURE on 127.0.0.1), answering after 1.5 s so that racing calls are in flight when
+# Postgres restarts; prices make each call cost about 2 cents.
+python3 "$ROOT/tests/fixtures/scripted_model.py" --port 0 --port-file "$T/model.port" --delay-ms 1500 --quiet \
+  >"$T/model.out" 2>"$T/model.log" </dev/null &
+MODEL_PID=$!
+for _ in $(seq 1 100); do [ -s "$T/model.port" ] && break; sleep 0.1; done
+[ -s "$T/model.port" ] || die "the scripted model did not start: $(tail -n 5 "$T/model.log")"
+MODEL_ARG="b3os/pricey=http://127.0.0.1:$(cat "$T/model.port")/v1,upstream=scripted,in=1000,out=2000,default"
+
 # Each project's limit on every node; the section "one limit per project" fills a project of
 # its own to it from both routers at once. Not higher: every sandbox has a loop device for its
 # disk, and the machine has 64 (at 30 the tight project and the default one's ran out of them
@@ -153,7 +167,7 @@ start_node() {
     --template-checkpoints off --network off --preview-listen "127.0.0.1:$(free_port)" --metrics-listen "127.0.0.1:0" \
     --store "$STORE" --node-id "node-$n" --cluster-listen 127.0.0.1:0 --cluster-secret-file "$SECRET" \
     --object-store "$OBJECT_STORE" --preview-url-port "${ROUTER_PREVIEW[0]}" --max-sandboxes-per-project "$PER_PROJECT" \
-    ${CLUSTER_NODE_ARGS:-} >>"$d/log" 2>&1 </dev/null &
+    --model "$MODEL_ARG" ${CLUSTER_NODE_ARGS:-} >>"$d/log" 2>&1 </dev/null &
   NODE_PID[$n]=$!
   NODE_URL[$n]=http://127.0.0.1:${NODE_PORT[$n]}
   for _ in $(seq 1 300); do
@@ -332,6 +346,83 @@ else
   fail preview.through_router "create with a public port: $(snip)"
 fi
 
+# ---- MCP tools reach every node's sandboxes --------------------------------------------------------
+# A session lives on one node; a tool call naming a sandbox another node holds is relayed by
+# that node to the holder's internal listener (signed for "mcp-call") and answered from there,
+# progress streams included; a cancel ends the call on the holder too.
+
+# mcp_call ID BODY [curl args...]: one JSON-RPC POST to router 0's /mcp in session $MSID; the
+# answer (JSON, or the event stream) in $T/mcp.out, the HTTP status in MST.
+mcp_call() {
+  local body=$1
+  shift
+  MST=$(curl -s -o "$T/mcp.out" -w '%{http_code}' -m 120 -H "Authorization: Bearer $KEY" -H 'Content-Type: application/json' \
+    -H 'Accept: application/json, text/event-stream' -H 'MCP-Protocol-Version: 2025-06-18' ${MSID:+-H "Mcp-Session-Id: $MSID"} \
+    "$@" --data-binary "$body" "${ROUTERS[0]}/mcp" || echo 000)
+}
+# mcp_result: the JSON-RPC answer in $T/mcp.out (the last data line of an event stream).
+mcp_result() { if grep -q '^data: ' "$T/mcp.out"; then grep '^data: ' "$T/mcp.out" | tail -n1 | cut -c7-; else cat "$T/mcp.out"; fi; }
+MSID=
+curl -s -D "$T/mcp.h" -o "$T/mcp.out" -m 30 -H "Authorization: Bearer $KEY" -H 'Content-Type: application/json' \
+  -H 'Accept: application/json, text/event-stream' "${ROUTERS[0]}/mcp" --data-binary \
+  '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"cluster-test","version":"1"}}}' || true
+MSID=$(awk 'tolower($1) == "mcp-session-id:" { sub(/\r$/, "", $2); print $2 }' "$T/mcp.h")
+check mcp.session_opened "$(head -c 200 "$T/mcp.out")" test -n "$MSID"
+mcp_call '{"jsonrpc":"2.0","method":"notifications/initialized"}'
+ok=0
+nodes_reached=""
+for i in "${!IDS[@]}"; do
+  mcp_call '{"jsonrpc":"2.0","id":'"$((10 + i))"',"method":"tools/call","params":{"name":"sandbox_exec","arguments":{"sandbox_id":"'"${IDS[$i]}"'","cmd":"echo mcp-'"$i"'"}}}'
+  if mcp_result | jq -e --arg w "mcp-$i" '.result.structuredContent.stdout == ($w + "\n") and (.result.isError | not)' >/dev/null 2>&1; then
+    ok=$((ok + 1))
+    nodes_reached="$nodes_reached $(node_of "${IDS[$i]}")"
+  else
+    info "mcp exec on ${IDS[$i]} ($(node_of "${IDS[$i]}")): HTTP $MST $(head -c 300 "$T/mcp.out")"
+  fi
+done
+check mcp.exec_on_every_node "$ok of ${#IDS[@]}, on:$nodes_reached" \
+  sh -c "[ $ok = ${#IDS[@]} ] && [ \$(echo '$nodes_reached' | tr ' ' '\n' | sort -u | grep -c node-) -ge 2 ]"
+# A sandbox on another node than the session's: files both ways, a progress stream, a cancel.
+sess_node=$(python3 -c 'import sys; print(bytes.fromhex(sys.argv[1]).decode())' "${MSID##*.}" 2>/dev/null || true)
+FAR=
+for id in "${IDS[@]}"; do [ "$(node_of "$id")" = "$sess_node" ] || { FAR=$id; break; }; done
+if [ -n "$FAR" ] && [ -n "$sess_node" ]; then
+  info "MCP session on $sess_node; far sandbox $FAR on $(node_of "$FAR")"
+  mcp_call '{"jsonrpc":"2.0","id":30,"method":"tools/call","params":{"name":"sandbox_write_file","arguments":{"sandbox_id":"'"$FAR"'","path":"/tmp/mcp.txt","content":"far-'"$$"'"}}}'
+  mcp_call '{"jsonrpc":"2.0","id":31,"method":"tools/call","params":{"name":"sandbox_read_file","arguments":{"sandbox_id":"'"$FAR"'","path":"/tmp/mcp.txt"}}}'
+  mcp_result >"$T/mcp.res"
+  check mcp.files_on_other_node "HTTP $MST $(head -c 300 "$T/mcp.out")" grep -q "far-$$" "$T/mcp.res"
+  mcp_call '{"jsonrpc":"2.0","id":32,"method":"tools/call","params":{"name":"sandbox_exec","_meta":{"progressToken":"p1"},"arguments":{"sandbox_id":"'"$FAR"'","cmd":"for i in 1 2 3; do echo tick-$i; sleep 0.7; done"}}}'
+  check mcp.progress_stream_relayed "HTTP $MST $(head -c 400 "$T/mcp.out" | tr '\n' ' ')" \
+    sh -c "grep -q 'notifications/progress' '$T/mcp.out' && grep '^data: ' '$T/mcp.out' | tail -n1 | cut -c7- | jq -e '.id == 32 and (.result.structuredContent.stdout | contains(\"tick-3\"))' >/dev/null"
+  # A long call cancelled: answered at once, and the command gone on the holder.
+  t0=$(date +%s)
+  mcp_call '{"jsonrpc":"2.0","id":33,"method":"tools/call","params":{"name":"sandbox_exec","arguments":{"sandbox_id":"'"$FAR"'","cmd":"sleep 97"}}}' &
+  cpid=$!
+  sleep 3
+  curl -s -o /dev/null -m 10 -H "Authorization: Bearer $KEY" -H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream' \
+    -H "Mcp-Session-Id: $MSID" --data-binary '{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":33}}' "${ROUTERS[0]}/mcp" || true
+  wait "$cpid" || true
+  took=$(($(date +%s) - t0))
+  check mcp.cancel_answered "after ${took}s: $(head -c 300 "$T/mcp.out")" sh -c "[ $took -lt 60 ] && grep -q cancelled '$T/mcp.out'"
+  gone=0
+  for _ in $(seq 1 20); do
+    run_exec "$FAR" '{"cmd": "ps -eo args | grep -c \"^sleep 97\" || true"}'
+    [ "$(j .stdout)" = "0" ] && { gone=1; break; }
+    sleep 0.5
+  done
+  check mcp.cancel_stops_on_holder "$(snip)" test "$gone" = 1
+else
+  fail mcp.files_on_other_node "no sandbox on another node than the session's ($sess_node)"
+fi
+mcp_call '{"jsonrpc":"2.0","id":40,"method":"tools/call","params":{"name":"sandbox_exec","arguments":{"sandbox_id":"sbx_00000000000000000000000000","cmd":"true"}}}'
+mcp_result >"$T/mcp.res"
+check mcp.unknown_sandbox "$(head -c 300 "$T/mcp.out")" \
+  sh -c "jq -e '.result.isError == true' '$T/mcp.res' >/dev/null && grep -q sandbox_not_found '$T/mcp.res'"
+code=$(curl -s -o "$T/int.json" -w '%{http_code}' -H "Authorization: Bearer $KEY" -H 'Content-Type: application/json' \
+  -H 'X-B3os-Route: mcp-call' --data-binary '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"sandbox_list"}}' "$internal/mcp")
+check mcp.relay_route_unsigned_refused "HTTP $code $(head -c 200 "$T/int.json")" test "$code" = 401
+
 # ---- fork stays on its source's node; a restore goes where its image is ------------------------
 
 apij POST "/v1/sandboxes/$SID/fork" '{"count": 2}'
@@ -418,6 +509,115 @@ fi
 api DELETE "/v1/snapshots/$SNP2"
 check objstore.delete_removes_objects "$(snip); manifest $(s3 HEAD "snapshots/$SNP2/manifest.json")" \
   test "$ST" = 200 -a "$(s3 HEAD "snapshots/$SNP2/manifest.json")" = 404
+
+# ---- templates are the cluster's: built on one node, run on every node ----------------------------
+# A context uploaded to node a (it goes to the object store too); the template asked of node b,
+# which fetches the upload and builds it; its log followed through a router (sent to b); its
+# root put in the object store before it is ready; sandboxes of it on all three nodes (a and c
+# fetch the root at their first create); another project's key can use neither the upload
+# nor the template; a delete on node c hides it everywhere.
+
+mkdir -p "$T/tctx" && echo "ctx-$$" >"$T/tctx/hello.txt" && tar -C "$T/tctx" -cf "$T/tctx.tar" .
+URL=${NODE_URL[a]}
+api POST /v1/templates/uploads -H 'Content-Type: application/x-tar' --data-binary "@$T/tctx.tar"
+UPL=$(j .id)
+check tpl.upload_on_a "$(snip)" okj 201 '.id | startswith("upl_")'
+check tpl.upload_in_object_store "meta $(s3 HEAD "template-uploads/$UPL/meta.json")" test "$(s3 HEAD "template-uploads/$UPL/meta.json")" = 200
+URL=${NODE_URL[b]}
+apij POST /v1/templates '{"name": "clt", "context": {"upload": "'"$UPL"'", "dest": "/srv/ctx"}, "run": ["cat /srv/ctx/hello.txt > /srv/from-run.txt"]}'
+BLD=$(j .build.id)
+check tpl.asked_of_b "$(snip)" test "$ST" = 202
+check tpl.built_on_b "build $BLD on $(psql_q "SELECT node_id FROM template_builds WHERE id = '$BLD'")" \
+  test "$(psql_q "SELECT node_id FROM template_builds WHERE id = '$BLD'")" = node-b
+curl -sN -m 600 -H "Authorization: Bearer $KEY" "${ROUTERS[0]}/v1/templates/clt/builds/$BLD/logs?follow=true" >"$T/tpl.log" 2>&1 || true
+check tpl.log_followed_through_router "$(tail -c 300 "$T/tpl.log" | tr '\n' ' ')" grep -q '^== ready' "$T/tpl.log"
+ART=$(psql_q "SELECT artifact FROM template_builds WHERE id = '$BLD'")
+check tpl.root_in_object_store "artifact $ART: $(s3 HEAD "template-roots/$ART/manifest.json")" \
+  test -n "$ART" -a "$(s3 HEAD "template-roots/$ART/manifest.json")" = 200
+ran=""
+for n in a b c; do
+  URL=${NODE_URL[$n]}
+  create_sandbox '{"template": "clt", "timeout_s": 120}'
+  if [ -n "$CID" ]; then
+    run_exec "$CID" '{"cmd": "cat /srv/from-run.txt"}'
+    okj 200 '.stdout == "ctx-'"$$"'\n"' && ran="$ran $n"
+    delete_sandbox "$CID" || true
+  else
+    info "template clt on node $n: $(snip)"
+  fi
+done
+check tpl.runs_on_every_node "ran on:$ran" test "$ran" = " a b c"
+check tpl.root_fetched_by_others "$(ls -d "$T"/node-*/data/template-roots/"$ART" 2>/dev/null | tr '\n' ' ')" \
+  test "$(ls -d "$T"/node-*/data/template-roots/"$ART" 2>/dev/null | wc -l)" = 3
+OTHER_KEY=$("$B3OS_BIN/b3os" keys create --project tpl-other --store "$STORE" 2>/dev/null)
+URL=${NODE_URL[c]}
+KEY=$OTHER_KEY apij POST /v1/templates '{"name": "stolen", "context": {"upload": "'"$UPL"'", "dest": "/x"}, "run": ["true"]}'
+check tpl.other_project_upload_refused "$(snip); $(ls "$T/node-c/data/template-uploads" | tr '\n' ' ')" \
+  sh -c "[ '$ST' = 400 ] && [ ! -e '$T/node-c/data/template-uploads/$UPL.tar' ]"
+KEY=$OTHER_KEY api GET /v1/templates/clt
+expect_error tpl.other_project_404 404 template_not_found
+api DELETE /v1/templates/clt
+expect tpl.deleted_on_c 200
+sleep 1.2  # each node reads the builds at most once a second
+gone=""
+for n in a b; do
+  URL=${NODE_URL[$n]}
+  api GET /v1/templates/clt
+  [ "$ST" = 404 ] && gone="$gone $n"
+done
+check tpl.gone_everywhere "gone on:$gone" test "$gone" = " a b"
+
+# ---- a drain moves the sandboxes whose owners allowed it ------------------------------------------
+# After --drain-move-after (30 s by default) a draining node hands each forkable sandbox to
+# another node: its image through the object store, the same id, its files and processes
+# going on there; a sandbox that is not forkable stays and runs; nothing of the moved one is
+# left on the drained node; a request through a router reaches it after at most one 503.
+
+URL=${NODE_URL[a]}
+create_sandbox '{"forkable": true, "timeout_s": 600}'
+MV=$CID
+create_sandbox '{"timeout_s": 600}'
+STAY=$CID
+URL=${ROUTERS[0]}
+if [ -n "$MV" ] && [ -n "$STAY" ]; then
+  run_exec "$MV" '{"cmd": "echo before-move > /tmp/before.txt; nohup sh -c '"'"'i=0; while true; do i=$((i+1)); echo $i > /tmp/count; sleep 0.2; done'"'"' >/dev/null 2>&1 & echo $!"}'
+  MVPID=$(j .stdout | tr -d '\n')
+  run_exec "$MV" '{"cmd": "cat /tmp/before.txt"}'  # the router now has it on node-a
+  "$B3OS_BIN/b3os" nodes drain node-a --store "$STORE" >/dev/null
+  moved_to=""
+  for _ in $(seq 1 150); do
+    n=$(node_of "$MV")
+    if [ -n "$n" ] && [ "$n" != node-a ]; then moved_to=$n; break; fi
+    sleep 1
+  done
+  check drain.forkable_moved "on ${moved_to:-node-a}; node a: $(grep -E 'drain|mov' "$T/node-a/log" | tail -n 3 | tr '\n' ' ')" test -n "$moved_to"
+  n503=0
+  for _ in 1 2 3 4 5 6; do
+    run_exec "$MV" '{"cmd": "cat /tmp/before.txt; kill -0 '"$MVPID"' && echo alive; cat /tmp/count"}'
+    [ "$ST" != 200 ] || break
+    [ "$ST" != 503 ] || n503=$((n503 + 1))
+    sleep 1
+  done
+  check drain.moved_keeps_files_and_processes "$(snip)" okj 200 '.stdout | startswith("before-move\nalive\n")'
+  check drain.at_most_one_503 "$n503 answers 503" test "$n503" -le 1
+  c1=$(j .stdout | tail -n 1)
+  sleep 1.5
+  run_exec "$MV" '{"cmd": "cat /tmp/count"}'
+  c2=$(j .stdout | tr -d '\n')
+  check drain.process_goes_on_counting "count $c1, then $c2" test "${c2:-0}" -gt "${c1:-0}"
+  check drain.not_forkable_stays "on $(node_of "$STAY")" test "$(node_of "$STAY")" = node-a
+  run_exec "$STAY" '{"cmd": "echo still"}'
+  check drain.not_forkable_runs "$(snip)" okj 200 '.stdout == "still\n"'
+  # (Its cgroups are the machine's: the node it moved to, on this same machine, has made its own.)
+  left=$( (runsc --root "$T/node-a/run/runsc" list --quiet 2>/dev/null | grep -x "$MV"
+    ls -d "$T/node-a/run/sandboxes/$MV" "$T"/node-a/data/fork-images/* 2>/dev/null) | tr '\n' ' ' || true)
+  check drain.nothing_left_on_drained_node "left: $left" test -z "$left"
+  "$B3OS_BIN/b3os" nodes ready node-a --store "$STORE" >/dev/null
+  delete_sandbox "$MV" || true
+  delete_sandbox "$STAY" || true
+else
+  fail drain.forkable_moved "creates on node a: $(snip)"
+fi
 
 # ---- two routers race one Idempotency-Key ------------------------------------------------------
 
@@ -529,6 +729,69 @@ psql_q "SELECT id FROM sandboxes WHERE state = 'running' ORDER BY id" >"$T/runni
 gone=$(comm -23 "$T/running.before" "$T/running.after" | tr '\n' ' ')
 check pg_restart.no_record_lost "rows $rows_before before, $rows_after after; running before and not after: ${gone:-none}" \
   test "$rows_before" = "$rows_after" -a -z "$gone" -a -s "$T/running.before"
+
+# ---- one spend cap across the nodes, through a Postgres restart -----------------------------------
+# A key capped at $3; a sandbox of it on each node (their calls charge the key's budget), each
+# racing 25 model calls at once through its own node's gateway, and Postgres restarted while
+# the calls are in flight. Every answer is 200, 402 spend_cap_reached or a typed 503; the
+# ledger holds exactly the admitted calls, its sum is what the budget says was spent and no
+# more than the cap, and nothing stays held.
+
+BKEY=$("$B3OS_BIN/b3os" keys create --project capped --spend-cap-usd 3 --store "$STORE" 2>/dev/null)
+BSB=()
+for n in "${NODES[@]}"; do
+  URL=${NODE_URL[$n]}
+  KEY=$BKEY create_sandbox '{"api": {"scopes": ["infer:run"]}, "timeout_s": 600}'
+  [ -z "$CID" ] || BSB+=("$CID")
+  [ -z "$CID" ] || KEY=$BKEY api PUT "/v1/sandboxes/$CID/files?path=/opt/racer.py" \
+    -H 'Content-Type: application/octet-stream' --data-binary "@$ROOT/tests/fixtures/model_racer.py"
+done
+if [ "${#BSB[@]}" = 3 ]; then
+  KEY=$BKEY api GET "/v1/sandboxes/${BSB[0]}"
+  BUDGET=$(j .api.budget_id)
+  for i in 0 1 2; do
+    URL=${NODE_URL[${NODES[$i]}]}
+    KEY=$BKEY run_exec "${BSB[$i]}" '{"cmd": "nohup python3 /opt/racer.py 25 > /tmp/race.json 2>/tmp/race.err &"}'
+  done
+  sleep 0.7
+  pg_restart 1 && pg_ok=1 || pg_ok=0
+  done_n=0
+  for _ in $(seq 1 90); do
+    done_n=0
+    for i in 0 1 2; do
+      URL=${NODE_URL[${NODES[$i]}]}
+      KEY=$BKEY run_exec "${BSB[$i]}" '{"cmd": "cat /tmp/race.json"}'
+      if okj 200 '.stdout | length > 0'; then j .stdout >"$T/brace.$i.json"; done_n=$((done_n + 1)); fi
+    done
+    [ "$done_n" != 3 ] || break
+    sleep 1
+  done
+  cat "$T"/brace.*.json 2>/dev/null | jq -s 'add' >"$T/brace.all.json" 2>/dev/null || echo '[]' >"$T/brace.all.json"
+  info "spend cap across nodes: $(jq -c 'group_by(.status) | map({status: .[0].status, code: (.[0].body.error.code // null), n: length})' "$T/brace.all.json")"
+  check budget.races_finished "$done_n of 3 racers wrote their results; postgres restart ok=$pg_ok" test "$done_n:$pg_ok" = 3:1
+  check budget.answers_typed "$(jq -c '[.[] | select(.status != 200) | {status, code: .body.error.code}] | unique' "$T/brace.all.json")" \
+    jq -e 'length == 75 and all(.[]; .status == 200 or (.status == 402 and .body.error.code == "spend_cap_reached") or (.status == 503 and (.body.error.code | type) == "string"))' "$T/brace.all.json"
+  check budget.some_admitted_some_refused "$(jq -c 'map(.status) | group_by(.) | map({(.[0] | tostring): length}) | add' "$T/brace.all.json")" \
+    jq -e 'map(.status) | (index(200) != null) and (index(402) != null)' "$T/brace.all.json"
+  # The settles of calls that were in flight through the restart may take a moment.
+  for _ in $(seq 1 30); do
+    [ "$(psql_q "SELECT reserved_micros FROM budgets WHERE id = '$BUDGET'")" = 0 ] && break
+    sleep 0.5
+  done
+  admitted=$(jq '[.[] | select(.status == 200)] | length' "$T/brace.all.json")
+  ledger=$(psql_q "SELECT count(*) FILTER (WHERE status = 200) || ' ' || COALESCE(sum(cost_micros), 0) FROM ledger WHERE budget_id = '$BUDGET'")
+  budget=$(psql_q "SELECT spent_micros || ' ' || reserved_micros || ' ' || cap_micros FROM budgets WHERE id = '$BUDGET'")
+  holds=$(psql_q "SELECT count(*) FROM budget_holds WHERE budget_id = '$BUDGET'")
+  read -r l_n l_sum <<<"$ledger"
+  read -r b_spent b_reserved b_cap <<<"$budget"
+  check budget.ledger_is_the_admitted_calls "admitted $admitted, ledger rows $l_n" test "$admitted" = "$l_n"
+  check budget.spent_is_the_ledger_within_cap "ledger sum $l_sum, spent $b_spent, cap $b_cap" \
+    test "$l_sum" = "$b_spent" -a "$b_spent" -le "$b_cap" -a "$b_spent" -gt 0
+  check budget.nothing_held "reserved $b_reserved, holds $holds" test "$b_reserved:$holds" = 0:0
+  for i in 0 1 2; do URL=${NODE_URL[${NODES[$i]}]}; KEY=$BKEY delete_sandbox "${BSB[$i]}" || true; done
+else
+  fail budget.races_finished "a sandbox of the capped key on each node: $(snip)"
+fi
 
 # ---- one limit per project across the nodes ------------------------------------------------------
 # PER_PROJECT + 3 creates of one project at once, through both routers, placed over the three

@@ -746,6 +746,49 @@ TEST_P(PgStoreTest, ASilentNodeIsMarkedDownOnceAndLetsGo) {
   EXPECT_TRUE(store_->active_sandboxes()->empty());
 }
 
+// Templates are the cluster's: every node reads every build, each naming the node that runs
+// it, whoever saved it last; a node marked down has its unfinished builds failed.
+TEST_P(PgStoreTest, TemplateBuildsAreEveryNodesAndKeepTheirNode) {
+  auto b = another("node-b");
+  ASSERT_TRUE(b);
+  TemplateBuildRecord built;
+  built.id = "bld_on_b";
+  built.template_id = "tpl_x";
+  built.project_id = "prj_a";
+  built.name = "web";
+  built.status = "ready";
+  built.artifact = "a-x";
+  built.created_ms = 1;
+  ASSERT_TRUE(b->put_template_build(built));
+  TemplateBuildRecord running = built;
+  running.id = "bld_running_on_b";
+  running.status = "building";
+  running.version = 2;
+  running.created_ms = 2;
+  ASSERT_TRUE(b->put_template_build(running));
+  auto all = store_->template_builds();
+  ASSERT_TRUE(all);
+  ASSERT_EQ(all->size(), 2u);
+  EXPECT_EQ((*all)[0].node_id, "node-b");
+  // Saved again by this node (a delete, a version trimmed): still node-b's.
+  auto read = *store_->get_template_build("bld_on_b");
+  ASSERT_TRUE(read);
+  EXPECT_EQ(read->node_id, "node-b");
+  read->deleted_ms = 5;
+  ASSERT_TRUE(store_->put_template_build(*read));
+  EXPECT_EQ((*b->get_template_build("bld_on_b"))->node_id, "node-b");
+  // node-b goes silent: its build in progress fails, with why; its ready one stays ready.
+  ASSERT_TRUE(store_->register_node(node_record("node")));
+  ASSERT_TRUE(b->register_node(node_record("node-b")));
+  ASSERT_TRUE(pg_admin_exec(pg_base_ + " dbname=" + pg_db_, "UPDATE nodes SET heartbeat_ms = 9000 WHERE id = 'node-b'"));
+  EXPECT_EQ(*store_->mark_silent_nodes_down(10000), std::vector<std::string>{"node-b"});
+  auto failed = *store_->get_template_build("bld_running_on_b");
+  EXPECT_EQ(failed->status, "failed");
+  EXPECT_EQ(failed->finished_ms, 9000);
+  EXPECT_EQ(failed->doc["error"]["code"], "node_unavailable");
+  EXPECT_EQ((*store_->get_template_build("bld_on_b"))->status, "ready");
+}
+
 // Draining is the operator's word: a restart keeps it; the list shows each node's load.
 TEST_P(PgStoreTest, DrainingSurvivesARestartAndNodesAreListed) {
   ASSERT_TRUE(store_->register_node(node_record("node")));
