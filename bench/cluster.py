@@ -13,9 +13,13 @@
    on the node that took it, taking turns; of an idle sandbox and of a busy one (a python
    process appending to a file every 50 ms); the first remote restore, which also fetches the
    template's root, apart.
+4. A sandbox moved off a draining node (b3os nodes drain; forkable, idle and busy): the node's
+   own time for the move and the longest gap a client polling exec through the router saw,
+   against the same data path by hand in the same run: a snapshot on the node, then a restore
+   of it on another node.
 
 Usage (root): bench/cluster.py [--bin build/bin] [--rounds 200] [--duration 60] [--clients 20]
-              [--restores 20]
+              [--restores 20] [--moves 5]
 """
 import argparse
 import concurrent.futures
@@ -23,9 +27,11 @@ import http.client
 import importlib.util
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -211,6 +217,82 @@ def restores(a, b, key, rounds):
     return out
 
 
+def psql_value(pg_dir, db, sql):
+    return subprocess.run(["runuser", "-u", "postgres", "--", "psql", "-h", pg_dir, "-d", db, "-tAq", "-c", sql],
+                          stdout=subprocess.PIPE, text=True, check=True).stdout.strip()
+
+
+def moves(a, b, router_port, pg_dir, key, rounds):
+    """A forkable sandbox moved off node a (draining) against a snapshot on a and its restore on
+    b done by hand: the mover's own time (a's log), and the longest gap between two answers of
+    a client polling exec of `true` through the router every 50 ms (503s while it moves)."""
+    out = {}
+    ca, cb = Conn(a.port, key), Conn(b.port, key)
+    busy_cmd = ("nohup python3 -c 'import time\nwhile True:\n open(\"/tmp/tick\",\"a\").write(\"x\")\n time.sleep(0.05)' "
+                ">/dev/null 2>&1 &")
+    log = f"{a.tmp}/b3osd.log"
+    for label, cmd in (("idle", None), ("busy", busy_cmd)):
+        rows = {"by hand": [], "move": [], "gap": []}
+        for _ in range(rounds):
+            # The same data path by hand: a snapshot on a, restored on b.
+            sid = ca.call("POST", "/v1/sandboxes", {"timeout_s": 600, "forkable": True})["id"]
+            if cmd:
+                ca.call("POST", f"/v1/sandboxes/{sid}/exec", {"cmd": cmd})
+                time.sleep(0.5)
+            t = time.perf_counter()
+            snp = ca.call("POST", f"/v1/sandboxes/{sid}/snapshot", {})["id"]
+            r = cb.call("POST", "/v1/sandboxes", {"snapshot": snp, "timeout_s": 120})
+            rows["by hand"].append((time.perf_counter() - t) * 1000)
+            cb.call("DELETE", f"/v1/sandboxes/{r['id']}")
+            ca.call("DELETE", f"/v1/snapshots/{snp}")
+            # The move of that same sandbox, a client polling it through the router.
+            seen = len(open(log).read())
+            stop = threading.Event()
+            gaps = []
+
+            def poll():
+                c = Conn(router_port, key)
+                last_ok = time.perf_counter()
+                while not stop.is_set():
+                    try:
+                        c.call("POST", f"/v1/sandboxes/{sid}/exec", {"cmd": ["true"]})
+                        now = time.perf_counter()
+                        gaps.append((now - last_ok) * 1000)
+                        last_ok = now
+                    except Exception:
+                        c = Conn(router_port, key)
+                    time.sleep(0.05)
+
+            poller = threading.Thread(target=poll)
+            poller.start()
+            time.sleep(0.5)
+            psql(pg_dir, "b3bench", "UPDATE nodes SET state = 'draining' WHERE id = 'bench-a'")
+            moved_ms = None
+            deadline = time.time() + 120
+            while time.time() < deadline and moved_ms is None:
+                m = re.search(r"drain: sandbox " + sid + r" moved to node \S+ in (\d+) ms", open(log).read()[seen:])
+                if m:
+                    moved_ms = float(m.group(1))
+                time.sleep(0.2)
+            psql(pg_dir, "b3bench", "UPDATE nodes SET state = 'ready' WHERE id = 'bench-a'")
+            time.sleep(1.5)
+            stop.set()
+            poller.join()
+            if moved_ms is None:
+                print(f"# {label}: sandbox {sid} was not moved in 120 s", flush=True)
+            else:
+                rows["move"].append(moved_ms)
+                rows["gap"].append(max(gaps) if gaps else float("nan"))
+            holder = psql_value(pg_dir, "b3bench", f"SELECT node_id FROM sandboxes WHERE id = '{sid}'")
+            (cb if holder == "bench-b" else ca).call("DELETE", f"/v1/sandboxes/{sid}")
+        out[label] = {k: med(v) for k, v in rows.items()}
+        out[label]["n"] = len(rows["move"])
+        print(f"# move of a {label} sandbox: {out[label]['move']:.0f} ms (the client's longest gap "
+              f"{out[label]['gap']:.0f} ms); by hand, snapshot then restore on another node: "
+              f"{out[label]['by hand']:.0f} ms", flush=True)
+    return out
+
+
 def throughput(url, key, clients, duration, label):
     stats = load.Stats(load.documented_statuses())
     done, secs = load.run_clients(url, [key], stats, "bench", clients, duration=duration, idempotency=False)
@@ -227,6 +309,7 @@ def main():
     ap.add_argument("--duration", type=float, default=60)
     ap.add_argument("--clients", type=int, default=20)
     ap.add_argument("--restores", type=int, default=20, help="rounds of the restore comparison (0: none)")
+    ap.add_argument("--moves", type=int, default=5, help="rounds of the move comparison (0: none)")
     ap.add_argument("--templates", default=os.environ.get("B3OS_TEMPLATES_DIR", "/var/lib/b3os/templates"))
     args = ap.parse_args()
     bindir = os.path.abspath(args.bin)
@@ -262,7 +345,8 @@ def main():
             objects = "dir:" + os.path.join(pg_dir, "objects")
         print(f"# object store: {objects}", flush=True)
         flags = lambda n: ["--store", store, "--node-id", f"bench-{n}", "--cluster-listen", "127.0.0.1:0",
-                           "--cluster-secret-file", secret, "--object-store", objects, *COMMON]
+                           "--cluster-secret-file", secret, "--object-store", objects, "--drain-move-after", "0",
+                           *COMMON]
         with PrivateDaemon(bindir, args.templates, flags("a")) as a, \
                 PrivateDaemon(bindir, args.templates, flags("b")) as b, \
                 PrivateDaemon(bindir, args.templates, flags("c")) as c:
@@ -283,6 +367,10 @@ def main():
                 psql(pg_dir, "b3bench", "UPDATE nodes SET state = 'ready'")
                 if args.restores > 0:
                     res["restores"] = restores(a, b, key, args.restores)
+                if args.moves > 0:
+                    psql(pg_dir, "b3bench", "UPDATE nodes SET state = 'draining' WHERE id = 'bench-c'")
+                    res["moves"] = moves(a, b, router.port, pg_dir, key, args.moves)
+                    psql(pg_dir, "b3bench", "UPDATE nodes SET state = 'ready'")
                 time.sleep(2)
                 if args.duration > 0:
                     res["three nodes"] = throughput(f"http://127.0.0.1:{router.port}", key, args.clients,
@@ -307,6 +395,13 @@ def main():
         for label in ("idle", "busy"):
             loc, rem = res["restores"][f"{label}, local"], res["restores"][f"{label}, remote"]
             print(f"{label + ': another node / local':30}{rem['total_ms'] / loc['total_ms']:12.2f}")
+    if "moves" in res:
+        print(f"\nA forkable sandbox moved off a draining node (median of {args.moves}): the node's time, the longest")
+        print("gap a client polling exec through the router saw, and the same data path by hand (snapshot, then")
+        print("a restore of it on another node):")
+        print(f"{'':30}{'move ms':>12}{'gap ms':>12}{'by hand ms':>12}{'ratio':>8}")
+        for label, r in res["moves"].items():
+            print(f"{label:30}{r['move']:12.0f}{r['gap']:12.0f}{r['by hand']:12.0f}{r['move'] / r['by hand']:8.2f}")
     if "one node" in res and "three nodes" in res:
         one, three = res["one node"], res["three nodes"]
         print(f"\n{args.clients} clients looping create, exec, delete for {args.duration:g} s:")
