@@ -608,6 +608,12 @@ if [ -n "$MV" ] && [ -n "$STAY" ]; then
   check drain.not_forkable_stays "on $(node_of "$STAY")" test "$(node_of "$STAY")" = node-a
   run_exec "$STAY" '{"cmd": "echo still"}'
   check drain.not_forkable_runs "$(snip)" okj 200 '.stdout == "still\n"'
+  # The node's other forkable sandboxes (the fork source above and its forks, when they are
+  # here) move in the same pass: their images are gone once their moves end.
+  for _ in $(seq 1 60); do
+    [ -z "$(ls "$T/node-a/data/fork-images" 2>/dev/null)" ] && break
+    sleep 1
+  done
   # (Its cgroups are the machine's: the node it moved to, on this same machine, has made its own.)
   left=$( (runsc --root "$T/node-a/run/runsc" list --quiet 2>/dev/null | grep -x "$MV"
     ls -d "$T/node-a/run/sandboxes/$MV" "$T"/node-a/data/fork-images/* 2>/dev/null) | tr '\n' ' ' || true)
