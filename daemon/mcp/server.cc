@@ -380,9 +380,9 @@ void Server::call_tool(http::Exchange& ex, const std::shared_ptr<Session>& s, co
     if (auto sid = args.find("sandbox_id"); sid != args.end() && sid->is_string()) {
       const json call = {{"jsonrpc", "2.0"}, {"id", m.id}, {"method", "tools/call"}, {"params", m.params}};
       const std::function<bool()> cancelled = [&] { return flag->load() || ex.client_gone(); };
-      auto relayed = cfg_.peer_relay(ex, p, sid->get<std::string>(), call.dump(), cancelled);
-      if (!relayed) return answer(ex, make_result(m.id, tool_error(relayed.error())));
-      if (*relayed) {
+      auto elsewhere = cfg_.peer_relay(ex, p, sid->get<std::string>(), call.dump(), cancelled);
+      if (!elsewhere) return answer(ex, make_result(m.id, tool_error(elsewhere.error())));
+      if (*elsewhere) {
         if (!ex.responded()) answer(ex, make_error(m.id, kInternalError, "the request was cancelled"));
         return;
       }

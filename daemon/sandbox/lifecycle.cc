@@ -93,17 +93,19 @@ json Lifecycle::view(LiveSandbox& s) {
 }
 
 Result<std::shared_ptr<LiveSandbox>> Lifecycle::running(const Principal& p, const std::string& id) {
-  {
-    std::lock_guard lk(moving_mu_);
-    if (moving_.count(id))
-      return fail(ErrorCode::kNodeUnavailable, "sandbox " + id + " is being moved to another node (this one drains); "
-                                                                 "retry in a moment");
-  }
+  auto being_moved = [&id] {
+    return Error{ErrorCode::kNodeUnavailable, "sandbox " + id + " is being moved to another node (this one drains); "
+                                                                "retry in a moment", 0};
+  };
   if (auto s = registry_.find(p.project_id, id)) {
-    if (s->moving)
-      return fail(ErrorCode::kNodeUnavailable, "sandbox " + id + " is being moved to another node (this one drains); "
-                                                                 "retry in a moment");
+    if (s->moving) return fail(being_moved());  // its image is being taken
     return s;
+  }
+  {
+    // Out of the registry while its image travels (Lifecycle::begin_move): looked at only
+    // when the registry does not have it, so the common path takes no extra lock.
+    std::lock_guard lk(moving_mu_);
+    if (moving_.count(id)) return fail(being_moved());
   }
   auto row = store_.get_sandbox(p.project_id, id);
   if (!row) return fail(row.error());
@@ -881,6 +883,8 @@ Result<void> Lifecycle::restore_moved(const store::SandboxRecord& rec, const std
   ended.stopped_ms = now_unix_ms();
   ended.stop_message = "moving it to another node failed, and so did restoring it here: " + s.error().message;
   if (auto r = store_.put_sandbox(ended); !r) spdlog::error("sandbox {}: {}", rec.id, r.error().message);
+  // Its minted preview URLs end with it, as finish() does for every sandbox.
+  if (auto r = store_.delete_port_tokens(rec.id); !r) spdlog::warn("sandbox {}: {}", rec.id, r.error().message);
   return fail(s.error());
 }
 

@@ -41,8 +41,8 @@ struct LiveSandbox {
 
   std::atomic<int64_t> last_activity_ms{0};
   std::atomic<int> active_ops{0};  // execs and transfers in flight: the sandbox is not idle
-  /// Being moved to another node (its node drains): requests get 503 with Retry-After, and
-  /// the reaper leaves it alone (it is frozen while its image travels).
+  /// Being moved to another node (its node drains; Checkpoints::move_out): requests get 503
+  /// with Retry-After, and the reaper leaves it alone until it leaves the registry.
   std::atomic<bool> moving{false};
 
   // Orders the store writes of this record (see above).

@@ -74,8 +74,8 @@ void Reaper::sweep(int64_t now_ms) {
       pause = s->rec.on_idle == "pause";
     }
     // Only a running sandbox expires: a paused one does not, and one in the middle of a
-    // pause, resume or checkpoint is in use; nor one being moved (frozen while its image
-    // travels to another node, so its agent cannot answer).
+    // pause, resume or checkpoint is in use; nor one being moved to another node (its
+    // requests are held off, which is no inactivity).
     if (state != State::kRunning || s->moving) {
       if (s->channel) s->channel->reset_probe();  // it cannot answer until it runs again
       continue;
