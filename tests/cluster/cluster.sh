@@ -775,7 +775,7 @@ if [ "${#BSB[@]}" = 3 ]; then
   cat "$T"/brace.*.json 2>/dev/null | jq -s 'add' >"$T/brace.all.json" 2>/dev/null || echo '[]' >"$T/brace.all.json"
   info "spend cap across nodes: $(jq -c 'group_by(.status) | map({status: .[0].status, code: (.[0].body.error.code // null), n: length})' "$T/brace.all.json")"
   check budget.races_finished "$done_n of 3 racers wrote their results; postgres restart ok=$pg_ok" test "$done_n:$pg_ok" = 3:1
-  check budget.answers_typed "$(jq -c '[.[] | select(.status != 200) | {status, code: .body.error.code}] | unique' "$T/brace.all.json")" \
+  check budget.answers_typed "$(jq -c '[.[] | select(.status != 200) | {status, code: .body.error.code, message: (if .status == 402 then null else (.body.error.message // .error) end)}] | unique' "$T/brace.all.json")" \
     jq -e 'length == 75 and all(.[]; .status == 200 or (.status == 402 and .body.error.code == "spend_cap_reached") or (.status == 503 and (.body.error.code | type) == "string"))' "$T/brace.all.json"
   check budget.some_admitted_some_refused "$(jq -c 'map(.status) | group_by(.) | map({(.[0] | tostring): length}) | add' "$T/brace.all.json")" \
     jq -e 'map(.status) | (index(200) != null) and (index(402) != null)' "$T/brace.all.json"
