@@ -150,7 +150,8 @@ else
   fuzz_ok=0
   # In the foreground: built beside the suites (at the lowest priority) it still slowed the
   # load-sensitive reliability parts and was not done by the end. -O1 with line tables only:
-  # ASan's reports keep their file:line, and the build takes half the time of -O2 -g.
+  # ASan's reports keep their file:line, and the build takes half the time of -O2 -g. Each
+  # target compiles only the sources it fuzzes (tests/CMakeLists.txt): 81 s, not 7 minutes.
   mkdir -p build-fuzz
   CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DB3OS_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only -DNDEBUG" \
