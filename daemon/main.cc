@@ -40,6 +40,8 @@
 #include "daemon/cluster/peer.h"
 #include "daemon/cluster/signature.h"
 #include "daemon/router/relay.h"
+#include "daemon/router/router.h"
+#include "daemon/sandbox/spec.h"
 #include "common/clock.h"
 #include "daemon/store/store.h"
 #include "daemon/sys/process.h"
@@ -225,6 +227,22 @@ void register_node_metrics(sandbox::SandboxService& sandboxes, gateway::Gateway&
                }});
 }
 
+/// Relays one MCP tools/call (its JSON-RPC message `body`) to `node`'s internal listener,
+/// signed for "mcp-call" with the client's key; true once `ex` is answered from there.
+Result<bool> relay_mcp_call(http::Exchange& ex, const store::NodeRecord& node, const std::string& secret,
+                            const std::string& body, const std::function<bool()>& cancelled, const std::string& what) {
+  http::ProxyOptions o;
+  o.target = "/mcp";
+  o.body = body;
+  o.idle_timeout = std::chrono::milliseconds(3'700'000);  // a command may run quietly up to its timeout
+  o.abandon = cancelled;
+  auto r = router::relay_signed(ex, node.url, secret, "mcp-call", std::move(o), std::chrono::seconds(2));
+  if (!r && !ex.responded() && !cancelled())
+    return fail(ErrorCode::kNodeUnavailable,
+                what + " node " + node.id + ", which is not answering (" + r.error().message + "); retry shortly");
+  return true;
+}
+
 /// An MCP tool call naming a sandbox another live node holds runs on that node: relayed to
 /// its internal listener signed for "mcp-call", with the client's key (docs/cluster.md).
 std::function<Result<bool>(http::Exchange&, const sandbox::Principal&, const std::string&, const std::string&,
@@ -244,16 +262,55 @@ make_mcp_relay(store::Store& store, sandbox::SandboxService& sandboxes, const st
     for (auto& n : *nodes)
       if (n.id == (*rec)->node_id && n.state != "down") holder = &n;
     if (!holder) return false;  // its node is down: the record is failed, and says so here
-    http::ProxyOptions o;
-    o.target = "/mcp";
-    o.body = body;
-    o.idle_timeout = std::chrono::milliseconds(3'700'000);  // a command may run quietly up to its timeout
-    o.abandon = cancelled;
-    auto r = router::relay_signed(ex, holder->url, secret, "mcp-call", std::move(o), std::chrono::seconds(2));
-    if (!r && !ex.responded() && !cancelled())
-      return fail(ErrorCode::kNodeUnavailable, "sandbox " + id + " is on node " + holder->id +
-                                                   ", which is not answering (" + r.error().message + "); retry shortly");
-    return true;
+    return relay_mcp_call(ex, *holder, secret, body, cancelled, "sandbox " + id + " is on");
+  };
+}
+
+/// This node's load as its heartbeat reports it: what the registry holds.
+store::NodeRecord node_load(sandbox::SandboxService& sandboxes) {
+  store::NodeRecord n;
+  const auto& c = sandboxes.config();
+  n.max_sandboxes = c.max_sandboxes_per_node;
+  n.vcpu = std::thread::hardware_concurrency();
+  n.memory_mib = static_cast<int64_t>(::sysconf(_SC_PHYS_PAGES)) * ::sysconf(_SC_PAGESIZE) / (1 << 20);
+  for (const auto& s : sandboxes.registry().all()) {
+    std::lock_guard lk(s->mu);
+    ++n.sandboxes;
+    n.used_memory_mib += s->rec.memory_mib;
+    n.used_vcpu += s->rec.vcpu;
+  }
+  return n;
+}
+
+/// An MCP sandbox_create on a node that is draining, or has no room for it, is relayed to the
+/// node the cluster's placement picks (router::pick_node, as a router would place a REST
+/// create), where it runs as that node's own. When no other node fits, it is made (or refused)
+/// here, as before.
+std::function<Result<bool>(http::Exchange&, const sandbox::Principal&, const nlohmann::json&, const std::string&,
+                           const std::function<bool()>&)>
+make_mcp_create_relay(store::Store& store, sandbox::SandboxService& sandboxes, const std::string& node_id,
+                      const std::string& secret, const std::atomic<bool>& draining) {
+  return [&store, &sandboxes, node_id, &secret, &draining](
+             http::Exchange& ex, const sandbox::Principal&, const nlohmann::json& args, const std::string& body,
+             const std::function<bool()>& cancelled) -> Result<bool> {
+    int memory_mib = sandbox::SandboxSpec().memory_mib;
+    if (auto m = args.find("memory_mib"); m != args.end() && m->is_number_integer()) memory_mib = std::max(1, m->get<int>());
+    std::string tpl = "base";
+    if (auto t = args.find("template"); t != args.end() && t->is_string()) tpl = t->get<std::string>();
+    const store::NodeRecord me = node_load(sandboxes);
+    const bool full = (me.max_sandboxes > 0 && me.sandboxes >= me.max_sandboxes) ||
+                      (me.memory_mib > 0 && me.used_memory_mib + memory_mib > me.memory_mib);
+    if (!draining.load() && !full) return false;
+    auto nodes = store.list_nodes();
+    if (!nodes) return false;  // the store is away: the create here says so if it needs it
+    router::PlaceRequest req;
+    req.skip = {node_id};
+    req.memory_mib = memory_mib;
+    req.tpl = tpl;
+    const store::NodeRecord* to = router::pick_node(*nodes, req);
+    if (!to) return false;
+    spdlog::info("mcp: a sandbox_create on this {} node goes to node {}", draining.load() ? "draining" : "full", to->id);
+    return relay_mcp_call(ex, *to, secret, body, cancelled, "the create was placed on");
   };
 }
 
@@ -285,19 +342,23 @@ bool move_sandboxes_out(sandbox::SandboxService& sandboxes, store::Store& store,
   bool all = true;
   std::map<std::string, int> sent;  // this pass's moves per node (its heartbeat shows them later)
   for (auto& s : sandboxes.registry().all()) {
-    std::string project;
+    std::string project, tpl;
+    int memory_mib = 0;
     {
       std::lock_guard lk(s->mu);
       if (!s->rec.forkable || s->rec.state != store::State::kRunning) continue;
       project = s->rec.project_id;
+      memory_mib = std::max(1, s->rec.memory_mib);
+      tpl = s->rec.template_name;
     }
     auto nodes = store.list_nodes();
     if (!nodes) return false;
-    std::optional<store::NodeRecord> to;
-    for (auto& n : *nodes)
-      if (n.id != node_id && n.state == "ready" && (n.max_sandboxes <= 0 || n.sandboxes + sent[n.id] < n.max_sandboxes) &&
-          (!to || n.sandboxes + sent[n.id] < to->sandboxes + sent[to->id]))
-        to = n;
+    router::PlaceRequest req;
+    req.skip = {node_id};
+    req.memory_mib = memory_mib;
+    req.tpl = tpl;
+    req.pending = [&sent](const std::string& id) -> int64_t { return sent[id]; };
+    const store::NodeRecord* to = router::pick_node(*nodes, req);
     if (!to) {
       spdlog::warn("drain: no ready node to move sandbox {} to; it stays for now", s->id);
       return false;
@@ -829,7 +890,12 @@ int main(int argc, char** argv) {
   mcp::Tools mcp_tools(sandboxes, mcp_tools_cfg, templates.get());
   // Read below, with --cluster-listen; the MCP relay needs it first.
   std::string cluster_secret;
-  if (!cluster_listen.empty()) mcp_cfg.peer_relay = make_mcp_relay(**store, sandboxes, node_id, cluster_secret);
+  // This node's state as its last heartbeat read it from the store (b3os nodes drain).
+  std::atomic<bool> node_draining{false};
+  if (!cluster_listen.empty()) {
+    mcp_cfg.peer_relay = make_mcp_relay(**store, sandboxes, node_id, cluster_secret);
+    mcp_cfg.create_relay = make_mcp_create_relay(**store, sandboxes, node_id, cluster_secret, node_draining);
+  }
   mcp::Server mcp_server(mcp_cfg, mcp_tools);
   api::Api api(api_cfg, **store, sandboxes, gw, &mcp_server, templates.get());
   http::Server server(listen_host, listen_port, http_cfg, [&](http::Exchange& ex) { api.handle(ex); });
@@ -911,20 +977,7 @@ int main(int argc, char** argv) {
   // A node's place in a cluster (a shared store only): its load is what the registry holds.
   cluster::Membership membership(
       **store, cluster::MembershipConfig{cluster_url},
-      [&sandboxes] {
-        store::NodeRecord n;
-        const auto& c = sandboxes.config();
-        n.max_sandboxes = c.max_sandboxes_per_node;
-        n.vcpu = std::thread::hardware_concurrency();
-        n.memory_mib = static_cast<int64_t>(::sysconf(_SC_PHYS_PAGES)) * ::sysconf(_SC_PAGESIZE) / (1 << 20);
-        for (const auto& s : sandboxes.registry().all()) {
-          std::lock_guard lk(s->mu);
-          ++n.sandboxes;
-          n.used_memory_mib += s->rec.memory_mib;
-          n.used_vcpu += s->rec.vcpu;
-        }
-        return n;
-      },
+      [&sandboxes] { return node_load(sandboxes); },
       [&sandboxes] {
         // Marked down: its sandboxes are failed in the store. Exit non-zero (the service
         // manager starts it again): the restart reattaches none and sweeps their containers.
@@ -938,22 +991,24 @@ int main(int argc, char** argv) {
   std::atomic<bool> mover_busy{false};
   std::atomic<int64_t> next_move_ms{0};
   int64_t draining_since_ms = -1;  // the heartbeat thread's alone
-  if (object_store && !cluster_secret.empty() && drain_move_after_s >= 0)
-    membership.set_on_state([&](const std::string& state) {
-      if (state != "draining") {
-        draining_since_ms = -1;
-        return;
-      }
-      if (draining_since_ms < 0) draining_since_ms = steady_ms();
-      if (steady_ms() - draining_since_ms < drain_move_after_s * 1000LL || !sandboxes.ready() ||
-          steady_ms() < next_move_ms.load() || mover_busy.exchange(true))
-        return;
-      std::thread([&] {
-        const bool all = move_sandboxes_out(sandboxes, **store, node_id, cluster_secret);
-        next_move_ms = steady_ms() + (all ? 2'000 : 30'000);
-        mover_busy = false;
-      }).detach();
-    });
+  const bool moves = object_store && !cluster_secret.empty() && drain_move_after_s >= 0;
+  membership.set_on_state([&](const std::string& state) {
+    node_draining = state == "draining";
+    if (!moves) return;
+    if (state != "draining") {
+      draining_since_ms = -1;
+      return;
+    }
+    if (draining_since_ms < 0) draining_since_ms = steady_ms();
+    if (steady_ms() - draining_since_ms < drain_move_after_s * 1000LL || !sandboxes.ready() ||
+        steady_ms() < next_move_ms.load() || mover_busy.exchange(true))
+      return;
+    std::thread([&] {
+      const bool all = move_sandboxes_out(sandboxes, **store, node_id, cluster_secret);
+      next_move_ms = steady_ms() + (all ? 2'000 : 30'000);
+      mover_busy = false;
+    }).detach();
+  });
   preview::PreviewServer previews(preview_cfg, sandboxes);
   if (auto r = previews.listen(); !r) {
     std::cerr << "b3osd: " << r.error().message << "\n";

@@ -45,6 +45,13 @@ struct Config {
   std::function<Result<bool>(http::Exchange& ex, const sandbox::Principal& p, const std::string& sandbox_id,
                              const std::string& body, const std::function<bool()>& cancelled)>
       peer_relay;
+  /// In a cluster: relays a sandbox_create this node should not take (it is draining, or has
+  /// no room for it) to the node the cluster's placement picks, answering `ex` from there:
+  /// true. False: made here (no other node fits either, or this one may take it). `args` are
+  /// the tool's arguments. Null: a single node.
+  std::function<Result<bool>(http::Exchange& ex, const sandbox::Principal& p, const nlohmann::json& args,
+                             const std::string& body, const std::function<bool()>& cancelled)>
+      create_relay;
 };
 
 /// Whether a request's Origin may call /mcp: none (not a browser), a loopback page

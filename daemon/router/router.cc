@@ -179,6 +179,28 @@ std::optional<store::NodeRecord> Router::live_node(const std::vector<store::Node
   return std::nullopt;
 }
 
+const store::NodeRecord* pick_node(const std::vector<store::NodeRecord>& all, const PlaceRequest& req) {
+  const store::NodeRecord* best = nullptr;
+  std::pair<int, int64_t> best_score;
+  for (size_t k = 0; k < all.size(); ++k) {
+    const auto& n = all[(req.turn + k) % all.size()];  // equal scores: a different node each time
+    if (std::find(req.skip.begin(), req.skip.end(), n.id) != req.skip.end()) continue;
+    if (n.state != "ready" && !(req.draining_ok && n.state == "draining")) continue;
+    const int64_t load = n.sandboxes + (req.pending ? req.pending(n.id) : 0);
+    if (req.memory_mib > 0) {  // a create: room for it
+      if (n.max_sandboxes > 0 && load >= n.max_sandboxes) continue;
+      if (n.memory_mib > 0 && n.used_memory_mib + req.memory_mib > n.memory_mib) continue;
+    }
+    const bool warm = !req.tpl.empty() && std::find(n.warm.begin(), n.warm.end(), req.tpl) != n.warm.end();
+    const std::pair<int, int64_t> score{warm ? 0 : 1, load};
+    if (best == nullptr || score < best_score) {
+      best = &n;
+      best_score = score;
+    }
+  }
+  return best;
+}
+
 std::optional<store::NodeRecord> Router::least_loaded(const std::vector<store::NodeRecord>& all,
                                                       const std::vector<std::string>& skip, bool draining_ok,
                                                       int memory_mib, const std::string& tpl) {
@@ -197,26 +219,8 @@ std::optional<store::NodeRecord> Router::least_loaded(const std::vector<store::N
     }
     return p;
   };
-  const store::NodeRecord* best = nullptr;
-  std::pair<int, int64_t> best_score;
-  const size_t start = turn_++;
-  for (size_t k = 0; k < all.size(); ++k) {
-    const auto& n = all[(start + k) % all.size()];  // equal scores: a different node each time
-    if (std::find(skip.begin(), skip.end(), n.id) != skip.end()) continue;
-    if (n.state != "ready" && !(draining_ok && n.state == "draining")) continue;
-    const int64_t load = n.sandboxes + pending(n.id);
-    if (memory_mib > 0) {  // a create: room for it
-      if (n.max_sandboxes > 0 && load >= n.max_sandboxes) continue;
-      if (n.memory_mib > 0 && n.used_memory_mib + memory_mib > n.memory_mib) continue;
-    }
-    // A warm pool or a checkpoint of the template first, then the fewest sandboxes.
-    const bool warm = !tpl.empty() && std::find(n.warm.begin(), n.warm.end(), tpl) != n.warm.end();
-    const std::pair<int, int64_t> score{warm ? 0 : 1, load};
-    if (best == nullptr || score < best_score) {
-      best = &n;
-      best_score = score;
-    }
-  }
+  PlaceRequest req{skip, draining_ok, memory_mib, tpl, turn_++, pending};
+  const store::NodeRecord* best = pick_node(all, req);
   if (best == nullptr) return std::nullopt;
   if (memory_mib > 0) placed_[best->id].push_back(now);
   return *best;

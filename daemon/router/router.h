@@ -44,6 +44,22 @@ struct NodeAddress {
 /// Parses "http://HOST:PORT" (HOST may be [v6]); fails on anything else.
 Result<NodeAddress> parse_node_url(const std::string& url);
 
+/// What a placement asks for (docs/cluster.md, "Placement").
+struct PlaceRequest {
+  std::vector<std::string> skip;  // node ids not to pick
+  bool draining_ok = false;       // not a create: a draining node still serves
+  int memory_mib = 0;             // > 0: a create, which needs room for this much
+  std::string tpl;                // a create's template: a node with it warm comes first
+  size_t turn = 0;                // where among equal nodes to start (ties go round)
+  /// What was sent a node that its heartbeat may not show yet (counted as its sandboxes).
+  std::function<int64_t(const std::string& node_id)> pending;
+};
+/// The cluster's one placement policy, used by routers, by a node relaying an MCP create it
+/// cannot take and by a draining node moving sandboxes out: a ready node (draining too when
+/// allowed) not skipped, with room for a create (under its max_sandboxes and memory); one
+/// with the template warm first, then the fewest sandboxes. nullptr when none fits.
+const store::NodeRecord* pick_node(const std::vector<store::NodeRecord>& all, const PlaceRequest& req);
+
 class Router {
  public:
   Router(Config cfg, store::Store& store);

@@ -419,6 +419,33 @@ mcp_call '{"jsonrpc":"2.0","id":40,"method":"tools/call","params":{"name":"sandb
 mcp_result >"$T/mcp.res"
 check mcp.unknown_sandbox "$(head -c 300 "$T/mcp.out")" \
   sh -c "jq -e '.result.isError == true' '$T/mcp.res' >/dev/null && grep -q sandbox_not_found '$T/mcp.res'"
+# A sandbox_create is made on the session's node while it is ready; once it is draining, on
+# another node (placed as a router places a REST create), and the session reaches it there.
+if [ -n "$sess_node" ]; then
+  mcp_call '{"jsonrpc":"2.0","id":45,"method":"tools/call","params":{"name":"sandbox_create","arguments":{"timeout_s":300}}}'
+  mcp_result >"$T/mcp.res"
+  MCID=$(jq -r '.result.structuredContent.id // empty' "$T/mcp.res" 2>/dev/null || true)
+  mc_node=$([ -n "$MCID" ] && node_of "$MCID" || true)
+  check mcp.create_on_session_node "session on $sess_node, created ${MCID:-nothing} on ${mc_node:-?}: $(head -c 300 "$T/mcp.res")" \
+    test "$mc_node" = "$sess_node"
+  [ -z "$MCID" ] || mcp_call '{"jsonrpc":"2.0","id":44,"method":"tools/call","params":{"name":"sandbox_delete","arguments":{"sandbox_id":"'"$MCID"'"}}}'
+  "$B3OS_BIN/b3os" nodes drain "$sess_node" --store "$STORE" >/dev/null
+  sleep 4.5  # the node reads its state at its next heartbeat (every 2 s)
+  mcp_call '{"jsonrpc":"2.0","id":41,"method":"tools/call","params":{"name":"sandbox_create","arguments":{"timeout_s":300}}}'
+  mcp_result >"$T/mcp.res"
+  MCID=$(jq -r '.result.structuredContent.id // empty' "$T/mcp.res" 2>/dev/null || true)
+  mc_node=$([ -n "$MCID" ] && node_of "$MCID" || true)
+  check mcp.create_placed_off_draining_node "session on $sess_node, created ${MCID:-nothing} on ${mc_node:-?}: $(head -c 300 "$T/mcp.res")" \
+    sh -c "[ -n '$mc_node' ] && [ '$mc_node' != '$sess_node' ]"
+  "$B3OS_BIN/b3os" nodes ready "$sess_node" --store "$STORE" >/dev/null
+  if [ -n "$MCID" ]; then
+    mcp_call '{"jsonrpc":"2.0","id":42,"method":"tools/call","params":{"name":"sandbox_exec","arguments":{"sandbox_id":"'"$MCID"'","cmd":"echo placed"}}}'
+    mcp_result >"$T/mcp.res"
+    check mcp.placed_sandbox_reached "$(head -c 300 "$T/mcp.out")" \
+      jq -e '.result.structuredContent.stdout == "placed\n" and (.result.isError | not)' "$T/mcp.res"
+    mcp_call '{"jsonrpc":"2.0","id":43,"method":"tools/call","params":{"name":"sandbox_delete","arguments":{"sandbox_id":"'"$MCID"'"}}}'
+  fi
+fi
 code=$(curl -s -o "$T/int.json" -w '%{http_code}' -H "Authorization: Bearer $KEY" -H 'Content-Type: application/json' \
   -H 'X-B3os-Route: mcp-call' --data-binary '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"sandbox_list"}}' "$internal/mcp")
 check mcp.relay_route_unsigned_refused "HTTP $code $(head -c 200 "$T/int.json")" test "$code" = 401
