@@ -61,14 +61,16 @@ Result<Reservation> Budgets::reserve_shared(const std::string& budget_id, Micros
 void Budgets::settle_shared(Reservation& r, store::LedgerRow row) {
   row.budget_id = r.budget_id;
   row.reserved_micros = r.amount;
-  // The store may be restarting: a few tries over ~3.5 s. Until it settles the hold stays
-  // held, which keeps the cap safe; it is released when this node starts again or is marked
-  // down, and the call's cost is then missing from the ledger (logged here).
+  // The store may be restarting: tries over ~15 s (a Postgres restart under load took up to
+  // 4 s to answer again in cluster.sh; 3 tries over 1.5 s once left a call out of the ledger).
+  // The caller's answer waits meanwhile. Until it settles the hold stays held, which keeps
+  // the cap safe; it is released when this node starts again or is marked down, and the
+  // call's cost is then missing from the ledger (logged here).
   auto wait = std::chrono::milliseconds(500);
   for (int attempt = 1;; ++attempt) {
     auto w = store_.settle_budget(r.hold_id, row);
     if (w) return;
-    if (w.error().code != ErrorCode::kNodeUnavailable || attempt == 3) {
+    if (w.error().code != ErrorCode::kNodeUnavailable || attempt == 6) {
       spdlog::error("ledger: could not settle the call of {} on {} (hold {}): {}", format_usd(row.cost_micros),
                     r.budget_id, r.hold_id, w.error().message);
       return;
