@@ -229,14 +229,20 @@ void register_node_metrics(sandbox::SandboxService& sandboxes, gateway::Gateway&
 
 /// Relays one MCP tools/call (its JSON-RPC message `body`) to `node`'s internal listener,
 /// signed for "mcp-call" with the client's key; true once `ex` is answered from there.
+/// `unsent_is_false`: a node that could not be reached (nothing sent) is false, not an error.
 Result<bool> relay_mcp_call(http::Exchange& ex, const store::NodeRecord& node, const std::string& secret,
-                            const std::string& body, const std::function<bool()>& cancelled, const std::string& what) {
+                            const std::string& body, const std::function<bool()>& cancelled, const std::string& what,
+                            bool unsent_is_false = false) {
   http::ProxyOptions o;
   o.target = "/mcp";
   o.body = body;
   o.idle_timeout = std::chrono::milliseconds(3'700'000);  // a command may run quietly up to its timeout
   o.abandon = cancelled;
   auto r = router::relay_signed(ex, node.url, secret, "mcp-call", std::move(o), std::chrono::seconds(2));
+  // As the routers tell it (Router::forward): these two codes mean nothing reached the node.
+  if (!r && unsent_is_false && !ex.responded() &&
+      (r.error().code == ErrorCode::kNodeUnavailable || r.error().code == ErrorCode::kInvalidRequest))
+    return false;
   if (!r && !ex.responded() && !cancelled())
     return fail(ErrorCode::kNodeUnavailable,
                 what + " node " + node.id + ", which is not answering (" + r.error().message + "); retry shortly");
@@ -310,7 +316,8 @@ make_mcp_create_relay(store::Store& store, sandbox::SandboxService& sandboxes, c
     const store::NodeRecord* to = router::pick_node(*nodes, req);
     if (!to) return false;
     spdlog::info("mcp: a sandbox_create on this {} node goes to node {}", draining.load() ? "draining" : "full", to->id);
-    return relay_mcp_call(ex, *to, secret, body, cancelled, "the create was placed on");
+    // A node that cannot be reached took nothing: the create is made here after all.
+    return relay_mcp_call(ex, *to, secret, body, cancelled, "the create was placed on", true);
   };
 }
 
@@ -450,6 +457,17 @@ int main(int argc, char** argv) {
                  "the URL routers reach the internal listener at (default: http://HOST:PORT of --cluster-listen)")
       ->envname("B3OS_CLUSTER_URL");
   int drain_move_after_s = 30;
+  int64_t collect_every_s = 600, object_root_grace_s = 3600;
+  app.add_option("--object-store-collect-every", collect_every_s,
+                 "in a cluster with an object store: seconds between passes of the collectors of roots fetched from "
+                 "it and of its own shared roots (docs/cluster.md)")
+      ->check(CLI::Range(1, 86400))
+      ->capture_default_str();
+  app.add_option("--object-store-grace", object_root_grace_s,
+                 "in a cluster with an object store: seconds a root in it (a snapshot's or a template's) stays after "
+                 "a node last asked for it, once no record refers to it")
+      ->check(CLI::Range(1, 30 * 86400))
+      ->capture_default_str();
   app.add_option("--drain-move-after", drain_move_after_s,
                  "in a cluster with an object store: seconds a node drains before it moves its forkable sandboxes to "
                  "other nodes (docs/cluster.md); -1: never moves them")
@@ -800,6 +818,8 @@ int main(int argc, char** argv) {
     if (!os) return bad(os.error().message);
     object_store = std::move(*os);
     cfg.object_store = object_store.get();
+    cfg.collect_every_ms = collect_every_s * 1000;
+    cfg.object_root_grace_ms = object_root_grace_s * 1000;
   }
   if (auto r = (*store)->idempotency_clear_pending(); !r) {
     std::cerr << "b3osd: " << r.error().message << "\n";

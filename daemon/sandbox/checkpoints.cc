@@ -296,11 +296,13 @@ Result<json> Checkpoints::snapshot(const Principal& p, const std::string& id, Ti
   t.lap("sync", sw);
   // In a cluster, into the object store before the record: a snapshot any node can list is
   // one any node can restore.
+  std::string object_root;
   if (cfg_.object_store) {
     const std::string rootfs =
         base.rootfs.empty() ? lifecycle_.template_rootfs(base.template_name) + "/rootfs" : base.rootfs;
-    if (auto r = publish_snapshot(cfg_, snap_id, dir.path(), rootfs, base.template_name); !r)
-      return fail(r.error().wrap("snapshotting " + id));
+    auto r = publish_snapshot(cfg_, store_, snap_id, dir.path(), rootfs, base.template_name);
+    if (!r) return fail(r.error().wrap("snapshotting " + id));
+    object_root = *r;
     t.lap("upload", sw);
   }
   uint64_t size = 0;
@@ -327,6 +329,7 @@ Result<json> Checkpoints::snapshot(const Principal& p, const std::string& id, Ti
   snap.created_ms = now_unix_ms();
   snap.rootfs = base.rootfs;
   snap.budget_id = base.budget_id;
+  snap.object_root = object_root;
   if (auto r = store_.put_snapshot(snap); !r) return fail(r.error());
   dir.keep();
   t.lap("store", sw);
@@ -410,7 +413,8 @@ Result<void> Checkpoints::move_out(const std::shared_ptr<LiveSandbox>& s,
     if (auto r = sync_image(dir.path()); !r) return r;
     const std::string rootfs =
         base.rootfs.empty() ? lifecycle_.template_rootfs(base.template_name) + "/rootfs" : base.rootfs;
-    if (auto r = publish_snapshot(cfg_, move_id, dir.path(), rootfs, base.template_name); !r) return r;
+    if (auto r = publish_snapshot(cfg_, store_, move_id, dir.path(), rootfs, base.template_name); !r)
+      return fail(r.error());
     t.lap("upload", sw);
     auto took = adopt(move_id);
     if (auto r = forget_snapshot(cfg_, move_id); !r)

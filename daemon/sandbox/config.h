@@ -27,6 +27,10 @@ struct Config {
   /// A cluster's object storage (docs/cluster.md), where snapshots go so that another node can
   /// restore them; null on a single node. Not owned.
   objstore::ObjectStore* object_store = nullptr;
+  /// How often the collectors of fetched roots and of the object store's shared roots run,
+  /// and how long a root of the object store stays after a node last asked for it.
+  int64_t collect_every_ms = 10 * 60 * 1000;
+  int64_t object_root_grace_ms = 60 * 60 * 1000;
   std::string node_id;  // this node's name in a shared store ("" alone)
   std::string data_dir = "/var/lib/b3os";  // b3os.db, templates/, snapshots/, fork-images/
   std::string run_dir = "/run/b3os";       // per-sandbox bundles, shim sockets, logs

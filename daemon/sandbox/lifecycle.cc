@@ -15,6 +15,7 @@
 #include "common/ids.h"
 #include "common/metrics.h"
 #include "common/scope_exit.h"
+#include "daemon/objstore/transfer.h"
 #include "daemon/sandbox/remote_images.h"
 #include "daemon/sandbox/view.h"
 
@@ -811,6 +812,26 @@ void Lifecycle::collect_rootfs_cache() {
     in_use.insert(s->rec.rootfs);
   }
   ::b3os::sandbox::collect_rootfs_cache(cfg_, in_use, 3600 * 1000);
+}
+
+void Lifecycle::collect_object_store() {
+  if (!cfg_.object_store) return;
+  auto stale = store_.stale_object_roots(cfg_.object_root_grace_ms);
+  if (!stale) {
+    spdlog::warn("object store: cannot list its roots to collect: {}", stale.error().message);
+    return;
+  }
+  // Every node runs this; the store's lock per root makes one of them remove it.
+  for (const auto& key : *stale) {
+    auto r = store_.collect_object_root(key, cfg_.object_root_grace_ms, [&]() -> Result<void> {
+      return objstore::remove_set(*cfg_.object_store, key, cfg_.fork_images_dir());
+    });
+    if (!r)
+      spdlog::warn("object store: collecting {}: {}", key, r.error().message);
+    else if (*r)
+      spdlog::info("object store: removed {} (no snapshot or template refers to it, no node asked for it in {} min)", key,
+                   cfg_.object_root_grace_ms / 60000);
+  }
 }
 
 void Lifecycle::begin_move(const std::shared_ptr<LiveSandbox>& s) {

@@ -76,8 +76,13 @@ class Lifecycle {
                              Timing& t);
   bool has_network() const { return launcher_.network() != nullptr; }
   /// Removes the roots fetched from the object store that no live sandbox or snapshot of this
-  /// node uses and no restore took for an hour (the reaper, every 10 minutes).
+  /// node uses and no restore took for an hour (the reaper's collector thread, every
+  /// --object-store-collect-every seconds).
   void collect_rootfs_cache();
+  /// Removes the object store's shared roots (snapshots' and templates' roots) that no record
+  /// refers to and no node asked for in --object-store-grace (the reaper's collector thread).
+  void collect_object_store();
+  int64_t collect_every_ms() const { return cfg_.collect_every_ms; }
 
   // ---- for the other parts of the module ----
 

@@ -13,17 +13,24 @@ using namespace std::chrono_literals;
 void Reaper::start() {
   thread_ = std::thread([this] {
     std::unique_lock lk(mu_);
-    auto collected = std::chrono::steady_clock::now();
     while (!stopping_) {
       cv_.wait_for(lk, 500ms);
       if (stopping_) break;
       lk.unlock();
       sweep(now_unix_ms());
-      // Roots fetched from the object store that nothing uses any more (a cluster's nodes).
-      if (std::chrono::steady_clock::now() - collected > 10min) {
-        collected = std::chrono::steady_clock::now();
-        lifecycle_.collect_rootfs_cache();
-      }
+      lk.lock();
+    }
+  });
+  // Roots fetched from the object store that nothing uses any more, and the object store's
+  // own (a cluster's nodes; nothing to do on a single node).
+  collector_ = std::thread([this] {
+    std::unique_lock lk(mu_);
+    while (!stopping_) {
+      cv_.wait_for(lk, std::chrono::milliseconds(lifecycle_.collect_every_ms()));
+      if (stopping_) break;
+      lk.unlock();
+      lifecycle_.collect_rootfs_cache();
+      lifecycle_.collect_object_store();
       lk.lock();
     }
   });
@@ -36,6 +43,7 @@ void Reaper::stop() {
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
+  if (collector_.joinable()) collector_.join();
 }
 
 // An agent that sends nothing for quiet_ is sent a PING; one that then answers nothing for

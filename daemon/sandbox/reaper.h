@@ -33,6 +33,9 @@ class Reaper {
   std::condition_variable cv_;
   bool stopping_ = false;
   std::thread thread_;
+  /// The collectors of fetched roots and of the object store's shared roots: a thread of
+  /// their own, so that an object store slow to answer never delays the sweep.
+  std::thread collector_;
 };
 
 }  // namespace b3os::sandbox

@@ -59,13 +59,18 @@ std::string rootfs_fingerprint(const Config& cfg, const std::string& rootfs) {
   return h.hex();
 }
 
-Result<void> publish_snapshot(const Config& cfg, const std::string& snap_id, const std::string& dir,
-                              const std::string& rootfs, const std::string& template_name) {
+Result<std::string> publish_snapshot(const Config& cfg, store::SandboxStore& records, const std::string& snap_id,
+                                     const std::string& dir, const std::string& rootfs,
+                                     const std::string& template_name) {
   auto* os = cfg.object_store;
-  if (!os) return {};
+  if (!os) return std::string();
   const std::string fp = rootfs_fingerprint(cfg, rootfs);
+  const std::string root_key = "rootfs/" + fp;
   {
     std::lock_guard lk(root_lock(fp));
+    // Touched before it is looked for: a collector removing it finishes first, and none
+    // starts before the grace (an hour) is over.
+    if (auto t = records.touch_object_root(root_key); !t) return fail(t.error().wrap("snapshot " + snap_id));
     auto have = os->exists("rootfs/" + fp + "/manifest.json");
     if (!have) return fail(have.error());
     if (!*have) {
@@ -77,7 +82,7 @@ Result<void> publish_snapshot(const Config& cfg, const std::string& snap_id, con
   nlohmann::json extra = {{"snapshot", snap_id}, {"node", cfg.node_id}, {"rootfs", fp}, {"template", template_name}};
   auto m = objstore::push_set(*os, "snapshots/" + snap_id, dir, extra);
   if (!m) return fail(m.error());
-  return {};
+  return root_key;
 }
 
 Result<FetchedSnapshot> fetch_snapshot(const Config& cfg, const std::string& snap_id, const std::string& held_by) {

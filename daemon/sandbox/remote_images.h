@@ -16,6 +16,7 @@
 
 #include "common/result.h"
 #include "daemon/sandbox/config.h"
+#include "daemon/store/store.h"
 
 namespace b3os::sandbox {
 
@@ -25,10 +26,13 @@ namespace b3os::sandbox {
 std::string rootfs_fingerprint(const Config& cfg, const std::string& rootfs);
 
 /// Puts the image in `dir` as snapshot `snap_id`, after the root it needs if the store does
-/// not have it yet. Errors are the object store's (kNodeUnavailable when it is down); on
-/// failure nothing of the snapshot stays in the store (its root may: it is whole or absent).
-Result<void> publish_snapshot(const Config& cfg, const std::string& snap_id, const std::string& dir,
-                              const std::string& rootfs, const std::string& template_name);
+/// not have it yet (the root touched in `records` first, so the collector leaves it). Returns
+/// the root's key ("rootfs/FP"), for the snapshot's record. Errors are the object store's
+/// (kNodeUnavailable when it is down) or the records store's; on failure nothing of the
+/// snapshot stays in the store (its root may: it is whole or absent).
+Result<std::string> publish_snapshot(const Config& cfg, store::SandboxStore& records, const std::string& snap_id,
+                                     const std::string& dir, const std::string& rootfs,
+                                     const std::string& template_name);
 
 /// A snapshot's image fetched for one restore, and the root to restore it on.
 struct FetchedSnapshot {

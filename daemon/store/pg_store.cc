@@ -236,10 +236,18 @@ Result<SandboxRecord> sandbox_with_node(Row& row) {
   if (rec) rec->node_id = row.text(node_col);
   return rec;
 }
+/// A snapshot's columns, its node's and its object root's (the cluster's alone).
+const std::string& snapshot_columns() {
+  static const std::string cols = with_node(kSnapshotColumns) + ", object_root";
+  return cols;
+}
 Result<SnapshotRecord> snapshot_with_node(Row& row) {
   static const int node_col = column_count(kSnapshotColumns);
   auto rec = snapshot_from(row);
-  if (rec) rec->node_id = row.text(node_col);
+  if (rec) {
+    rec->node_id = row.text(node_col);
+    rec->object_root = row.text(node_col + 1);
+  }
   return rec;
 }
 
@@ -469,6 +477,15 @@ CREATE TABLE project_starts (
   starting BIGINT NOT NULL,
   PRIMARY KEY (project_id, node_id)
 );
+)sql"},
+    {3, "object_roots: roots in the object store that records share, and when a node last needed each", R"sql(
+ALTER TABLE snapshots ADD COLUMN object_root TEXT NOT NULL DEFAULT '';
+CREATE INDEX snapshots_object_root ON snapshots(object_root);
+CREATE TABLE object_roots (
+  key TEXT PRIMARY KEY,
+  touched_ms BIGINT NOT NULL
+);
+CREATE INDEX object_roots_touched ON object_roots(touched_ms);
 )sql"}
 };
 
@@ -798,12 +815,12 @@ Result<std::vector<SandboxRecord>> PgStore::active_sandboxes() {
 }
 
 Result<void> PgStore::put_snapshot(const SnapshotRecord& rec) {
-  static const std::string sql = upsert_sql("snapshots", with_node(kSnapshotColumns).c_str());
+  static const std::string sql = upsert_sql("snapshots", snapshot_columns().c_str());
   static const int node_col = column_count(kSnapshotColumns) + 1;
   return with_conn([&](Conn& c) -> Result<void> {
     Params p;
     bind_snapshot(p, rec);
-    p.bind(node_col, node_);
+    p.bind(node_col, node_).bind(node_col + 1, rec.object_root);
     if (auto r = c.run(sql, p, "saving snapshot " + rec.id); !r) return fail(r.error());
     return {};
   });
@@ -811,7 +828,7 @@ Result<void> PgStore::put_snapshot(const SnapshotRecord& rec) {
 
 Result<std::optional<SnapshotRecord>> PgStore::get_snapshot(const std::string& project_id, const std::string& id) {
   static const std::string sql =
-      "SELECT " + with_node(kSnapshotColumns) + " FROM snapshots WHERE id = $1 AND project_id = $2";
+      "SELECT " + snapshot_columns() + " FROM snapshots WHERE id = $1 AND project_id = $2";
   std::optional<SnapshotRecord> out;
   auto r = with_conn([&](Conn& c) -> Result<void> {
     Params p;
@@ -831,7 +848,7 @@ Result<std::optional<SnapshotRecord>> PgStore::get_snapshot(const std::string& p
 
 Result<std::vector<SnapshotRecord>> PgStore::list_snapshots(const std::string& project_id,
                                                             const std::optional<std::string>& after_id, int limit) {
-  const std::string sql = "SELECT " + with_node(kSnapshotColumns) +
+  const std::string sql = "SELECT " + snapshot_columns() +
                           " FROM snapshots WHERE project_id = $1 AND ($2::text IS NULL OR id < $2) ORDER BY id DESC LIMIT " +
                           std::to_string(limit + 1);
   std::vector<SnapshotRecord> out;
@@ -1407,6 +1424,75 @@ Result<void> PgStore::release_project_starts(const std::string& project_id, int 
     if (!gone) return fail(gone.error());
     return {};
   });
+}
+
+// ---- the object store's shared roots (docs/cluster.md, "The object store is collected") ----
+
+namespace {
+/// Takes the lock of one object root for the rest of the transaction.
+Result<void> lock_object_root(Conn& c, const std::string& key) {
+  Params p;
+  p.bind(1, key);
+  if (auto l = c.run("SELECT pg_advisory_xact_lock(hashtext('b3os.objroot.' || $1))", p, "locking object root " + key); !l)
+    return fail(l.error());
+  return {};
+}
+}  // namespace
+
+Result<void> PgStore::touch_object_root(const std::string& key) {
+  return transaction([&](Conn& c) -> Result<void> {
+    if (auto l = lock_object_root(c, key); !l) return l;
+    Params p;
+    p.bind(1, key);
+    auto res = c.run(std::string("INSERT INTO object_roots (key, touched_ms) VALUES ($1, ") + kDbNowMs +
+                         ") ON CONFLICT (key) DO UPDATE SET touched_ms = EXCLUDED.touched_ms",
+                     p, "touching object root " + key);
+    if (!res) return fail(res.error());
+    return {};
+  });
+}
+
+Result<std::vector<std::string>> PgStore::stale_object_roots(int64_t grace_ms) {
+  std::vector<std::string> out;
+  auto r = with_conn([&](Conn& c) -> Result<void> {
+    Params p;
+    p.bind(1, grace_ms);
+    auto res = c.run(std::string("SELECT key FROM object_roots WHERE touched_ms < ") + kDbNowMs + " - $1 ORDER BY key",
+                     p, "listing object roots");
+    if (!res) return fail(res.error());
+    for (int i = 0; i < res->rows(); ++i) out.push_back(res->text(i, 0));
+    return {};
+  });
+  if (!r) return fail(r.error());
+  return out;
+}
+
+Result<bool> PgStore::collect_object_root(const std::string& key, int64_t grace_ms,
+                                          const std::function<Result<void>()>& remove) {
+  bool collected = false;
+  auto r = transaction([&](Conn& c) -> Result<void> {
+    if (auto l = lock_object_root(c, key); !l) return l;
+    Params p;
+    p.bind(1, key).bind(2, grace_ms);
+    auto res = c.run(std::string("SELECT 1 FROM object_roots WHERE key = $1 AND touched_ms < ") + kDbNowMs +
+                         " - $2 AND NOT EXISTS (SELECT 1 FROM snapshots WHERE object_root = $1)"
+                         " AND NOT EXISTS (SELECT 1 FROM template_builds WHERE deleted_ms IS NULL"
+                         " AND artifact <> '' AND 'template-roots/' || artifact = $1)",
+                     p, "checking object root " + key);
+    if (!res) return fail(res.error());
+    if (res->rows() == 0) return {};
+    // The objects first, under the lock: a node touching the root meanwhile waits, then finds
+    // it gone and puts it again.
+    if (auto removed = remove(); !removed) return removed;
+    Params q;
+    q.bind(1, key);
+    if (auto d = c.run("DELETE FROM object_roots WHERE key = $1", q, "forgetting object root " + key); !d)
+      return fail(d.error());
+    collected = true;
+    return {};
+  });
+  if (!r) return fail(r.error());
+  return collected;
 }
 
 Result<std::string> PgStore::sandbox_node(const std::string& id) {

@@ -83,6 +83,10 @@ class PgStore final : public Store {
   Result<std::string> sandbox_node(const std::string& id) override;
   Result<ProjectStarts> hold_project_starts(const std::string& project_id, int n, int max) override;
   Result<void> release_project_starts(const std::string& project_id, int n) override;
+  Result<void> touch_object_root(const std::string& key) override;
+  Result<std::vector<std::string>> stale_object_roots(int64_t grace_ms) override;
+  Result<bool> collect_object_root(const std::string& key, int64_t grace_ms,
+                                   const std::function<Result<void>()>& remove) override;
 
  private:
   PgStore(std::string url, int pool_size, std::string node);

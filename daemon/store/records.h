@@ -147,6 +147,9 @@ struct SnapshotRecord {
   std::string rootfs, budget_id;
   std::string template_id;  // as SandboxRecord::template_id
   std::string node_id;      // where its image was taken, in a shared store ("" in a single node's)
+  /// The object-store root its image was taken against ("rootfs/FP"), in a cluster with an
+  /// object store; what keeps that root from the collector ("" in a single node's).
+  std::string object_root;
 };
 
 /// The record a release before typed columns kept as a JSON document (the sandbox object plus

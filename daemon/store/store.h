@@ -152,6 +152,23 @@ class SandboxStore {
   }
   /// Gives back `n` starts held by hold_project_starts (the sandboxes are live, or failed).
   virtual Result<void> release_project_starts(const std::string& project_id, int n) { return {}; }
+
+  /// Roots in a cluster's object store that records share (docs/cluster.md, "The object
+  /// store is collected"): a snapshot's, "rootfs/FP", and a template's, "template-roots/A".
+  /// A node touches a root (the store's clock) before it looks for it or puts it; the
+  /// collector leaves a root alone for `grace_ms` after its last touch. A touch waits while a
+  /// collector removes that root, so a root found after a touch stays. A single node's store
+  /// keeps nothing.
+  virtual Result<void> touch_object_root(const std::string& key) { return {}; }
+  /// The roots untouched for `grace_ms` (candidates: collect_object_root decides).
+  virtual Result<std::vector<std::string>> stale_object_roots(int64_t grace_ms) { return std::vector<std::string>{}; }
+  /// Under the root's lock: if it is still untouched for `grace_ms` and no record refers to
+  /// it (a snapshot taken against it, a template build of it not deleted), `remove` deletes
+  /// its objects and the root is forgotten (true). `remove` failing forgets nothing.
+  virtual Result<bool> collect_object_root(const std::string& key, int64_t grace_ms,
+                                           const std::function<Result<void>()>& remove) {
+    return false;
+  }
 };
 
 /// What the template module needs of the store: its builds (docs/templates.md). An interface,
@@ -170,6 +187,8 @@ class TemplateStore {
   virtual Result<void> forget_template_build(const std::string& id) = 0;
   /// The root filesystems snapshots were taken on (their restores need them).
   virtual Result<std::vector<std::string>> snapshot_rootfs() = 0;
+  /// As SandboxStore::touch_object_root (a template's root, before it is put).
+  virtual Result<void> touch_object_root(const std::string& key) { return {}; }
 };
 
 /// Everything that must outlive b3osd, behind one interface: SQLite on a single node
@@ -219,6 +238,8 @@ class Store : public SandboxStore, public TemplateStore {
   virtual Result<void> delete_template(const std::string& template_id, int64_t now_ms) = 0;
   virtual Result<void> forget_template_build(const std::string& id) = 0;
   virtual Result<std::vector<std::string>> snapshot_rootfs() = 0;
+  /// Both interfaces name it (SandboxStore's says what it does); a single node keeps nothing.
+  Result<void> touch_object_root(const std::string& key) override { return {}; }
 
   /// Claims `key` for a request, or finds its earlier response. Records expire after 24 h.
   virtual Result<IdempotencyHit> idempotency_begin(const std::string& project_id, const std::string& key,

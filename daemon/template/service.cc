@@ -1638,6 +1638,9 @@ Result<void> TemplateService::ensure_artifact(const std::string& artifact) {
 Result<void> TemplateService::publish_artifact(const std::string& artifact, const std::string& log) {
   if (artifact.empty() || artifact == "base") return {};  // every node has its own base
   const std::string prefix = "template-roots/" + artifact;
+  // Touched before it is looked for: a collector removing it finishes first, and none starts
+  // while the build's record (which then keeps it) is not yet saved.
+  if (auto t = store_.touch_object_root(prefix); !t) return fail(t.error().wrap("putting the root in the object store"));
   if (auto there = cfg_.object_store->exists(prefix + "/manifest.json"); there && *there) return {};
   const auto t0 = Clock::now();
   append_log(log, "-- putting the root in the object store, for every node\n");

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "common/clock.h"
 #include "common/ids.h"
 #include "daemon/cluster/membership.h"
 #include "daemon/gateway/budget.h"
@@ -744,6 +745,77 @@ TEST_P(PgStoreTest, ASilentNodeIsMarkedDownOnceAndLetsGo) {
   ASSERT_TRUE(store_->register_node(node_record("node")));
   EXPECT_EQ(*store_->heartbeat(node_record("node")), "ready");
   EXPECT_TRUE(store_->active_sandboxes()->empty());
+}
+
+// The object store's shared roots: collected only when untouched for the grace and no record
+// refers to them; a removal that fails forgets nothing; a touch waits for a removal under way,
+// so a root found after a touch stays.
+TEST_P(PgStoreTest, ObjectRootsAreCollectedOnlyWhenNothingNeedsThem) {
+  auto b = another("node-b");
+  ASSERT_TRUE(b);
+  for (const char* k : {"rootfs/r1", "rootfs/r2", "rootfs/r3", "template-roots/a-x", "template-roots/a-gone"})
+    ASSERT_TRUE(store_->touch_object_root(k));
+  EXPECT_TRUE(store_->stale_object_roots(60'000)->empty());  // all just touched
+  SnapshotRecord snap;
+  snap.id = "snp_r1";
+  snap.project_id = "prj_a";
+  snap.object_root = "rootfs/r1";
+  ASSERT_TRUE(b->put_snapshot(snap));
+  EXPECT_EQ((*store_->get_snapshot("prj_a", "snp_r1"))->object_root, "rootfs/r1");
+  TemplateBuildRecord live;
+  live.id = "bld_x";
+  live.template_id = "tpl_x";
+  live.project_id = "prj_a";
+  live.name = "web";
+  live.status = "ready";
+  live.artifact = "a-x";
+  ASSERT_TRUE(store_->put_template_build(live));
+  TemplateBuildRecord gone = live;
+  gone.id = "bld_gone";
+  gone.template_id = "tpl_gone";
+  gone.artifact = "a-gone";
+  gone.deleted_ms = 7;
+  ASSERT_TRUE(store_->put_template_build(gone));
+  ASSERT_TRUE(pg_admin_exec(pg_base_ + " dbname=" + pg_db_, "UPDATE object_roots SET touched_ms = 0"));
+  EXPECT_EQ(store_->stale_object_roots(60'000)->size(), 5u);
+
+  int removed = 0;
+  auto remove = [&]() -> Result<void> {
+    ++removed;
+    return {};
+  };
+  EXPECT_FALSE(*store_->collect_object_root("rootfs/r1", 60'000, remove));           // a snapshot's
+  EXPECT_FALSE(*b->collect_object_root("template-roots/a-x", 60'000, remove));       // a live template's
+  EXPECT_TRUE(*b->collect_object_root("template-roots/a-gone", 60'000, remove));     // a deleted one's
+  EXPECT_TRUE(*store_->collect_object_root("rootfs/r2", 60'000, remove));
+  EXPECT_FALSE(*store_->collect_object_root("rootfs/r2", 60'000, remove));           // once
+  EXPECT_EQ(removed, 2);
+  auto broken = store_->collect_object_root("rootfs/r3", 60'000, []() -> Result<void> {
+    return fail(ErrorCode::kNodeUnavailable, "object store away");
+  });
+  EXPECT_FALSE(broken);
+  auto left = *store_->stale_object_roots(60'000);
+  EXPECT_EQ(left, (std::vector<std::string>{"rootfs/r1", "rootfs/r3", "template-roots/a-x"}));
+  // The snapshot deleted: its root goes too.
+  ASSERT_TRUE(b->delete_snapshot("prj_a", "snp_r1"));
+  EXPECT_TRUE(*store_->collect_object_root("rootfs/r1", 60'000, remove));
+
+  // A touch during a removal waits for it, and the root is then new again (not stale).
+  std::atomic<int64_t> removal_ended{0}, touch_ended{0};
+  std::thread collector([&] {
+    (void)store_->collect_object_root("rootfs/r3", 60'000, [&]() -> Result<void> {
+      std::this_thread::sleep_for(std::chrono::milliseconds(400));
+      removal_ended = now_unix_ms();
+      return {};
+    });
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_TRUE(b->touch_object_root("rootfs/r3"));
+  touch_ended = now_unix_ms();
+  collector.join();
+  EXPECT_GT(removal_ended.load(), 0);
+  EXPECT_GE(touch_ended.load(), removal_ended.load());
+  EXPECT_EQ(*store_->stale_object_roots(60'000), std::vector<std::string>{"template-roots/a-x"});
 }
 
 // Templates are the cluster's: every node reads every build, each naming the node that runs
