@@ -61,8 +61,9 @@ Result<Reservation> Budgets::reserve_shared(const std::string& budget_id, Micros
 void Budgets::settle_shared(Reservation& r, store::LedgerRow row) {
   row.budget_id = r.budget_id;
   row.reserved_micros = r.amount;
-  // The store may be restarting: tries over ~15 s (a Postgres restart under load took up to
-  // 4 s to answer again in cluster.sh; 3 tries over 1.5 s once left a call out of the ledger).
+  // The store may be restarting: tries over ~15 s (in cluster.sh a Postgres restart is down
+  // about 2 s and answers again about 1.5 s after; 3 tries over 1.5 s once left a call out of
+  // the ledger).
   // The caller's answer waits meanwhile. Until it settles the hold stays held, which keeps
   // the cap safe; it is released when this node starts again or is marked down, and the
   // call's cost is then missing from the ledger (logged here).

@@ -349,15 +349,13 @@ void Server::call_tool(http::Exchange& ex, const std::shared_ptr<Session>& s, co
   // A create this node should not take (draining, or full) runs where placement puts it.
   if (!relayed) {
     const std::function<bool()> cancelled = [&] { return flag->load() || ex.client_gone(); };
+    auto call = [&] { return json{{"jsonrpc", "2.0"}, {"id", m.id}, {"method", "tools/call"}, {"params", m.params}}.dump(); };
     Result<bool> elsewhere = false;
     auto sid = args.find("sandbox_id");
-    if (cfg_.peer_relay && sid != args.end() && sid->is_string()) {
-      const json call = {{"jsonrpc", "2.0"}, {"id", m.id}, {"method", "tools/call"}, {"params", m.params}};
-      elsewhere = cfg_.peer_relay(ex, p, sid->get<std::string>(), call.dump(), cancelled);
-    } else if (cfg_.create_relay && tool->name == "sandbox_create") {
-      const json call = {{"jsonrpc", "2.0"}, {"id", m.id}, {"method", "tools/call"}, {"params", m.params}};
-      elsewhere = cfg_.create_relay(ex, p, args, call.dump(), cancelled);
-    }
+    if (cfg_.peer_relay && sid != args.end() && sid->is_string())
+      elsewhere = cfg_.peer_relay(ex, p, sid->get<std::string>(), call(), cancelled);
+    else if (cfg_.create_relay && tool->name == "sandbox_create")
+      elsewhere = cfg_.create_relay(ex, p, args, call(), cancelled);
     if (!elsewhere) return answer(ex, make_result(m.id, tool_error(elsewhere.error())));
     if (*elsewhere) {
       if (!ex.responded()) answer(ex, make_error(m.id, kInternalError, "the request was cancelled"));

@@ -802,14 +802,19 @@ TEST_P(PgStoreTest, ObjectRootsAreCollectedOnlyWhenNothingNeedsThem) {
 
   // A touch during a removal waits for it, and the root is then new again (not stale).
   std::atomic<int64_t> removal_ended{0}, touch_ended{0};
+  std::atomic<bool> removing{false};
   std::thread collector([&] {
     (void)store_->collect_object_root("rootfs/r3", 60'000, [&]() -> Result<void> {
+      removing = true;  // the root's lock is held from here to the commit
       std::this_thread::sleep_for(std::chrono::milliseconds(400));
       removal_ended = now_unix_ms();
       return {};
     });
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  // The touch starts only once the removal is under way (a busy machine may start the
+  // collector's thread late; a touch first would make the root new, and nothing removed).
+  for (int i = 0; i < 1000 && !removing; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_TRUE(removing.load());
   ASSERT_TRUE(b->touch_object_root("rootfs/r3"));
   touch_ended = now_unix_ms();
   collector.join();
