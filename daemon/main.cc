@@ -831,7 +831,8 @@ int main(int argc, char** argv) {
     return 1;
   }
 
-  gateway::Budgets budgets(**store);
+  // In a cluster, model calls settled while the shared store is away wait in this journal.
+  gateway::Budgets budgets(**store, cfg.data_dir + "/pending-settles.json");
   gateway::Gateway gw(std::move(*checked), budgets);
   for (auto& id : {gw.default_model()})
     if (!id.empty()) spdlog::info("gateway: default model {}", id);

@@ -2,9 +2,6 @@
 
 #include <spdlog/spdlog.h>
 
-#include <chrono>
-#include <thread>
-
 #include "common/ids.h"
 
 namespace b3os::gateway {
@@ -18,6 +15,13 @@ Error cap_reached(Micros cap, Micros spent, Micros reserved, Micros worst) {
   return Error{ErrorCode::kPaymentRequired, msg, 0};
 }
 }  // namespace
+
+Budgets::Budgets(store::Store& store, std::filesystem::path journal)
+    : store_(store),
+      pending_([&store](const std::string& hold, const store::LedgerRow& row) { return store.settle_budget(hold, row); },
+               PendingSettles::Options{std::move(journal)}) {
+  if (store_.shared()) pending_.start();
+}
 
 Result<Budgets::Account*> Budgets::account(const std::string& id) {
   auto row = store_.get_budget(id);
@@ -61,24 +65,9 @@ Result<Reservation> Budgets::reserve_shared(const std::string& budget_id, Micros
 void Budgets::settle_shared(Reservation& r, store::LedgerRow row) {
   row.budget_id = r.budget_id;
   row.reserved_micros = r.amount;
-  // The store may be restarting: tries over ~15 s (in cluster.sh a Postgres restart is down
-  // about 2 s and answers again about 1.5 s after; 3 tries over 1.5 s once left a call out of
-  // the ledger).
-  // The caller's answer waits meanwhile. Until it settles the hold stays held, which keeps
-  // the cap safe; it is released when this node starts again or is marked down, and the
-  // call's cost is then missing from the ledger (logged here).
-  auto wait = std::chrono::milliseconds(500);
-  for (int attempt = 1;; ++attempt) {
-    auto w = store_.settle_budget(r.hold_id, row);
-    if (w) return;
-    if (w.error().code != ErrorCode::kNodeUnavailable || attempt == 6) {
-      spdlog::error("ledger: could not settle the call of {} on {} (hold {}): {}", format_usd(row.cost_micros),
-                    r.budget_id, r.hold_id, w.error().message);
-      return;
-    }
-    std::this_thread::sleep_for(wait);
-    wait *= 2;
-  }
+  // One try; a store that cannot be reached (restarting, away) gets the settle later, from
+  // the journal, however long it is away. The hold stays held meanwhile: the cap is safe.
+  pending_.settle(r.hold_id, row);
 }
 
 void Budgets::settle(Reservation& r, store::LedgerRow row) {

@@ -6,7 +6,8 @@
 // the last dollar can never take the total past the cap. When the call ends, the reservation
 // is released and the real cost is charged (memory first, then the ledger in the store).
 // In a cluster (a shared store) the same rule is one conditional UPDATE in the store, and a
-// reservation is a row there (a "hold"): every node's calls count against the one cap.
+// reservation is a row there (a "hold"): every node's calls count against the one cap. A
+// settle the shared store cannot take yet is kept and written when it answers (settles.h).
 // Every amount is integer micro-dollars (common/money.h): the sums are exact.
 
 #include <concepts>
@@ -17,6 +18,7 @@
 
 #include "common/money.h"
 #include "common/result.h"
+#include "daemon/gateway/settles.h"
 #include "daemon/store/store.h"
 
 namespace b3os::gateway {
@@ -31,7 +33,9 @@ struct Reservation {
 
 class Budgets {
  public:
-  explicit Budgets(store::Store& store) : store_(store) {}
+  /// `journal`: where settles waiting for a shared store are kept across restarts (in a
+  /// cluster; "" keeps them in memory only).
+  explicit Budgets(store::Store& store, std::filesystem::path journal = {});
 
   /// Reserves `worst` micro-dollars on `budget_id`. Fails with kPaymentRequired (the message
   /// names the cap) when it would pass the cap, kInternal when the budget does not exist.
@@ -57,6 +61,9 @@ class Budgets {
   /// The store the budgets live in (the gateway's admission reads project settings there).
   store::Store& store() { return store_; }
 
+  /// Settles waiting for the shared store (0 on a single node).
+  size_t pending_settles() const { return pending_.pending(); }
+
  private:
   struct Account {
     std::optional<Micros> cap;
@@ -70,7 +77,7 @@ class Budgets {
   store::Store& store_;
   std::mutex mu_;
   std::map<std::string, Account> accounts_;  // in a shared store: as the last call found it
-
+  PendingSettles pending_;
 };
 
 }  // namespace b3os::gateway

@@ -486,6 +486,9 @@ CREATE TABLE object_roots (
   touched_ms BIGINT NOT NULL
 );
 CREATE INDEX object_roots_touched ON object_roots(touched_ms);
+)sql"},
+    {4, "ledger.hold_id: a call's settle is written once however often it is tried", R"sql(
+ALTER TABLE ledger ADD COLUMN hold_id TEXT UNIQUE;
 )sql"}
 };
 
@@ -1144,9 +1147,10 @@ Result<std::optional<BudgetRow>> PgStore::get_budget(const std::string& id) {
 }
 
 namespace {
-/// Appends a call to the ledger and charges `charge` to its budget, releasing `released` of
-/// what its calls hold (inside the caller's transaction).
-Result<void> charge_call(Conn& c, const LedgerRow& row, Micros released) {
+/// Appends a call to the ledger and charges its cost to its budget, releasing `released` of
+/// what its calls hold (inside the caller's transaction). With a hold id the row is written
+/// only once per hold: false (nothing written, nothing charged) when it was already.
+Result<bool> charge_call(Conn& c, const LedgerRow& row, const std::string& hold_id, Micros released) {
   Params p;
   p.bind(1, row.budget_id).bind(2, row.project_id);
   if (row.sandbox_id.empty()) p.bind_null(3); else p.bind(3, row.sandbox_id);
@@ -1154,12 +1158,14 @@ Result<void> charge_call(Conn& c, const LedgerRow& row, Micros released) {
   p.bind(5, row.model).bind(6, row.prompt_tokens).bind(7, row.completion_tokens).bind(8, row.cost_micros);
   p.bind(9, row.reserved_micros).bind(10, row.duration_ms).bind(11, int64_t{row.status}).bind(12, row.outcome);
   p.bind(13, now_unix_ms());
-  if (auto r = c.run("INSERT INTO ledger(budget_id, project_id, sandbox_id, key_id, model, prompt_tokens, "
-                     "completion_tokens, cost_micros, reserved_micros, duration_ms, status, outcome, created_at_ms) "
-                     "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
-                     p, "writing the ledger");
-      !r)
-    return fail(r.error());
+  if (hold_id.empty()) p.bind_null(14); else p.bind(14, hold_id);
+  auto ins = c.run("INSERT INTO ledger(budget_id, project_id, sandbox_id, key_id, model, prompt_tokens, "
+                   "completion_tokens, cost_micros, reserved_micros, duration_ms, status, outcome, created_at_ms, hold_id) "
+                   "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) "
+                   "ON CONFLICT (hold_id) DO NOTHING RETURNING id",
+                   p, "writing the ledger");
+  if (!ins) return fail(ins.error());
+  if (ins->rows() == 0) return false;
   Params u;
   u.bind(1, row.cost_micros).bind(2, released).bind(3, row.budget_id);
   if (auto r = c.run("UPDATE budgets SET spent_micros = spent_micros + $1, reserved_micros = reserved_micros - $2 "
@@ -1167,7 +1173,7 @@ Result<void> charge_call(Conn& c, const LedgerRow& row, Micros released) {
                      u, "charging the budget");
       !r)
     return fail(r.error());
-  return {};
+  return true;
 }
 
 /// Releases every budget hold of `node`. Each hold is deleted by exactly one statement (this
@@ -1220,7 +1226,10 @@ Result<void> release_claims(Conn& c, const std::string& node) {
 }  // namespace
 
 Result<void> PgStore::record_call(const LedgerRow& row) {
-  return transaction([&](Conn& c) { return charge_call(c, row, 0); });
+  return transaction([&](Conn& c) -> Result<void> {
+    if (auto r = charge_call(c, row, "", 0); !r) return fail(r.error());
+    return {};
+  });
 }
 
 Result<BudgetHold> PgStore::reserve_budget(const std::string& budget_id, const std::string& hold_id, Micros amount) {
@@ -1259,12 +1268,20 @@ Result<BudgetHold> PgStore::reserve_budget(const std::string& budget_id, const s
 
 Result<void> PgStore::settle_budget(const std::string& hold_id, const LedgerRow& row) {
   return transaction([&](Conn& c) -> Result<void> {
+    // Written once per hold: a settle tried again (its first try's answer was lost, or it
+    // waited in a journal) finds its hold gone and its ledger row there, and changes nothing.
     Params p;
     p.bind(1, hold_id);
     auto gone = c.run("DELETE FROM budget_holds WHERE id = $1 RETURNING amount_micros", p, "ending budget hold " + hold_id);
     if (!gone) return fail(gone.error());
-    // No row: released already (this node was marked down meanwhile); the cost still counts.
-    return charge_call(c, row, gone->rows() > 0 ? gone->i64(0, 0) : 0);
+    // No hold row: released already (this node restarted or was marked down meanwhile); the
+    // cost still counts.
+    auto written = charge_call(c, row, hold_id, gone->rows() > 0 ? gone->i64(0, 0) : 0);
+    if (!written) return fail(written.error());
+    if (!*written && gone->rows() > 0)
+      // Cannot be: a hold is deleted only with its ledger row or by a release. Undo the delete.
+      return fail(ErrorCode::kInternal, "budget hold " + hold_id + " was held again after its settle");
+    return {};
   });
 }
 

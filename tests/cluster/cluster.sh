@@ -889,6 +889,25 @@ check project_limit.all_deleted "$(psql_q "SELECT count(*) FROM sandboxes s JOIN
 # Every node is silent while the store is away; none may take the others' silence for death
 # when it comes back (a node judges others only after 10 s of its own heartbeats, no gap).
 
+# A model call admitted just before Postgres goes away and answered while it is away: its
+# answer does not wait for the store; its settle is kept (in the node's journal) and written
+# once the store answers, 14 s later: the ledger has the call, once, and nothing stays held.
+SKEY=$("$B3OS_BIN/b3os" keys create --project settle --spend-cap-usd 3 --store "$STORE" 2>/dev/null)
+URL=${NODE_URL[b]}
+KEY=$SKEY create_sandbox '{"api": {"scopes": ["infer:run"]}, "timeout_s": 600}'
+SSBX=$CID
+SBUDGET=
+if [ -n "$SSBX" ]; then
+  KEY=$SKEY api PUT "/v1/sandboxes/$SSBX/files?path=/opt/racer.py" \
+    -H 'Content-Type: application/octet-stream' --data-binary "@$ROOT/tests/fixtures/model_racer.py"
+  KEY=$SKEY api GET "/v1/sandboxes/$SSBX"
+  SBUDGET=$(j .api.budget_id)
+  KEY=$SKEY run_exec "$SSBX" '{"cmd": "nohup python3 /opt/racer.py 1 > /tmp/one.json 2>/tmp/one.err &"}'
+  # Admitted (its hold is a row), then the store goes: the model answers 1.5 s after admission.
+  for _ in $(seq 1 50); do [ "$(psql_q "SELECT count(*) FROM budget_holds WHERE budget_id = '$SBUDGET'")" = 1 ] && break; sleep 0.05; done
+fi
+held_before=$(psql_q "SELECT count(*) FROM budget_holds WHERE budget_id = '$SBUDGET'")
+
 psql_q "SELECT id FROM sandboxes WHERE state = 'running' ORDER BY id" >"$T/running.away"
 pg_restart 14 || die "postgres did not come back"
 sleep 13  # past the silence limit again, the store up: every node has beaten again meanwhile
@@ -903,6 +922,29 @@ check pg_away.sandboxes_still_running "running before and not after: ${gone:-non
 URL=${ROUTERS[1]}
 run_exec "${IDS[0]}" '{"cmd": "echo back"}'
 check pg_away.serves_again "$(snip)" okj 200 '.stdout == "back\n"'
+
+if [ -n "$SSBX" ]; then
+  URL=${NODE_URL[b]}
+  KEY=$SKEY run_exec "$SSBX" '{"cmd": "cat /tmp/one.json"}'
+  check settle.call_answered "held before the outage: $held_before; $(snip)" okj 200 '(.stdout | fromjson | .[0].status) == 200'
+  check settle.kept_while_away "$(grep -E 'settle of hold|pending settles' "$T/node-b/log" | tail -n 2 | tr '\n' ' ')" \
+    grep -q 'the settle of hold .* waits for it' "$T/node-b/log"
+  for _ in $(seq 1 40); do
+    [ "$(psql_q "SELECT count(*) FROM budget_holds WHERE budget_id = '$SBUDGET'")" = 0 ] && break
+    sleep 0.5
+  done
+  row=$(psql_q "SELECT count(*) || ' ' || COALESCE(sum(cost_micros), 0) || ' ' || count(hold_id) FROM ledger WHERE budget_id = '$SBUDGET'")
+  bud=$(psql_q "SELECT spent_micros || ' ' || reserved_micros FROM budgets WHERE id = '$SBUDGET'")
+  read -r s_rows s_sum s_with_hold <<<"$row"
+  read -r s_spent s_reserved <<<"$bud"
+  check settle.written_once "ledger rows $s_rows (with their hold $s_with_hold), sum $s_sum; spent $s_spent, reserved $s_reserved" \
+    test "$s_rows:$s_with_hold:$s_reserved" = 1:1:0 -a "$s_sum" = "$s_spent" -a "$s_spent" -gt 0
+  check settle.journal_gone "$(ls "$T/node-b/data" | tr '\n' ' ')" test ! -e "$T/node-b/data/pending-settles.json"
+  KEY=$SKEY delete_sandbox "$SSBX" || true
+  URL=${ROUTERS[1]}
+else
+  fail settle.call_answered "a sandbox of the key settle: $(snip)"
+fi
 
 # ---- a node killed: marked down within 10 s, its sandboxes failed, creates go elsewhere --------
 

@@ -737,6 +737,15 @@ TEST_P(PgStoreTest, ASilentNodeIsMarkedDownOnceAndLetsGo) {
   ASSERT_TRUE(store_->settle_budget("hld_a", row));
   EXPECT_EQ((*b->get_budget("grt_n"))->reserved_micros, 300);
   EXPECT_EQ((*b->get_budget("grt_n"))->spent_micros, 50);
+  // A settle tried again (its answer lost, or kept while the store was away) changes nothing:
+  // one ledger row per hold, charged once, released once.
+  ASSERT_TRUE(store_->settle_budget("hld_a", row));
+  row.cost_micros = 70;
+  ASSERT_TRUE(b->settle_budget("hld_b", row));
+  ASSERT_TRUE(c->settle_budget("hld_b", row));
+  EXPECT_EQ((*b->get_budget("grt_n"))->reserved_micros, 0);
+  EXPECT_EQ((*b->get_budget("grt_n"))->spent_micros, 120);
+  EXPECT_EQ(b->ledger("grt_n", 10)->size(), 2u);
 
   // It learns it, and stays down until it starts again.
   EXPECT_EQ(*store_->heartbeat(node_record("node")), "down");
