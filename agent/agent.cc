@@ -270,7 +270,8 @@ void Agent::open_stream(uint32_t id, std::string_view payload) {
       auto started = procs_.start(*req);
       channel_.send(FrameType::kEnd, id, dump_json(started ? *started : error_json(started.error())));
       return;
-    } else if (*op == "proc_list" || *op == "proc_get" || *op == "proc_signal" || *op == "proc_forget") {
+    } else if (*op == "proc_list" || *op == "proc_get" || *op == "proc_signal" || *op == "proc_forget" ||
+               *op == "proc_resize") {
       channel_.send(FrameType::kEnd, id, dump_json(procs_.run_op(*op, *req)));
       return;
     } else if (*op == "proc_output") {
@@ -279,7 +280,7 @@ void Agent::open_stream(uint32_t id, std::string_view payload) {
       s = ProcStdinStream::open(channel_, id, procs_, *req);
     } else if (*op == "proc_wait") {
       s = ProcWaitStream::open(channel_, id, procs_, *req);
-    } else if (*op == "list" || *op == "stat" || *op == "remove") {
+    } else if (*op == "list" || *op == "stat" || *op == "remove" || *op == "mkdir" || *op == "rename") {
       channel_.send(FrameType::kEnd, id, dump_json(run_fs_op(*op, *req)));
       return;
     } else if (*op == "idle_reports") {

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "agent/fs_ops.h"
 #include "agent/log.h"
 #include "agent/users.h"
 
@@ -66,6 +67,8 @@ Result<SpawnSpec> parse_spec(const Json& req) {
   return spec;
 }
 
+}  // namespace
+
 // Larger account files are refused rather than read by the agent's one thread.
 constexpr size_t kMaxAccountFile = 8u << 20;
 
@@ -99,6 +102,8 @@ Result<std::string> read_account_file(const char* path) {
     text.append(buf, static_cast<size_t>(n));
   }
 }
+
+namespace {
 
 Result<ExecUser> load_user(const std::string& user) {
   auto passwd = read_account_file("/etc/passwd");

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <map>
 #include <cstring>
 #include <vector>
 
@@ -32,7 +33,43 @@ Json describe(const struct stat& st) {
   return Json{{"type", type_name(st.st_mode)},
               {"size", static_cast<uint64_t>(st.st_size)},
               {"mode", static_cast<unsigned>(st.st_mode & 07777)},
-              {"mtime_ns", mtime_ns(st)}};
+              {"mtime_ns", mtime_ns(st)},
+              {"uid", static_cast<unsigned>(st.st_uid)},
+              {"gid", static_cast<unsigned>(st.st_gid)}};
+}
+
+/// The name of `id` in account-file text (name:x:id:...), or its number.
+std::string account_name(const std::string& text, unsigned id) {
+  const std::string want = std::to_string(id);
+  size_t pos = 0;
+  while (pos < text.size()) {
+    const size_t nl = std::min(text.find('\n', pos), text.size());
+    const std::string_view line(text.data() + pos, nl - pos);
+    pos = nl + 1;
+    const size_t c1 = line.find(':');
+    if (c1 == std::string_view::npos || c1 == 0) continue;
+    const size_t c2 = line.find(':', c1 + 1);
+    if (c2 == std::string_view::npos) continue;
+    const size_t c3 = line.find(':', c2 + 1);
+    if (line.substr(c2 + 1, (c3 == std::string_view::npos ? line.size() : c3) - c2 - 1) == want)
+      return std::string(line.substr(0, c1));
+  }
+  return want;
+}
+
+/// describe() with owner and group names, and a symlink's target.
+Json describe_named(const std::string& path, const struct stat& st) {
+  Json j = describe(st);
+  auto passwd = read_account_file("/etc/passwd");
+  auto group = read_account_file("/etc/group");
+  j["owner"] = account_name(passwd ? *passwd : std::string(), st.st_uid);
+  j["group"] = account_name(group ? *group : std::string(), st.st_gid);
+  if (S_ISLNK(st.st_mode)) {
+    char buf[4096];
+    const ssize_t n = ::readlink(path.c_str(), buf, sizeof buf);
+    if (n >= 0) j["target"] = std::string(buf, static_cast<size_t>(n));
+  }
+  return j;
 }
 
 // Resolves "." and ".." lexically; used only to refuse removing the root in any spelling.
@@ -158,9 +195,19 @@ Result<Json> list_dir(const std::string& path) {
   Json entries = Json::array();
   size_t used = 0;
   bool truncated = false;
+  auto passwd = read_account_file("/etc/passwd");
+  auto group = read_account_file("/etc/group");
+  std::map<unsigned, std::string> owners, groups;  // each id looked up once per list
+  auto named = [](std::map<unsigned, std::string>& seen, const Result<std::string>& text, unsigned id) {
+    auto it = seen.find(id);
+    if (it == seen.end()) it = seen.emplace(id, account_name(text ? *text : std::string(), id)).first;
+    return it->second;
+  };
   for (const auto& [name, st] : found) {
     Json e = describe(st);
     e["name"] = name;
+    e["owner"] = named(owners, passwd, st.st_uid);
+    e["group"] = named(groups, group, st.st_gid);
     used += dump_json(e).size() + 1;
     if (used > kBudget) {
       truncated = true;
@@ -176,9 +223,29 @@ Result<Json> list_dir(const std::string& path) {
 Result<Json> stat_path(const std::string& path) {
   struct stat st;
   if (::lstat(path.c_str(), &st) != 0) return fail(fs_error("stat", path, errno));
-  Json out = describe(st);
+  Json out = describe_named(path, st);
   out["ok"] = true;
   return out;
+}
+
+Result<Json> make_dir(const std::string& path) {
+  struct stat st;
+  const bool existed = ::lstat(path.c_str(), &st) == 0;
+  if (existed && !S_ISDIR(st.st_mode)) return fail(fs_error("mkdir", path, EEXIST, false));
+  if (!existed)
+    if (auto r = make_dirs(path); !r) return fail(r.error());
+  auto out = stat_path(path);
+  if (!out) return out;
+  (*out)["created"] = !existed;
+  return out;
+}
+
+Result<Json> rename_path(const std::string& path, const std::string& to) {
+  if (lexical_normal(path) == "/") return fail(ErrorCode::kInvalidRequest, "rename " + path + ": refusing to move /");
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0) return fail(fs_error("rename", path, errno));
+  if (::rename(path.c_str(), to.c_str()) != 0) return fail(fs_error("rename " + path + " to", to, errno, false));
+  return stat_path(to);
 }
 
 Result<void> remove_path(const std::string& path, bool recursive) {
@@ -217,6 +284,18 @@ Json run_fs_op(const std::string& op, const Json& req) {
   }
   if (op == "stat") {
     auto r = stat_path(*path);
+    return r ? std::move(*r) : error_json(r.error());
+  }
+  if (op == "mkdir") {
+    auto r = make_dir(*path);
+    return r ? std::move(*r) : error_json(r.error());
+  }
+  if (op == "rename") {
+    auto to = get_string(req, "to");
+    if (!to) return error_json(to.error());
+    if (to->empty() || to->front() != '/' || to->find('\0') != std::string::npos)
+      return error_json(Error{ErrorCode::kInvalidRequest, "rename: the destination must be an absolute path", 0});
+    auto r = rename_path(*path, *to);
     return r ? std::move(*r) : error_json(r.error());
   }
   auto recursive = get_bool(req, "recursive", false);

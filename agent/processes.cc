@@ -1,5 +1,6 @@
 #include "agent/processes.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -11,6 +12,7 @@
 #include <cstring>
 
 #include "agent/exec_stream.h"
+#include "agent/pty.h"
 #include "agent/log.h"
 #include "agent/spawn.h"
 
@@ -61,6 +63,7 @@ Json Process::describe() const {
             {"status", exited ? "exited" : "running"},
             {"started_at_ms", started_unix_ms},
             {"stdin_open", static_cast<bool>(in) && !in_closing},
+            {"pty", static_cast<bool>(pty)},
             {"output", {{"start", ring.start()}, {"end", ring.end()}, {"ring_bytes", ring.cap()}}}};
   if (exited) {
     j["exit_code"] = exit_code();
@@ -101,6 +104,22 @@ Result<Json> ProcessTable::start(const Json& req) {
   if (!user) return fail(user.error());
   auto tag = get_string(req, "tag", std::string());
   if (!tag) return fail(tag.error());
+  // {"pty": {"rows", "cols"}}: the process runs on a terminal; what it prints is its stdout,
+  // its stdin is what is typed, and it can be resized (proc_resize).
+  std::optional<Pty> pty;
+  if (req.contains("pty") && !req["pty"].is_null()) {
+    const Json& size = req["pty"];
+    if (!size.is_object()) return fail(ErrorCode::kInvalidRequest, "pty must be {\"rows\", \"cols\"}");
+    auto rows = get_u64(size, "rows", 24);
+    if (!rows) return fail(rows.error());
+    auto cols = get_u64(size, "cols", 80);
+    if (!cols) return fail(cols.error());
+    auto opened = open_pty(*rows, *cols, spec->ids ? std::optional<uid_t>(spec->ids->uid) : std::nullopt);
+    if (!opened) return fail(opened.error());
+    pty = std::move(*opened);
+    spec->tty = pty->slave.get();
+    spec->pipe_stdin = false;  // the terminal is its stdin
+  }
   if (auto r = make_room(); !r) return fail(r.error());
   auto child = spawn_child(*spec);
   if (!child) return fail(child.error());
@@ -116,6 +135,14 @@ Result<Json> ProcessTable::start(const Json& req) {
   p->in = std::move(child->stdin_fd);
   p->out[0] = std::move(child->stdout_fd);
   p->out[1] = std::move(child->stderr_fd);
+  if (pty) {
+    pty->slave.reset();  // the child holds it now
+    const int fl = ::fcntl(pty->master.get(), F_GETFL);
+    if (fl >= 0) ::fcntl(pty->master.get(), F_SETFL, fl | O_NONBLOCK);
+    p->in = UniqueFd(::fcntl(pty->master.get(), F_DUPFD_CLOEXEC, 3));
+    p->out[0] = UniqueFd(::fcntl(pty->master.get(), F_DUPFD_CLOEXEC, 3));
+    p->pty = std::move(pty->master);
+  }
   Json j = p->describe();
   log_line("process %s: started pid %d", p->id.c_str(), p->pid);
   procs_.emplace(seq, std::move(p));
@@ -156,6 +183,15 @@ Json ProcessTable::run_op(const std::string& op, const Json& req) {
     if (rc != 0 && errno != ESRCH)
       return error_json(Error{ErrorCode::kInternal, std::string("kill: ") + std::strerror(errno), errno});
     return Json{{"ok", true}, {"delivered", rc == 0}, {"process", p->describe()}};
+  }
+  if (op == "proc_resize") {
+    if (!p->pty) return error_json(Error{ErrorCode::kInvalidRequest, "process " + p->id + " does not run on a terminal"});
+    auto rows = get_u64(req, "rows", 24);
+    if (!rows) return error_json(rows.error());
+    auto cols = get_u64(req, "cols", 80);
+    if (!cols) return error_json(cols.error());
+    if (auto r = set_pty_size(p->pty.get(), *rows, *cols); !r) return error_json(r.error());
+    return Json{{"ok", true}, {"process", p->describe()}};
   }
   if (op == "proc_forget") {
     if (!p->exited) return error_json(Error{ErrorCode::kConflict, "process " + p->id + " is still running; signal it first"});

@@ -33,7 +33,8 @@ struct Process {
   UniqueFd in;  // stdin, when asked for and still open
   std::string in_buf;
   bool in_closing = false;  // close once in_buf is written
-  UniqueFd out[2];          // stdout, stderr
+  UniqueFd out[2];          // stdout, stderr (on a pty: its master, as stdout)
+  UniqueFd pty;             // on a pty: its master, kept for resizes
   bool exited = false;
   int status = 0;
   int64_t exited_unix_ms = 0;

@@ -13,6 +13,7 @@
 
 #include "agent/exec_stream.h"
 #include "agent/log.h"
+#include "agent/pty.h"
 
 namespace b3os::agent {
 
@@ -21,16 +22,6 @@ namespace {
 // After the shell exits, what it left behind may hold the terminal; its output counts as done
 // this long after (then the master closes, and they get SIGHUP).
 constexpr auto kExitGrace = std::chrono::milliseconds(100);
-
-Result<void> set_size(int fd, uint64_t rows, uint64_t cols) {
-  if (rows < 1 || rows > 1000 || cols < 1 || cols > 1000)
-    return fail(ErrorCode::kInvalidRequest, "rows and cols must be 1 to 1000");
-  winsize ws{};
-  ws.ws_row = static_cast<unsigned short>(rows);
-  ws.ws_col = static_cast<unsigned short>(cols);
-  if (::ioctl(fd, TIOCSWINSZ, &ws) != 0) return fail(errno_error(ErrorCode::kInternal, "TIOCSWINSZ", errno));
-  return {};
-}
 
 }  // namespace
 
@@ -42,17 +33,10 @@ Result<std::unique_ptr<Stream>> PtyStream::start(Channel& channel, uint32_t id, 
   auto cols = get_u64(req, "cols", 80);
   if (!cols) return fail(cols.error());
 
-  UniqueFd master(::posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC));
-  if (!master) return fail(errno_error(ErrorCode::kInternal, "posix_openpt", errno));
-  if (::grantpt(master.get()) != 0) return fail(errno_error(ErrorCode::kInternal, "grantpt", errno));
-  if (::unlockpt(master.get()) != 0) return fail(errno_error(ErrorCode::kInternal, "unlockpt", errno));
-  char name[128];
-  if (::ptsname_r(master.get(), name, sizeof name) != 0) return fail(errno_error(ErrorCode::kInternal, "ptsname", errno));
-  UniqueFd slave(::open(name, O_RDWR | O_NOCTTY | O_CLOEXEC));
-  if (!slave) return fail(errno_error(ErrorCode::kInternal, std::string("open ") + name, errno));
-  if (auto r = set_size(master.get(), *rows, *cols); !r) return fail(r.error());
-  // The user must be able to use their terminal: it is theirs, as login(1) would make it.
-  if (spec->ids) (void)::fchown(slave.get(), spec->ids->uid, static_cast<gid_t>(-1));
+  auto pty = open_pty(*rows, *cols, spec->ids ? std::optional<uid_t>(spec->ids->uid) : std::nullopt);
+  if (!pty) return fail(pty.error());
+  UniqueFd master = std::move(pty->master);
+  UniqueFd slave = std::move(pty->slave);
 
   spec->tty = slave.get();
   auto child = spawn_child(*spec);
@@ -133,7 +117,7 @@ void PtyStream::on_header(std::string_view payload) {
   auto cols = get_u64(*j, "cols", 0);
   if (!rows || !cols) return;
   // TIOCSWINSZ sends the foreground process group SIGWINCH.
-  if (auto r = set_size(master_.get(), *rows, *cols); !r) log_line("pty %u: resize: %s", id_, r.error().message.c_str());
+  if (auto r = set_pty_size(master_.get(), *rows, *cols); !r) log_line("pty %u: resize: %s", id_, r.error().message.c_str());
 }
 
 void PtyStream::on_window(uint32_t credit) {

@@ -69,7 +69,7 @@ Result<std::optional<Micros>> parse_cap(const std::string& v) {
 /// A money amount in JSON: USD, as the API shows money.
 Json usd_json(std::optional<Micros> m) { return m ? Json(micros_to_usd(*m)) : Json(nullptr); }
 
-int run_keys_create(const GlobalOptions& g, const std::string& project, const std::string& cap) {
+int run_keys_create(const GlobalOptions& g, const std::string& project, const std::string& cap, bool e2b) {
   std::optional<Micros> cap_micros;
   if (!cap.empty()) {
     auto c = parse_cap(cap);
@@ -78,7 +78,7 @@ int run_keys_create(const GlobalOptions& g, const std::string& project, const st
   }
   auto store = open_store(g.data_dir, g.store);
   if (!store) return report_error(store.error());
-  auto key = (*store)->create_api_key(project);
+  auto key = (*store)->create_api_key(project, e2b);
   if (!key) return report_error(key.error());
   if (cap_micros) {
     if (auto r = (*store)->set_budget_cap(key->record.id, key->record.project_id, cap_micros); !r) return report_error(r.error());
@@ -236,8 +236,10 @@ void add_key_commands(CLI::App& app, GlobalOptions& g, Action& action) {
   auto* create = keys->add_subcommand("create", "Create a key; prints it alone on stdout");
   create->add_option("--project", *project, "Project name (created if new)")->capture_default_str();
   create->add_option("--spend-cap-usd", *cap, "Cap on the key's model spend (/v1/infer, and grants created with no cap of their own)");
-  create->callback([&g, &action, project, cap] {
-    action = [&g, project, cap] { return run_keys_create(g, *project, *cap); };
+  auto e2b = std::make_shared<bool>(false);
+  create->add_flag("--e2b", *e2b, "An e2b_ key, the shape E2B's SDKs expect in E2B_API_KEY (docs/e2b.md); it works on every route");
+  create->callback([&g, &action, project, cap, e2b] {
+    action = [&g, project, cap, e2b] { return run_keys_create(g, *project, *cap, *e2b); };
   });
 
   auto key_id = std::make_shared<std::string>();

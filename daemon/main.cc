@@ -918,7 +918,14 @@ int main(int argc, char** argv) {
     mcp_cfg.create_relay = make_mcp_create_relay(**store, sandboxes, node_id, cluster_secret, node_draining);
   }
   mcp::Server mcp_server(mcp_cfg, mcp_tools);
-  api::Api api(api_cfg, **store, sandboxes, gw, &mcp_server, templates.get());
+  // E2B's API on the same listener (docs/e2b.md): sandbox.getHost(port) names the preview host.
+  e2b::Config e2b_cfg;
+  e2b_cfg.limits = api_cfg.limits;
+  e2b_cfg.process_output_bytes = api_cfg.process_output_bytes;
+  e2b_cfg.max_upload_bytes = api_cfg.max_upload_bytes;
+  e2b_cfg.domain = cfg.preview.domain + ":" + std::to_string(cfg.preview.listen_port);
+  e2b::Server e2b_server(e2b_cfg, sandboxes);
+  api::Api api(api_cfg, **store, sandboxes, gw, &mcp_server, templates.get(), &e2b_server);
   http::Server server(listen_host, listen_port, http_cfg, [&](http::Exchange& ex) { api.handle(ex); });
   if (auto r = server.listen(); !r) {
     std::cerr << "b3osd: " << r.error().message << "\n";

@@ -24,11 +24,11 @@ record() {  # name status(0 ok, 77 skip, else fail) [reason]; says how long its 
 step "dependencies"
 ./scripts/install-deps.sh || { echo "installing dependencies failed"; exit 1; }
 
-step "node packages: the official MCP SDK and Inspector for the MCP tests and the recipes' MCP tabs; kubernetes-models for the manifests; s3rver for the cluster's object store"
+step "node packages: the official MCP SDK and Inspector for the MCP tests and the recipes' MCP tabs; kubernetes-models for the manifests; s3rver for the cluster's object store; the e2b SDK"
 if command -v npm >/dev/null; then
-  for d in tests/mcp cookbook tests/kubernetes tests/cluster; do
+  for d in tests/mcp cookbook tests/kubernetes tests/cluster tests/e2b; do
     (cd "$d" && npm ci --no-audit --no-fund --loglevel=error) ||
-      echo "npm ci in $d failed: the MCP client checks that need it will say SKIP"
+      echo "npm ci in $d failed: the client checks that need it will say SKIP"
   done
 else
   echo "npm is not installed: the MCP client checks will say SKIP"
@@ -37,7 +37,7 @@ fi
 step "build"
 ./scripts/build.sh || { echo "build failed"; exit 1; }
 
-FUZZ_TARGETS="frame_fuzz target_fuzz spec_fuzz http_request_fuzz http_head_fuzz peek_fuzz http_guard_fuzz allow_fuzz dns_fuzz preview_fuzz jsonrpc_fuzz users_fuzz image_fuzz"
+FUZZ_TARGETS="frame_fuzz target_fuzz spec_fuzz http_request_fuzz http_head_fuzz peek_fuzz http_guard_fuzz allow_fuzz dns_fuzz preview_fuzz jsonrpc_fuzz users_fuzz image_fuzz e2b_fuzz"
 secs=${B3OS_FUZZ_SECONDS:-10}
 
 step "template base"
@@ -105,6 +105,10 @@ record ports $?
 step "end to end: MCP at /mcp with real clients (official SDK over HTTP and stdio, Inspector CLI, protocol edges)"
 B3OS_BIN=$root/build/bin ./tests/e2e/mcp.sh
 record mcp $?
+
+step "end to end: the unmodified e2b SDK against b3osd (control plane, commands, files, watches, signed URLs, pause and connect, errors)"
+B3OS_BIN=$root/build/bin ./tests/e2b/e2b.sh
+record e2b $?
 
 step "end to end: operations (configuration file, JSON logs and request ids, /metrics scraped by a real Prometheus, b3os status)"
 B3OS_BIN=$root/build/bin ./tests/e2e/operations.sh

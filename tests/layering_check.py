@@ -43,6 +43,8 @@ RULES = {
                       ["daemon/api/api.h", "daemon/http/server.h", "daemon/gateway/gateway.h", "daemon/mcp/server.h"]),
     "b3os_mcp": ("daemon/mcp/server.cc", ["daemon/sandbox/service.h", "daemon/http/server.h"],
                  ["daemon/api/api.h", "daemon/gateway/gateway.h"]),
+    "b3os_e2b": ("daemon/e2b/control.cc", ["daemon/sandbox/service.h", "daemon/http/server.h"],
+                 ["daemon/api/api.h", "daemon/gateway/gateway.h", "daemon/mcp/server.h"]),
     "b3os_router": ("daemon/router/router.cc", ["daemon/http/server.h", "daemon/store/store.h", "daemon/cluster/signature.h"],
                     ["daemon/sandbox/service.h", "daemon/api/api.h", "daemon/runtime/runtime.h"]),
     "b3os_api": ("daemon/api/api.cc", ["daemon/sandbox/service.h", "daemon/gateway/gateway.h"], []),

@@ -14,6 +14,7 @@
 #include "common/clock.h"
 #include "common/ids.h"
 #include "common/json.h"
+#include "daemon/e2b/wire.h"
 #include "daemon/sandbox/output.h"
 #include "daemon/sandbox/requests.h"
 #include "daemon/sandbox/timing.h"
@@ -108,13 +109,14 @@ std::string server_timing(const sandbox::Timing& t, double total_ms) {
 }
 
 Api::Api(const Config& cfg, store::Store& store, sandbox::SandboxService& sandboxes, gateway::Gateway& gw,
-         mcp::Server* mcp, tpl::TemplateService* templates)
+         mcp::Server* mcp, tpl::TemplateService* templates, e2b::Server* e2b)
     : cfg_(cfg),
       store_(store),
       sandboxes_(sandboxes),
       gw_(gw),
       mcp_(mcp),
       templates_(templates),
+      e2b_(e2b),
       limiter_(cfg.rate_per_second, cfg.rate_burst),
       in_flight_(cfg.max_requests_per_key, cfg.max_requests_per_project) {}
 
@@ -202,14 +204,9 @@ void Api::send_error(Call& c, const Error& e) {
 }
 
 Result<sandbox::Principal> Api::authenticate(http::Exchange& ex) {
-  std::string_view auth = ex.header("Authorization");
-  if (auth.empty()) return fail(ErrorCode::kUnauthorized, "missing Authorization header; send \"Authorization: Bearer b3os_sk_...\"");
-  if (!starts_with_ci(auth, "Bearer ")) return fail(ErrorCode::kUnauthorized, "the Authorization header must be \"Bearer <API key>\"");
-  std::string_view key = auth.substr(7);
-  while (!key.empty() && key.front() == ' ') key.remove_prefix(1);
-  if (key.rfind("b3os_sk_", 0) != 0 || key.size() > 200)
-    return fail(ErrorCode::kUnauthorized, "malformed API key; keys look like b3os_sk_...");
-  auto rec = store_.find_api_key(key);
+  auto presented = store::presented_api_key(ex.header("Authorization"), ex.header("X-API-Key"));
+  if (!presented) return fail(presented.error());
+  auto rec = store_.find_api_key(*presented);
   if (!rec) return fail(rec.error());
   if (!*rec) return fail(ErrorCode::kUnauthorized, "unknown or revoked API key");
   // The key's last use, for `b3os keys list`: written at most once a minute, not per request.
@@ -231,8 +228,15 @@ void Api::handle(http::Exchange& ex, bool relayed_mcp) {
                     {}});  // respond() adds the Retry-After
   }
 
-  auto principal = authenticate(ex);
-  if (!principal) return send_error(c, principal.error());
+  // E2B's in-sandbox API names its sandbox in a header and brings its access token, not a key.
+  const bool envd = e2b_ && e2b::Server::is_envd(ex, c.target.path, c.target.query);
+  auto principal = envd ? e2b_->authenticate_envd(ex, c.target.path, c.target.query) : authenticate(ex);
+  if (!principal) {
+    if (envd || (e2b_ && e2b::Server::is_control(c.target.segments)))
+      return respond(ex, error_http_status(principal.error().code), "application/json",
+                     dump_json(e2b::api_error(principal.error())), {});
+    return send_error(c, principal.error());
+  }
   c.principal = *principal;
   double retry = 0;
   if (!limiter_.take(c.principal.key_id, &retry)) {
@@ -250,6 +254,9 @@ void Api::handle(http::Exchange& ex, bool relayed_mcp) {
   // reads and answers the request itself (JSON-RPC bodies, sessions, event streams).
   if (mcp_ && c.target.segments.size() == 1 && c.target.segments[0] == "mcp")
     return relayed_mcp ? mcp_->handle_relayed(ex, c.principal) : mcp_->handle(ex, c.principal, c.target.query);
+  if (envd) return e2b_->handle_envd(ex, c.principal, c.method, c.target.path, c.target.query);
+  if (e2b_ && e2b::Server::is_control(c.target.segments))
+    return e2b_->handle_control(ex, c.principal, c.method, c.target.segments, c.target.query);
   const Match match = route(c);
   if (match.route) c.operation = match.route->operation;
   if (match.route && match.route->stream) return (this->*match.route->stream)(c);
@@ -517,7 +524,7 @@ Result<Reply> Api::list_sandboxes(Call& c) {
 Result<Reply> Api::get_sandbox(Call& c) { return reply(sandboxes_.get(c.principal, c.target.segments[2])); }
 
 Result<Reply> Api::update_sandbox(Call& c) {
-  auto req = sandbox::parse_update(c.body);
+  auto req = sandbox::parse_update(c.body, cfg_.limits.max_timeout_s);
   if (!req) return fail(req.error());
   return reply(sandboxes_.update(c.principal, c.target.segments[2], *req, c.timing));
 }

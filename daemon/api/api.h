@@ -10,6 +10,7 @@
 #include "daemon/api/rate_limit.h"
 #include "daemon/api/target.h"
 #include "daemon/api/config.h"
+#include "daemon/e2b/server.h"
 #include "daemon/gateway/gateway.h"
 #include "daemon/http/server.h"
 #include "daemon/mcp/server.h"
@@ -35,9 +36,10 @@ std::string server_timing(const sandbox::Timing& t, double total_ms);
 
 class Api {
  public:
-  /// `mcp`: the MCP endpoint (/mcp); null answers it 501.
+  /// `mcp`: the MCP endpoint (/mcp); null answers it 501. `e2b`: E2B's API (docs/e2b.md);
+  /// null leaves its paths to the routes (404).
   Api(const Config& cfg, store::Store& store, sandbox::SandboxService& sandboxes, gateway::Gateway& gw,
-      mcp::Server* mcp = nullptr, tpl::TemplateService* templates = nullptr);
+      mcp::Server* mcp = nullptr, tpl::TemplateService* templates = nullptr, e2b::Server* e2b = nullptr);
   /// Handles one request (the http::Server handler). `relayed_mcp`: a request to /mcp is one
   /// tools/call another node relayed (the internal listener checked its signature).
   void handle(http::Exchange& ex, bool relayed_mcp = false);
@@ -111,6 +113,7 @@ class Api {
   gateway::Gateway& gw_;
   mcp::Server* mcp_;
   tpl::TemplateService* templates_;
+  e2b::Server* e2b_;
   RateLimiter limiter_;
   InFlightLimiter in_flight_;
 };

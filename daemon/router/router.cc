@@ -137,13 +137,9 @@ void Router::send_error(http::Exchange& ex, const Error& e) {
 Result<store::ApiKeyRecord> Router::authenticate(http::Exchange& ex) {
   // The same checks and words as a node's (daemon/api/api.cc): the router answers what a
   // node would, without a trip to one.
-  std::string_view auth = ex.header("Authorization");
-  if (auth.empty()) return fail(ErrorCode::kUnauthorized, "missing Authorization header; send \"Authorization: Bearer b3os_sk_...\"");
-  if (!starts_with_ci(auth, "Bearer ")) return fail(ErrorCode::kUnauthorized, "the Authorization header must be \"Bearer <API key>\"");
-  std::string_view key = auth.substr(7);
-  while (!key.empty() && key.front() == ' ') key.remove_prefix(1);
-  if (key.rfind("b3os_sk_", 0) != 0 || key.size() > 200)
-    return fail(ErrorCode::kUnauthorized, "malformed API key; keys look like b3os_sk_...");
+  auto presented = store::presented_api_key(ex.header("Authorization"), ex.header("X-API-Key"));
+  if (!presented) return fail(presented.error());
+  const std::string_view key = *presented;
   const std::string hash = store::sha256_hex(key);
   const int64_t now = steady_ms();
   {

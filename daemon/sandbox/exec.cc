@@ -275,6 +275,43 @@ Result<json> Exec::call_agent(const Principal& p, const std::string& id, const j
   }
 }
 
+namespace {
+/// A file entry as the API shows it, from the agent's stat of `path`.
+json entry_json(const std::string& path, const json& e) {
+  const size_t slash = path.find_last_of('/');
+  json out = {{"name", slash == std::string::npos ? path : path.substr(slash + 1)},
+              {"path", path},
+              {"type", e.value("type", "other")},
+              {"size", e.value("size", uint64_t{0})},
+              {"mode", e.value("mode", 0)},
+              {"modified_at", format_rfc3339(e.value("mtime_ns", int64_t{0}) / 1000000)},
+              {"owner", e.value("owner", "")},
+              {"group", e.value("group", "")}};
+  if (e.contains("target")) out["symlink_target"] = e["target"];
+  return out;
+}
+}  // namespace
+
+Result<json> Exec::stat_path(const Principal& p, const std::string& id, const std::string& path) {
+  auto end = call_agent(p, id, {{"op", "stat"}, {"path", path}});
+  if (!end) return fail(end.error());
+  return entry_json(path, *end);
+}
+
+Result<json> Exec::make_dir(const Principal& p, const std::string& id, const std::string& path) {
+  auto end = call_agent(p, id, {{"op", "mkdir"}, {"path", path}});
+  if (!end) return fail(end.error());
+  json out = entry_json(path, *end);
+  out["created"] = end->value("created", false);
+  return out;
+}
+
+Result<json> Exec::move_path(const Principal& p, const std::string& id, const std::string& from, const std::string& to) {
+  auto end = call_agent(p, id, {{"op", "rename"}, {"path", from}, {"to", to}});
+  if (!end) return fail(end.error());
+  return entry_json(to, *end);
+}
+
 Result<json> Exec::list_dir(const Principal& p, const std::string& id, const std::string& path, Timing& t) {
   Stopwatch sw;
   auto end = call_agent(p, id, {{"op", "list"}, {"path", path}});
@@ -282,12 +319,7 @@ Result<json> Exec::list_dir(const Principal& p, const std::string& id, const std
   json data = json::array();
   for (auto& e : (*end)["entries"]) {
     std::string name = e.value("name", "");
-    data.push_back({{"name", name},
-                    {"path", path == "/" ? "/" + name : path + "/" + name},
-                    {"type", e.value("type", "other")},
-                    {"size", e.value("size", uint64_t{0})},
-                    {"mode", e.value("mode", 0)},
-                    {"modified_at", format_rfc3339(e.value("mtime_ns", int64_t{0}) / 1000000)}});
+    data.push_back(entry_json(path == "/" ? "/" + name : path + "/" + name, e));
   }
   t.lap("list", sw);
   return json{{"object", "list"}, {"path", path}, {"data", data}, {"next_cursor", nullptr}};

@@ -34,6 +34,13 @@ class Exec {
                                     const ChunkSource& source, Timing& t);
   Result<void> read_file(const Principal& p, const std::string& id, const std::string& path, FileSink& sink, Timing& t);
   Result<nlohmann::json> list_dir(const Principal& p, const std::string& id, const std::string& path, Timing& t);
+  /// One entry as list_dir shows it (a symlink itself, not what it points at).
+  Result<nlohmann::json> stat_path(const Principal& p, const std::string& id, const std::string& path);
+  /// Creates a directory and its missing parents: its entry, "created" false when it was one.
+  Result<nlohmann::json> make_dir(const Principal& p, const std::string& id, const std::string& path);
+  /// Renames `from` to `to` inside the sandbox: the entry of `to`.
+  Result<nlohmann::json> move_path(const Principal& p, const std::string& id, const std::string& from,
+                                   const std::string& to);
   Result<nlohmann::json> remove_path(const Principal& p, const std::string& id, const std::string& path,
                                      bool recursive, Timing& t);
   /// Runs a command in a live sandbox the caller holds (a template build's, which no project
@@ -63,6 +70,9 @@ class Exec {
   Result<nlohmann::json> get_process(const Principal& p, const std::string& id, const std::string& proc);
   Result<nlohmann::json> signal_process(const Principal& p, const std::string& id, const std::string& proc, int signal,
                                         bool group);
+  /// A process started on a terminal gets a new window size (its program gets SIGWINCH).
+  Result<nlohmann::json> resize_process(const Principal& p, const std::string& id, const std::string& proc, int rows,
+                                        int cols);
   /// Forgets an exited process (its output with it); 409 while it runs.
   Result<nlohmann::json> forget_process(const Principal& p, const std::string& id, const std::string& proc);
   /// Writes to its stdin (and closes it after, with `eof`); 409 when its stdin is closed.

@@ -431,6 +431,23 @@ Result<json> Lifecycle::update(const Principal& p, const std::string& id, const 
   auto found = running(p, id);  // running or paused: a live sandbox
   if (!found) return fail(found.error());
   auto s = *found;
+  if (u.timeout_s) {
+    // From now: the sandbox lives timeout_s more seconds without API activity.
+    int before_timeout = 0;
+    {
+      std::lock_guard lk(s->mu);
+      if (s->rec.ended()) return fail(ErrorCode::kSandboxNotRunning, "sandbox " + id + " is stopped, not running");
+      before_timeout = s->rec.timeout_s;
+      s->rec.timeout_s = *u.timeout_s;
+    }
+    s->last_activity_ms = now_unix_ms();
+    if (auto r = persist(*s); !r) {
+      std::lock_guard lk(s->mu);
+      s->rec.timeout_s = before_timeout;
+      return fail(r.error());
+    }
+    t.lap("store", sw);
+  }
   if (!u.egress) return view(*s);
   // One change of this sandbox's egress at a time, each stored, then applied, in order.
   std::lock_guard change(s->egress_change_mu);

@@ -216,13 +216,20 @@ PortUrls PortUrls::load(const PreviewConfig& cfg) {
   return PortUrls(cfg, random_bytes(kKeyBytes));
 }
 
-std::string PortUrls::public_token(std::string_view sandbox_id, int port) const {
-  const std::string msg = "b3os public port\n" + std::string(sandbox_id) + "\n" + std::to_string(port);
+std::string PortUrls::derived_token(std::string_view msg) const {
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned int len = 0;
   HMAC(EVP_sha256(), key_.data(), static_cast<int>(key_.size()), reinterpret_cast<const unsigned char*>(msg.data()),
        msg.size(), md, &len);
   return base32(md, len, kTokenChars);
+}
+
+std::string PortUrls::public_token(std::string_view sandbox_id, int port) const {
+  return derived_token("b3os public port\n" + std::string(sandbox_id) + "\n" + std::to_string(port));
+}
+
+std::string PortUrls::access_token(std::string_view sandbox_id) const {
+  return derived_token("b3os e2b access\n" + std::string(sandbox_id));
 }
 
 std::string PortUrls::url(std::string_view sandbox_id, int port, std::string_view token) const {

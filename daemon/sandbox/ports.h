@@ -92,12 +92,17 @@ class PortUrls {
   static PortUrls load(const PreviewConfig& cfg);
 
   std::string public_token(std::string_view sandbox_id, int port) const;
+  /// The access token of a sandbox's E2B in-sandbox API (docs/e2b.md): derived like a public
+  /// port's token, from another message, so neither gives the other.
+  std::string access_token(std::string_view sandbox_id) const;
   std::string url(std::string_view sandbox_id, int port, std::string_view token) const;
   /// The `ports` array of the sandbox object: public ports with their URL, others url null.
   nlohmann::json ports_json(const store::SandboxRecord& r) const;
   const PreviewConfig& config() const { return cfg_; }
 
  private:
+  /// HMAC-SHA256(node key, msg) in base32, 160 bits.
+  std::string derived_token(std::string_view msg) const;
   PreviewConfig cfg_;
   std::string key_;
 };

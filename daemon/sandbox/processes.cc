@@ -75,6 +75,7 @@ Result<json> Exec::start_process(const Principal& p, const std::string& id, cons
               {"ring_bytes", spec.output_bytes}};
   if (!e.user.empty()) req["user"] = e.user;
   if (!spec.tag.empty()) req["tag"] = spec.tag;
+  if (spec.pty) req["pty"] = {{"rows", spec.pty->first}, {"cols", spec.pty->second}};
   auto stream = open_stream(s, req);
   if (!stream) return fail(stream.error());
   for (;;) {
@@ -110,6 +111,12 @@ Result<json> Exec::signal_process(const Principal& p, const std::string& id, con
   auto end = call_agent(p, id, {{"op", "proc_signal"}, {"id", proc}, {"signal", signal}, {"group", group}});
   if (!end) return fail(end.error());
   return json{{"delivered", end->value("delivered", false)}, {"process", api_process((*end)["process"])}};
+}
+
+Result<json> Exec::resize_process(const Principal& p, const std::string& id, const std::string& proc, int rows, int cols) {
+  auto end = call_agent(p, id, {{"op", "proc_resize"}, {"id", proc}, {"rows", rows}, {"cols", cols}});
+  if (!end) return fail(end.error());
+  return api_process((*end)["process"]);
 }
 
 Result<json> Exec::forget_process(const Principal& p, const std::string& id, const std::string& proc) {

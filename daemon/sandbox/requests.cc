@@ -313,13 +313,19 @@ Result<FileRequest> parse_file_request(const Params& params, bool allow_recursiv
   return r;
 }
 
-Result<UpdateRequest> parse_update(const json& body) {
+Result<UpdateRequest> parse_update(const json& body, int max_timeout_s) {
   if (!body.is_object())
     return fail(ErrorCode::kInvalidRequest, "body: must be a JSON object like {\"egress\": {\"mode\": \"allowlist\", ...}}");
   UpdateRequest u;
   for (auto& [k, v] : body.items()) {
-    if (k != "egress")
-      return fail(ErrorCode::kInvalidRequest, k + ": cannot be changed on a running sandbox (only egress can)");
+    if (k != "egress" && k != "timeout_s")
+      return fail(ErrorCode::kInvalidRequest, k + ": cannot be changed on a running sandbox (only egress and timeout_s can)");
+  }
+  if (body.contains("timeout_s")) {
+    const json& t = body["timeout_s"];
+    if (!t.is_number_integer() || t.get<int64_t>() < 1 || t.get<int64_t>() > max_timeout_s)
+      return fail(ErrorCode::kInvalidRequest, "timeout_s: an integer from 1 to " + std::to_string(max_timeout_s));
+    u.timeout_s = t.get<int>();
   }
   if (body.contains("egress")) {
     auto e = parse_egress(body["egress"]);

@@ -38,12 +38,14 @@ struct PortUrlRequest {
 /// `port`: the path segment (1-65535); the body's `ttl_s` 1 to 604800 (7 days).
 Result<PortUrlRequest> parse_port_url(const std::string& port, const nlohmann::json& body);
 
-/// PATCH /v1/sandboxes/{id}: what may change on a live sandbox. Today its egress, between
-/// public and allowlist and between allow lists (deny is fixed at create: no network).
+/// PATCH /v1/sandboxes/{id}: what may change on a live sandbox: its egress, between public
+/// and allowlist and between allow lists (deny is fixed at create: no network), and its
+/// timeout_s (counted again from now).
 struct UpdateRequest {
   std::optional<EgressSpec> egress;
+  std::optional<int> timeout_s;
 };
-Result<UpdateRequest> parse_update(const nlohmann::json& body);
+Result<UpdateRequest> parse_update(const nlohmann::json& body, int max_timeout_s = 86400);
 
 /// GET /v1/sandboxes: a page, newest first, filtered by status and metadata.
 Result<store::SandboxQuery> parse_list_sandboxes(const Params& params);

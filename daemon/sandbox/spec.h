@@ -77,6 +77,9 @@ struct ProcessSpec {
   bool stdin_open = false;
   std::string tag;
   uint64_t output_bytes = 1u << 20;
+  /// On a terminal of (rows, cols): its output is stdout, its stdin what is typed, and it can
+  /// be resized (Exec::resize_process). E2B's PTY API runs its shells so (docs/e2b.md).
+  std::optional<std::pair<int, int>> pty;
 };
 inline constexpr uint64_t kMaxProcessOutputBytes = 64ull << 20;
 

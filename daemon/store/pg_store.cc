@@ -588,7 +588,7 @@ Result<void> PgStore::migrate() {
 
 // ---- keys and projects ----
 
-Result<NewApiKey> PgStore::create_api_key(const std::string& project_name) {
+Result<NewApiKey> PgStore::create_api_key(const std::string& project_name, bool e2b) {
   NewApiKey out;
   auto r = transaction([&](Conn& c) -> Result<void> {
     const int64_t now = now_unix_ms();
@@ -600,7 +600,7 @@ Result<NewApiKey> PgStore::create_api_key(const std::string& project_name) {
                     p, "creating project");
     if (!pr) return fail(pr.error());
     out.record.project_id = pr->text(0, 0);
-    out.key = "b3os_sk_" + random_base32(40);
+    out.key = new_api_key(e2b);
     out.record.id = new_id("key");
     out.record.project_name = project_name;
     out.record.prefix = out.key.substr(0, 14);

@@ -32,7 +32,7 @@ class PgStore final : public Store {
   static int latest_schema_version();
   ~PgStore() override;
 
-  Result<NewApiKey> create_api_key(const std::string& project_name) override;
+  Result<NewApiKey> create_api_key(const std::string& project_name, bool e2b = false) override;
   Result<std::optional<ApiKeyRecord>> find_api_key(std::string_view plain_key) override;
   Result<std::vector<ApiKeyRecord>> list_api_keys(bool include_revoked) override;
   Result<void> touch_api_key(const std::string& key_id, int64_t now_ms) override;

@@ -4,6 +4,7 @@
 
 #include <openssl/sha.h>
 
+#include <cctype>
 #include <iterator>
 
 #include "common/clock.h"
@@ -433,6 +434,28 @@ std::string sha256_hex(std::string_view data) {
   return to_hex(std::string_view(reinterpret_cast<const char*>(md), sizeof md));
 }
 
+Result<std::string_view> presented_api_key(std::string_view auth, std::string_view x_api_key) {
+  std::string_view key;
+  if (!auth.empty()) {
+    constexpr std::string_view kBearer = "bearer ";
+    bool bearer = auth.size() >= kBearer.size();
+    for (size_t i = 0; bearer && i < kBearer.size(); ++i)
+      bearer = static_cast<char>(std::tolower(static_cast<unsigned char>(auth[i]))) == kBearer[i];
+    if (!bearer) return fail(ErrorCode::kUnauthorized, "the Authorization header must be \"Bearer <API key>\"");
+    key = auth.substr(kBearer.size());
+    while (!key.empty() && key.front() == ' ') key.remove_prefix(1);
+  } else if (!x_api_key.empty()) {
+    key = x_api_key;
+  } else {
+    return fail(ErrorCode::kUnauthorized, "missing Authorization header; send \"Authorization: Bearer b3os_sk_...\"");
+  }
+  if ((key.rfind("b3os_sk_", 0) != 0 && key.rfind("e2b_", 0) != 0) || key.size() > 200)
+    return fail(ErrorCode::kUnauthorized, "malformed API key; keys look like b3os_sk_... (or e2b_... from keys create --e2b)");
+  return key;
+}
+
+std::string new_api_key(bool e2b) { return e2b ? "e2b_" + to_hex(random_bytes(20)) : "b3os_sk_" + random_base32(40); }
+
 Result<std::unique_ptr<Store>> Store::open(const std::string& path) { return SqliteStore::open(path); }
 
 Result<std::unique_ptr<Store>> SqliteStore::open(const std::string& path) {
@@ -495,7 +518,7 @@ Result<void> SqliteStore::migrate() {
   return {};
 }
 
-Result<NewApiKey> SqliteStore::create_api_key(const std::string& project_name) {
+Result<NewApiKey> SqliteStore::create_api_key(const std::string& project_name, bool e2b) {
   std::lock_guard lk(mu_);
   NewApiKey out;
   const int64_t now = now_unix_ms();
@@ -510,7 +533,7 @@ Result<NewApiKey> SqliteStore::create_api_key(const std::string& project_name) {
     st.bind(1, out.record.project_id).bind(2, project_name).bind(3, now);
     if (st.step() != SQLITE_DONE) return fail(db_error(db_, "creating project"));
   }
-  out.key = "b3os_sk_" + random_base32(40);
+  out.key = new_api_key(e2b);
   out.record.id = new_id("key");
   out.record.project_name = project_name;
   out.record.prefix = out.key.substr(0, 14);

@@ -203,8 +203,10 @@ class Store : public SandboxStore, public TemplateStore {
   static int latest_schema_version();
   ~Store() override = default;
 
-  /// Creates a key for project `project_name` (the project is created if new).
-  virtual Result<NewApiKey> create_api_key(const std::string& project_name) = 0;
+  /// Creates a key for project `project_name` (the project is created if new): b3os_sk_ and
+  /// 40 base32 characters, or with `e2b` e2b_ and 40 hex digits (the shape E2B's SDKs are used
+  /// to; docs/e2b.md). Either works on every route.
+  virtual Result<NewApiKey> create_api_key(const std::string& project_name, bool e2b = false) = 0;
   /// Looks a plain key up by its hash; nullopt if unknown or revoked.
   virtual Result<std::optional<ApiKeyRecord>> find_api_key(std::string_view plain_key) = 0;
   /// Lists keys (no secrets), for `b3os keys list`.
@@ -311,5 +313,12 @@ Result<std::unique_ptr<Store>> open_store(const std::string& spec, const std::st
 
 /// Hex SHA-256 of `data`.
 std::string sha256_hex(std::string_view data);
+/// The API key a request presents: `Authorization: Bearer KEY`, or (what E2B's SDKs send)
+/// `X-API-Key: KEY` when there is no Authorization header. 401 unauthorized, saying what is
+/// wrong, when neither is there or the key is not of our shapes (b3os_sk_..., e2b_...).
+Result<std::string_view> presented_api_key(std::string_view authorization, std::string_view x_api_key);
+/// A new plain API key: b3os_sk_ and 40 base32 characters (200 bits), or with `e2b` e2b_ and
+/// 40 hex digits (160 bits).
+std::string new_api_key(bool e2b);
 
 }  // namespace b3os::store

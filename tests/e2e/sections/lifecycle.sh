@@ -29,6 +29,12 @@ s_timeout() {
     api GET "/v1/sandboxes/$busy"
     check timeout.activity_keeps_alive "$(snip)" okj 200 '.status == "running" and
       (.expires_at | sub("\\.[0-9]+Z$"; "Z") | fromdateiso8601) > now'
+    # A new timeout, counted from now (E2B's setTimeout); out of range is 400.
+    api PATCH "/v1/sandboxes/$busy" -H 'Content-Type: application/json' -d '{"timeout_s": 600}'
+    check timeout.patched "$(snip)" okj 200 '.timeout_s == 600 and
+      ((.expires_at | sub("\\.[0-9]+Z$"; "Z") | fromdateiso8601) - now) > 590'
+    api PATCH "/v1/sandboxes/$busy" -H 'Content-Type: application/json' -d '{"timeout_s": 0}'
+    expect_error timeout.patch_0_400 400 invalid_request
     touch "$T/timeout.busy.stop"
     delete_sandbox "$busy" || fail timeout.delete_busy "$(snip)"
   else

@@ -1,0 +1,257 @@
+// The unmodified e2b SDK (tests/e2b/package.json pins it) against b3osd: every call of
+// docs/e2b.md's table that b3os serves, with its results, errors and streaming callbacks.
+// Prints PASS/FAIL lines for tests/e2b/e2b.sh; "#" lines are information.
+//
+//   E2B_API_URL=http://127.0.0.1:PORT E2B_SANDBOX_URL=http://127.0.0.1:PORT E2B_API_KEY=e2b_... \
+//     node sdk_test.mjs OTHER_PROJECT_KEY
+import { Sandbox, CommandExitError, NotFoundError, AuthenticationError, TimeoutError, FileType } from 'e2b'
+
+const otherKey = process.argv[2]
+let failed = 0
+const pass = (name) => console.log(`PASS ${name}`)
+const fail = (name, why) => { failed++; console.log(`FAIL ${name}: ${String(why).replace(/\s+/g, ' ').slice(0, 400)}`) }
+async function check(name, fn) {
+  try {
+    const r = await fn()
+    if (r === false) fail(name, 'the check did not hold')
+    else pass(name)
+  } catch (e) {
+    fail(name, `${e?.name}: ${e?.message}`)
+  }
+}
+async function rejects(name, fn, cls, more = () => true) {
+  try {
+    await fn()
+    fail(name, 'no error')
+  } catch (e) {
+    if (e instanceof cls && more(e)) pass(name)
+    else fail(name, `${e?.name}: ${e?.message}`)
+  }
+}
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms))
+const until = async (fn, ms = 10000) => {
+  const end = Date.now() + ms
+  while (Date.now() < end) { if (await fn()) return true; await sleep(100) }
+  return false
+}
+
+const tag = `e2b-${process.pid}`
+let sbx
+await check('create', async () => {
+  sbx = await Sandbox.create('base', { timeoutMs: 120_000, envs: { GREETING: 'hi' }, metadata: { suite: tag } })
+  return typeof sbx.sandboxId === 'string' && sbx.sandboxId.startsWith('sbx_')
+})
+if (!sbx) { console.log('# no sandbox: nothing more to test'); process.exit(1) }
+console.log(`# sandbox ${sbx.sandboxId}`)
+
+// ---- the control plane ----
+await check('is_running', async () => (await sbx.isRunning()) === true)
+await check('get_info', async () => {
+  const info = await sbx.getInfo()
+  return info.sandboxId === sbx.sandboxId && info.state === 'running' && info.metadata.suite === tag &&
+    info.templateId === 'base' && info.endAt instanceof Date
+})
+await check('list_by_metadata', async () => {
+  const pager = Sandbox.list({ query: { metadata: { suite: tag }, state: ['running'] } })
+  const items = await pager.nextItems()
+  return items.length === 1 && items[0].sandboxId === sbx.sandboxId
+})
+await check('set_timeout', async () => { await sbx.setTimeout(300_000); return true })
+await check('connect_running', async () => {
+  const again = await Sandbox.connect(sbx.sandboxId)
+  return (await again.commands.run('echo same')).stdout === 'same\n'
+})
+
+// ---- commands ----
+await check('run_stdout', async () => {
+  const r = await sbx.commands.run('echo hello')
+  return r.exitCode === 0 && r.stdout === 'hello\n' && r.stderr === ''
+})
+await check('run_envs_create_and_call', async () => {
+  const r = await sbx.commands.run('echo "$GREETING $NAME"', { envs: { NAME: 'b3os' } })
+  return r.stdout === 'hi b3os\n'
+})
+await check('run_cwd', async () => (await sbx.commands.run('pwd', { cwd: '/tmp' })).stdout === '/tmp\n')
+await check('run_user', async () => (await sbx.commands.run('id -un', { user: 'root' })).stdout === 'root\n')
+await rejects('run_exit_code', () => sbx.commands.run('echo out; echo err >&2; exit 3'), CommandExitError,
+  (e) => e.exitCode === 3 && e.stdout === 'out\n' && e.stderr === 'err\n')
+await check('run_callbacks', async () => {
+  const out = []; const err = []
+  await sbx.commands.run('for i in 1 2 3; do echo o$i; echo e$i >&2; sleep 0.1; done',
+    { onStdout: (d) => out.push(d), onStderr: (d) => err.push(d) })
+  return out.join('') === 'o1\no2\no3\n' && err.join('') === 'e1\ne2\ne3\n' && out.length >= 2
+})
+await rejects('run_timeout', () => sbx.commands.run('sleep 20', { timeoutMs: 1500 }), TimeoutError)
+await check('run_binary_output', async () => {
+  const r = await sbx.commands.run("printf 'a\\000b'")
+  return r.stdout.length === 3
+})
+
+// background processes
+let bg
+await check('background_start', async () => {
+  bg = await sbx.commands.run('echo started; sleep 60', { background: true, tag: 'sleeper' })
+  return typeof bg.pid === 'number' && bg.pid > 0
+})
+await check('commands_list', async () => {
+  const list = await sbx.commands.list()
+  return list.some((p) => p.pid === bg.pid && p.cmd === '/bin/bash')
+})
+await check('background_kill', async () => {
+  const killed = await bg.kill()
+  try { await bg.wait() } catch (e) { if (!(e instanceof CommandExitError)) throw e }
+  return killed === true
+})
+await check('stdin_and_close', async () => {
+  const h = await sbx.commands.run('cat', { background: true, stdin: true })
+  await sbx.commands.sendStdin(h.pid, 'line one\n')
+  await sbx.commands.sendStdin(h.pid, 'line two\n')
+  await sbx.commands.closeStdin(h.pid)
+  const r = await h.wait()
+  return r.stdout === 'line one\nline two\n' && r.exitCode === 0
+})
+await check('commands_connect', async () => {
+  const h = await sbx.commands.run('sleep 1; echo later; sleep 0.5', { background: true })
+  const seen = []
+  const again = await sbx.commands.connect(h.pid, { onStdout: (d) => seen.push(d) })
+  const r = await again.wait()
+  return r.exitCode === 0 && seen.join('').includes('later')
+})
+await check('commands_kill_by_pid', async () => {
+  const h = await sbx.commands.run('sleep 60', { background: true })
+  const ok = await sbx.commands.kill(h.pid)
+  const gone = await until(async () => !(await sbx.commands.list()).some((p) => p.pid === h.pid))
+  return ok && gone
+})
+
+// ---- pty ----
+await check('pty_create_input_resize_exit', async () => {
+  let out = ''
+  const enc = new TextEncoder()
+  const h = await sbx.pty.create({ cols: 80, rows: 24, onData: (d) => { out += new TextDecoder().decode(d) } })
+  await sbx.pty.sendInput(h.pid, enc.encode('stty size; echo "term=$TERM"\n'))
+  const sized = await until(() => out.includes('24 80') && out.includes('term=xterm-256color'))
+  await sbx.pty.resize(h.pid, { cols: 100, rows: 30 })
+  await sbx.pty.sendInput(h.pid, enc.encode('stty size\n'))
+  const resized = await until(() => out.includes('30 100'))
+  const listed = (await sbx.commands.list()).some((p) => p.pid === h.pid)
+  await sbx.pty.sendInput(h.pid, enc.encode('exit 7\n'))
+  let code
+  try { code = (await h.wait()).exitCode } catch (e) { if (!(e instanceof CommandExitError)) throw e; code = e.exitCode }
+  if (!(sized && resized && listed && code === 7)) throw new Error(`sized ${sized} resized ${resized} listed ${listed} exit ${code}; saw ${JSON.stringify(out.slice(-300))}`)
+  return true
+})
+await check('pty_kill', async () => {
+  const h = await sbx.pty.create({ cols: 80, rows: 24, onData: () => {} })
+  const killed = await sbx.pty.kill(h.pid)
+  const gone = await until(async () => !(await sbx.commands.list()).some((p) => p.pid === h.pid))
+  return killed && gone
+})
+
+// ---- files ----
+await check('files_write_read', async () => {
+  const info = await sbx.files.write('/workspace/hello.txt', 'hello file')
+  const text = await sbx.files.read('/workspace/hello.txt')
+  return info.path === '/workspace/hello.txt' && text === 'hello file'
+})
+await check('files_bytes', async () => {
+  const bytes = new Uint8Array(70000).map((_, i) => i % 251)
+  await sbx.files.write('/workspace/bytes.bin', bytes.buffer)
+  const back = await sbx.files.read('/workspace/bytes.bin', { format: 'bytes' })
+  return back.length === bytes.length && back.every((b, i) => b === bytes[i])
+})
+await check('files_stream', async () => {
+  const chunks = ['one ', 'two ', 'three']
+  const stream = new ReadableStream({ start(c) { for (const s of chunks) c.enqueue(new TextEncoder().encode(s)); c.close() } })
+  await sbx.files.write('/workspace/streamed.txt', stream)
+  const rs = await sbx.files.read('/workspace/streamed.txt', { format: 'stream' })
+  let text = ''
+  for await (const part of rs) text += new TextDecoder().decode(part)
+  return text === 'one two three'
+})
+await check('files_write_many', async () => {
+  const infos = await sbx.files.write([
+    { path: '/workspace/many/a.txt', data: 'A' },
+    { path: '/workspace/many/b.txt', data: 'B' },
+    { path: '/workspace/many/sub/c.txt', data: 'C' },
+  ])
+  const r = await sbx.commands.run('cat /workspace/many/a.txt /workspace/many/b.txt /workspace/many/sub/c.txt')
+  return infos.length === 3 && r.stdout === 'ABC'
+})
+await check('files_exists', async () =>
+  (await sbx.files.exists('/workspace/hello.txt')) === true && (await sbx.files.exists('/workspace/nope')) === false)
+await check('files_list', async () => {
+  const entries = await sbx.files.list('/workspace/many')
+  const names = entries.map((e) => e.name).sort().join(',')
+  const sub = entries.find((e) => e.name === 'sub')
+  return names === 'a.txt,b.txt,sub' && sub.type === FileType.DIR
+})
+await check('files_list_depth', async () => {
+  const entries = await sbx.files.list('/workspace/many', { depth: 2 })
+  return entries.some((e) => e.path === '/workspace/many/sub/c.txt')
+})
+await check('files_get_info', async () => {
+  const i = await sbx.files.getInfo('/workspace/hello.txt')
+  return i.type === FileType.FILE && i.size === 10 && i.owner === 'root' && i.permissions.startsWith('-rw') &&
+    i.modifiedTime instanceof Date
+})
+await check('files_make_dir', async () =>
+  (await sbx.files.makeDir('/workspace/newdir/deep')) === true && (await sbx.files.makeDir('/workspace/newdir/deep')) === false)
+await check('files_rename', async () => {
+  const i = await sbx.files.rename('/workspace/hello.txt', '/workspace/renamed.txt')
+  return i.path === '/workspace/renamed.txt' && (await sbx.files.read('/workspace/renamed.txt')) === 'hello file'
+})
+await check('files_remove', async () => {
+  await sbx.files.remove('/workspace/many')
+  return (await sbx.files.exists('/workspace/many')) === false
+})
+await rejects('files_read_missing', () => sbx.files.read('/workspace/missing.txt'), NotFoundError)
+await check('files_watch_dir', async () => {
+  await sbx.files.makeDir('/workspace/watched')
+  const events = []
+  const handle = await sbx.files.watchDir('/workspace/watched', (e) => events.push(e))
+  await sbx.files.write('/workspace/watched/new.txt', 'x')
+  const seen = await until(async () => events.some((e) => e.name === 'new.txt'))
+  await handle.stop()
+  return seen
+})
+await check('files_upload_download_urls', async () => {
+  const up = await sbx.uploadUrl('/workspace/via-url.txt')
+  const form = new FormData()
+  form.append('file', new Blob(['through a signed URL']), 'via-url.txt')
+  const put = await fetch(up, { method: 'POST', body: form })
+  const down = await sbx.downloadUrl('/workspace/via-url.txt')
+  const got = await fetch(down)
+  const forged = await fetch(down.replace(/signature=v1_[^&]*/, 'signature=v1_forged'))
+  return put.ok && got.ok && (await got.text()) === 'through a signed URL' && forged.status === 401
+})
+
+// ---- pause and resume ----
+await check('pause', async () => {
+  await sbx.commands.run('echo kept > /workspace/kept.txt')
+  await sbx.pause()
+  return (await sbx.getInfo()).state === 'paused'
+})
+await check('resume_on_connect', async () => {
+  const resumed = await Sandbox.connect(sbx.sandboxId)
+  const r = await resumed.commands.run('cat /workspace/kept.txt')
+  return r.stdout === 'kept\n' && (await resumed.getInfo()).state === 'running'
+})
+
+// ---- errors ----
+await rejects('connect_unknown_404', () => Sandbox.connect('sbx_01m00000000000000000000000'), NotFoundError)
+await rejects('bad_key_401', () => Sandbox.list({ apiKey: 'e2b_' + '0'.repeat(40) }).nextItems(), AuthenticationError)
+if (otherKey) {
+  await rejects('other_project_404', () => Sandbox.connect(sbx.sandboxId, { apiKey: otherKey }), NotFoundError)
+  await rejects('other_project_kill_404', () => Sandbox.kill(sbx.sandboxId, { apiKey: otherKey }).then((ok) => { if (!ok) throw new NotFoundError('false') }), NotFoundError)
+}
+
+// ---- kill ----
+await check('kill', async () => {
+  await sbx.kill()
+  return (await sbx.isRunning()) === false
+})
+await rejects('get_info_after_kill_404', () => sbx.getInfo(), NotFoundError)
+
+console.log(`# sdk: ${failed} failed`)
+process.exit(failed ? 1 : 0)
