@@ -840,11 +840,13 @@ def run_crowd(a, api, create, inside, y, urls, result):
 
     # Served, not merely fast: under unfair caps the quiet sandbox is refused (SERVFAIL, a
     # reset, 503); the two cores the crowd shares with it may make it slow, not refused.
+    # At least one answer inside the window, and none of them a refusal: on a slow machine one
+    # GET through the crowd took 11.8 s, so a 17 s window held only one (CI-like run, 2026-12-05).
     def judge(name, seen, ok, what):
         inside_window = [r for r in seen if in_window(r, window)]
         bad = [r for r in inside_window if not ok(r)]
         slowest = max((r.get("s", 9) for r in inside_window), default=0)
-        result(len(inside_window) >= 2 and not bad, name,
+        result(len(inside_window) >= 1 and not bad, name,
                f"{len(inside_window)} {what} of the quiet sandbox under the crowd, slowest {slowest:.3f} s"
                + (f"; bad: {bad[:2]}" if bad else ""))
     judge("crowd.quiet_dns", dns_seen, lambda r: r.get("rcode") == 0 and r.get("addrs") == [a.host_a], "questions")
