@@ -40,16 +40,6 @@ ALL_KEYS+=("$OTHER")
 info "b3osd pid $(daemon_pid) on $URL"
 check keys.e2b_shape "$E2B_KEY" bash -c "[[ '$E2B_KEY' =~ ^e2b_[0-9a-f]{40}$ ]]"
 
-relay() {
-  local line rest
-  while IFS= read -r line; do
-    case $line in
-      "PASS "*) pass "${line#PASS }" ;;
-      "FAIL "*) rest=${line#FAIL }; fail "${rest%%:*}" "${rest#*: }" ;;
-      *) info "$line" ;;
-    esac
-  done
-}
 
 # run_client NAME CMD...: a checker's PASS/FAIL lines into this suite's counts; a checker that
 # stops before its last line ("# NAME: N failed") is a FAIL of its own.

@@ -54,6 +54,18 @@ e2e_begin() {
 
 pass() { echo "PASS $1"; echo "PASS" >>"$E2E_RESULTS"; }
 fail() { echo "FAIL $1: $2"; echo "FAIL" >>"$E2E_RESULTS"; }
+# relay: the PASS/FAIL lines of a client program (stdin) into this suite's counts; other lines
+# are information.
+relay() {
+  local line rest
+  while IFS= read -r line; do
+    case $line in
+      "PASS "*) pass "${line#PASS }" ;;
+      "FAIL "*) rest=${line#FAIL }; fail "${rest%%:*}" "${rest#*: }" ;;
+      *) info "$line" ;;
+    esac
+  done
+}
 skip() { echo "SKIP $1: $2"; echo "SKIP" >>"$E2E_RESULTS"; }
 info() { echo "# $*"; }
 

@@ -43,17 +43,6 @@ ALL_KEYS+=("$OTHER")
 info "b3osd pid $(daemon_pid) on $URL"
 
 jqe() { jq -e "$@" >/dev/null; }
-# relay: the PASS/FAIL lines of a client program into this suite's counts.
-relay() {
-  local line
-  while IFS= read -r line; do
-    case $line in
-      "PASS "*) pass "${line#PASS }" ;;
-      "FAIL "*) name=${line#FAIL }; fail "${name%%:*}" "${name#*: }" ;;
-      *) info "$line" ;;
-    esac
-  done
-}
 
 python3 "$MCP_DIR/proto_check.py" "$URL" "$KEY" "$OTHER" 2>&1 | relay || true
 
