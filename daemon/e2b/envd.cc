@@ -28,7 +28,10 @@ constexpr std::string_view kFilesystem = "filesystem.Filesystem";
 // command's timeoutMs, 60 s by default; 0 there means no limit).
 constexpr int64_t kMaxFollowMs = 24LL * 3600 * 1000;
 constexpr int kMaxListDepth = 16;
-constexpr size_t kMaxListEntries = 100'000;
+// A deep listing is one agent call per directory: both bounded, so that one request cannot
+// hold its thread for long (a tree of many small directories is refused, not walked).
+constexpr size_t kMaxListEntries = 10'000;
+constexpr size_t kMaxListDirs = 1'000;
 
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
@@ -446,7 +449,11 @@ Result<json> Server::filesystem_unary(const sandbox::Principal& p, const std::st
     // Breadth first, `depth` levels, each directory one list of the agent's.
     json entries = json::array();
     std::deque<std::pair<std::string, int>> todo{{*path, 1}};
+    size_t dirs = 0;
     while (!todo.empty()) {
+      if (++dirs > kMaxListDirs)
+        return fail(ErrorCode::kInvalidRequest, "the listing spans over " + std::to_string(kMaxListDirs) +
+                                                    " directories; ask for less depth");
       auto [dir, level] = todo.front();
       todo.pop_front();
       auto list = exec.list_dir(p, id, dir, t);

@@ -177,6 +177,7 @@ connect_error("envd.unknown_field_400", unary("filesystem.Filesystem/Stat", {"pa
 connect_error("envd.wrong_type_400", unary("filesystem.Filesystem/Stat", {"path": 5}), "invalid_argument", 400)
 connect_error("envd.not_json_400", unary("filesystem.Filesystem/Stat", b"{"), "invalid_argument", 400)
 connect_error("envd.missing_404", unary("filesystem.Filesystem/Stat", {"path": "/nope/nope"}), "not_found", 404)
+connect_error("envd.depth_17_400", unary("filesystem.Filesystem/ListDir", {"path": "/", "depth": 17}), "invalid_argument", 400)
 connect_error("envd.unknown_method_501", unary("filesystem.Filesystem/Format", {}), "unimplemented", 501)
 connect_error("envd.unknown_service_501", unary("secrets.Vault/Open", {}), "unimplemented", 501)
 connect_error("envd.binary_proto_refused",
@@ -216,6 +217,13 @@ events = [jbody(p) for f, p in env if not f & 2]
 out = "".join(base64.b64decode(e["event"]["data"]["stdout"]).decode() for e in events if "data" in e.get("event", {}))
 result(st == 200 and events and "start" in events[0]["event"] and out == "hi\n" and "end" in events[-1]["event"]
        and env[-1][0] & 2, "envd.start_ok", f"HTTP {st} {data[:300]!r}")
+# A listing bounded in directories (one agent call each): 1,100 of them are refused, not walked.
+stream("process.Process/Start", envelope(0, json.dumps(
+    {"process": {"cmd": "/bin/bash", "args": ["-c", "mkdir -p /tmp/many/d{1..1100}"]}}).encode()))
+connect_error("envd.deep_listing_refused", unary("filesystem.Filesystem/ListDir", {"path": "/tmp/many", "depth": 2}),
+              "invalid_argument", 400)
+st, _, data = unary("filesystem.Filesystem/ListDir", {"path": "/tmp/many", "depth": 1})
+result(st == 200 and len(jbody(data).get("entries", [])) == 1100, "envd.wide_listing_ok", f"HTTP {st} {data[:120]!r}")
 st, _, data = unary("process.Process/List", {})
 result(st == 200 and jbody(data) == {"processes": []}, "envd.nothing_running_after", f"HTTP {st} {data[:200]!r}")
 st, _, _ = api("DELETE", f"/sandboxes/{SID}")
