@@ -61,9 +61,6 @@ class Budgets {
   /// The store the budgets live in (the gateway's admission reads project settings there).
   store::Store& store() { return store_; }
 
-  /// Settles waiting for the shared store (0 on a single node).
-  size_t pending_settles() const { return pending_.pending(); }
-
  private:
   struct Account {
     std::optional<Micros> cap;
