@@ -226,9 +226,25 @@ Result<std::string> Server::signer_of(const http::Exchange& ex, const Query& que
   return found;
 }
 
+namespace {
+/// A signed URL's signature_expiration, when it has one, is a time still to come.
+Result<void> not_expired(const Query& query) {
+  const std::string exp = first(query, "signature_expiration");
+  if (exp.empty()) return {};
+  char* end = nullptr;
+  const long long at = std::strtoll(exp.c_str(), &end, 10);
+  if (*end || at <= 0) return fail(ErrorCode::kUnauthorized, "signature_expiration: a Unix time in seconds");
+  if (at * 1000 < now_unix_ms()) return fail(ErrorCode::kUnauthorized, "the signed URL has expired");
+  return {};
+}
+}  // namespace
+
 Result<sandbox::Principal> Server::authenticate_envd(const http::Exchange& ex, const std::string& path, const Query& query) {
   std::string id(ex.header("E2b-Sandbox-Id"));
-  if (id.empty()) {
+  const bool found_by_signature = id.empty();
+  if (found_by_signature) {
+    // Expired URLs are refused before the scan: they cost nothing.
+    if (auto r = not_expired(query); !r) return fail(r.error());
     auto signer = signer_of(ex, query);
     if (!signer) return fail(signer.error());
     id = *signer;
@@ -254,14 +270,10 @@ Result<sandbox::Principal> Server::authenticate_envd(const http::Exchange& ex, c
     if (!same(given, token)) return fail(refused);
   } else if (path == "/files" && query.count("signature")) {
     // A signed URL (Sandbox.uploadUrl / downloadUrl): "v1_" + base64(sha256 of
-    // "path:operation:user:token[:expiration]").
-    if (auto exp = first(query, "signature_expiration"); !exp.empty()) {
-      char* end = nullptr;
-      const long long at = std::strtoll(exp.c_str(), &end, 10);
-      if (*end || at <= 0) return fail(ErrorCode::kUnauthorized, "signature_expiration: a Unix time in seconds");
-      if (at * 1000 < now_unix_ms()) return fail(ErrorCode::kUnauthorized, "the signed URL has expired");
-    }
-    if (!same(first(query, "signature"), signature(ex, query, token))) return fail(refused);
+    // "path:operation:user:token[:expiration]"); signer_of compared it already when the URL
+    // named no sandbox.
+    if (auto r = not_expired(query); !r) return fail(r.error());
+    if (!found_by_signature && !same(first(query, "signature"), signature(ex, query, token))) return fail(refused);
   } else {
     return fail(refused);
   }
