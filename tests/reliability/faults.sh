@@ -654,7 +654,9 @@ p_disk_full() {
     [ -z "$(ls -A "$T/data/snapshots" 2>/dev/null)" ]
   api GET "/v1/sandboxes/$id"
   check disk_full.sandbox_running "$(snip)" okj 200 '.status == "running"'
-  run_exec "$id" '{"cmd":"a=$(cat /dev/shm/now); sleep 0.5; b=$(cat /dev/shm/now); [ \"$a\" != \"$b\" ] && echo ticking"}'
+  # The clock is written by a loop that starts processes; on a loaded machine one tick can take
+  # longer than any fixed wait: wait up to 5 s for it to move.
+  run_exec "$id" '{"cmd":"a=$(cat /dev/shm/now); for i in $(seq 50); do sleep 0.1; b=$(cat /dev/shm/now); [ \"$a\" != \"$b\" ] && { echo ticking; break; }; done"}'
   check disk_full.sandbox_runs_on "$(snip)" okj 200 '.stdout == "ticking\n"'
   limit_is_normal "$id" disk_full.limit_set_back
   check_settled disk_full
