@@ -59,6 +59,14 @@ def main():
     with open(os.path.join(build, "compile_commands.json")) as f:
         commands = json.load(f)
     by_file = {os.path.relpath(c["file"], root): c for c in commands}
+    # A unity build compiles a module's sources through generated files that #include them:
+    # each source takes the flags of the unity file that holds it.
+    for c in commands:
+        if "/Unity/unity_" in c["file"] and os.path.exists(c["file"]):
+            with open(c["file"]) as f:
+                for line in f:
+                    if line.startswith("#include "):
+                        by_file.setdefault(os.path.relpath(line.split('"')[1], root), c)
     failures = 0
     probes = []  # (module, header, want_ok, flags, directory)
     for module, (source, allowed, forbidden) in RULES.items():

@@ -55,7 +55,7 @@ size_t utf8_sequence(std::string_view s, size_t i) {
 
 // The entry as messages quote it. Entries come from JSON but messages end up in logs and in
 // JSON again, so anything unprintable or not UTF-8 is escaped, and a long entry is cut.
-std::string quoted(std::string_view text) {
+std::string in_quotes(std::string_view text) {
   constexpr size_t kMaxQuoted = 80;
   std::string out = "\"";
   size_t i = 0;
@@ -245,7 +245,7 @@ bool AllowEntry::same_target(const AllowEntry& other) const {
 }
 
 Result<AllowEntry> parse_allow_entry(std::string_view text, size_t index) {
-  const std::string label = "egress.allow[" + std::to_string(index) + "] " + quoted(text) + ": ";
+  const std::string label = "egress.allow[" + std::to_string(index) + "] " + in_quotes(text) + ": ";
   const auto bad = [&](std::string_view why) {
     return fail(ErrorCode::kInvalidRequest, label + std::string(why));
   };
@@ -353,7 +353,7 @@ Result<std::vector<AllowEntry>> parse_allow_list(const std::vector<std::string>&
     for (size_t j = 0; j < out.size(); ++j) {
       if (out[j].same_target(*e)) {
         return fail(ErrorCode::kInvalidRequest, "egress.allow[" + std::to_string(i) + "] " +
-                                                    quoted(entries[i]) + ": duplicate of egress.allow[" +
+                                                    in_quotes(entries[i]) + ": duplicate of egress.allow[" +
                                                     std::to_string(j) + "]");
       }
     }
