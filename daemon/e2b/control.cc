@@ -52,7 +52,8 @@ Result<int> timeout_field(const json& body, int max) {
 
 }  // namespace
 
-Server::Server(Config cfg, sandbox::SandboxService& sandboxes) : cfg_(std::move(cfg)), sandboxes_(sandboxes) {}
+Server::Server(Config cfg, sandbox::SandboxService& sandboxes)
+    : cfg_(std::move(cfg)), sandboxes_(sandboxes), deadlines_(sandboxes) {}
 
 bool Server::is_control(const std::vector<std::string>& s) {
   if (s.empty()) return false;
@@ -229,15 +230,20 @@ Result<json> Server::connect(const sandbox::Principal& p, const std::string& id,
   auto view = sandboxes_.get(p, id);
   if (!view) return fail(view.error());
   if (!live(*view)) return fail(ErrorCode::kSandboxNotFound, "sandbox " + id + " is not running (it " + view->value("status", "ended") + ")");
+  // A bad timeout is refused before anything changes (not after a resume it would leave done).
+  std::optional<int> secs;
+  if (body.contains("timeout")) {
+    auto s = timeout_field(body, cfg_.limits.max_timeout_s);
+    if (!s) return fail(s.error());
+    secs = *s;
+  }
   sandbox::Timing t;
   if (view->value("status", "") == "paused") {
     auto r = sandboxes_.resume(p, id, t);
     if (!r) return fail(r.error());
     view = r;
   }
-  if (body.contains("timeout")) {
-    auto secs = timeout_field(body, cfg_.limits.max_timeout_s);
-    if (!secs) return fail(secs.error());
+  if (secs) {
     sandbox::UpdateRequest u;
     u.timeout_s = *secs;
     auto r = sandboxes_.update(p, id, u, t);
@@ -283,7 +289,16 @@ Result<json> Server::fork(const sandbox::Principal& p, const std::string& id, co
     if (secs) {
       sandbox::UpdateRequest u;
       u.timeout_s = *secs;
-      if (auto r = sandboxes_.update(p, f.value("id", ""), u, t); r) view = *r;
+      auto r = sandboxes_.update(p, f.value("id", ""), u, t);
+      if (!r) {
+        // All or nothing, as a fork is: forks without the asked timeout are not handed out.
+        for (const auto& g : (*forks)["data"]) {
+          sandbox::Timing gone;
+          (void)sandboxes_.remove(p, g.value("id", ""), gone);
+        }
+        return fail(r.error());
+      }
+      view = *r;
     }
     out.push_back({{"sandbox", sandbox_object(view)}});
   }

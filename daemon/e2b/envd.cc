@@ -234,7 +234,7 @@ Result<void> not_expired(const Query& query) {
   char* end = nullptr;
   const long long at = std::strtoll(exp.c_str(), &end, 10);
   if (*end || at <= 0) return fail(ErrorCode::kUnauthorized, "signature_expiration: a Unix time in seconds");
-  if (at * 1000 < now_unix_ms()) return fail(ErrorCode::kUnauthorized, "the signed URL has expired");
+  if (at < now_unix_ms() / 1000) return fail(ErrorCode::kUnauthorized, "the signed URL has expired");
   return {};
 }
 }  // namespace
@@ -541,10 +541,23 @@ void Server::stream(http::Exchange& ex, const sandbox::Principal& p, const std::
         return out.end(Error{ErrorCode::kInvalidRequest, "tag: a string of at most 256 bytes", 0});
       spec.tag = (*msg)["tag"];
     }
+    // The command's deadline (the SDK's timeoutMs; absent or 0: none), from now: the process is
+    // killed when it passes, followed or not, as E2B's envd does.
+    int64_t timeout_ms = 0;
+    if (const std::string_view h = ex.header("Connect-Timeout-Ms"); !h.empty()) {
+      if (h.size() > 10 || h.find_first_not_of("0123456789") != std::string_view::npos)
+        return out.end(Error{ErrorCode::kInvalidRequest, "Connect-Timeout-Ms: at most 10 digits (milliseconds)", 0});
+      timeout_ms = std::stoll(std::string(h));
+    }
+    const int64_t deadline = steady_ms() + timeout_ms;
+    if (timeout_ms > 0)
+      if (auto r = deadlines_.reserve(p, id); !r) return out.end(r.error());
     sandbox::Timing t;
     auto started = exec.start_process(p, id, spec, t);
     if (!started) return out.end(started.error());
-    return process_events(ex, p, id, std::to_string(started->value("pid", 0)), true);
+    const std::string pid = std::to_string(started->value("pid", 0));
+    if (timeout_ms > 0) deadlines_.add(p, id, pid, deadline);
+    return process_events(ex, p, id, pid, true);
   }
   if (service == kProcess && rpc == "Connect") {
     if (auto r = only_fields(*msg, {"process"}, "ConnectRequest"); !r) return out.end(r.error());
@@ -579,6 +592,7 @@ void Server::process_events(http::Exchange& ex, const sandbox::Principal& p, con
   if (r->value("running", false)) return out.end(Error{ErrorCode::kUpstreamTimeout, "the process still runs after 24 h of following it", 0});
   const int code = r->value("exit_code", json(-1)).is_number() ? (*r)["exit_code"].get<int>() : -1;
   const int sig = r->value("signal", json(0)).is_number() ? (*r)["signal"].get<int>() : 0;
+  if (started) deadlines_.remove(id, proc);
   json end = {{"exited", true}, {"status", signal_status(code, sig)}, {"exitCode", sig ? -1 : code}};
   if (!out.message({{"event", {{"end", end}}}})) return;
   out.end(std::nullopt);
@@ -590,6 +604,8 @@ void Server::watch_dir(http::Exchange& ex, const sandbox::Principal& p, const st
     return out.end(r.error());
   auto path = path_field(msg, "path", "");
   if (!path) return out.end(path.error());
+  if (msg.contains("recursive") && !msg["recursive"].is_boolean())
+    return out.end(Error{ErrorCode::kInvalidRequest, "WatchDirRequest.recursive: a boolean", 0});
   const bool recursive = msg.value("recursive", false);
   const std::string root = *path == "/" ? "" : *path;
   sandbox::Exec::WatchReader reader;

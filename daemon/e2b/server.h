@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/result.h"
+#include "daemon/e2b/deadlines.h"
 #include "daemon/http/server.h"
 #include "daemon/sandbox/service.h"
 #include "daemon/sandbox/spec.h"
@@ -99,6 +100,7 @@ class Server {
 
   Config cfg_;
   sandbox::SandboxService& sandboxes_;
+  Deadlines deadlines_;  // commands' Connect-Timeout-Ms
   std::mutex scan_mu_;
   double scan_tokens_ = kScansPerSecond;
   int64_t scan_refill_ms_ = 0;

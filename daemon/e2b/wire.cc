@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 
+#include "common/json.h"
 #include "daemon/sys/codec.h"
 
 namespace b3os::e2b {
@@ -96,6 +97,9 @@ std::string end_stream(const std::optional<Error>& error) {
 
 namespace {
 Result<json> json_object(std::string_view text, std::string_view what) {
+  // Copying or dumping deep JSON recurses: a body nested a million levels would take the
+  // daemon's stack (the holder of one sandbox's token could take the node down).
+  if (json_depth(text) > 64) return fail(ErrorCode::kInvalidRequest, std::string(what) + " nests deeper than 64 levels");
   json j = json::parse(text, nullptr, false);
   if (j.is_discarded()) return fail(ErrorCode::kInvalidRequest, std::string(what) + ": not valid JSON");
   if (!j.is_object()) return fail(ErrorCode::kInvalidRequest, std::string(what) + ": a JSON object is expected");

@@ -82,6 +82,9 @@ await check('run_callbacks', async () => {
   return out.join('') === 'o1\no2\no3\n' && err.join('') === 'e1\ne2\ne3\n' && out.length >= 2
 })
 await rejects('run_timeout', () => sbx.commands.run('sleep 20', { timeoutMs: 1500 }), TimeoutError)
+// As E2B's envd: the command itself is killed at its timeoutMs, not left running.
+await check('run_timeout_kills_the_command', async () =>
+  until(async () => !(await sbx.commands.list()).some((p) => (p.args || []).join(' ').includes('sleep 20'))))
 await check('run_binary_output', async () => {
   const r = await sbx.commands.run("printf 'a\\000b'")
   return r.stdout.length === 3

@@ -109,6 +109,9 @@ def api_error(name, got, status):
 api_error("create.unknown_field_400", api("POST", "/v2/sandboxes", {"templateID": "base", "nope": 1}), 400)
 api_error("create.wrong_type_400", api("POST", "/v2/sandboxes", {"templateID": "base", "timeout": "soon"}), 400)
 api_error("create.metadata_not_strings_400", api("POST", "/v2/sandboxes", {"templateID": "base", "metadata": {"a": 1}}), 400)
+# Nested 100,000 levels deep: refused before parsing (copying it would recurse off the stack).
+deep = b'{"templateID": "base", "metadata": ' + b'[' * 100000 + b']' * 100000 + b'}'
+api_error("create.too_deep_400", api("POST", "/v2/sandboxes", deep, headers={"Content-Type": "application/json"}), 400)
 api_error("create.no_template_400", api("POST", "/v2/sandboxes", {}), 400)
 api_error("create.unknown_template_404", api("POST", "/v2/sandboxes", {"templateID": "no-such-template"}), 404)
 api_error("create.not_json_400", api("POST", "/v2/sandboxes", b"{nope", headers={"Content-Type": "application/json"}), 400)
@@ -177,6 +180,10 @@ connect_error("envd.unknown_field_400", unary("filesystem.Filesystem/Stat", {"pa
 connect_error("envd.wrong_type_400", unary("filesystem.Filesystem/Stat", {"path": 5}), "invalid_argument", 400)
 connect_error("envd.not_json_400", unary("filesystem.Filesystem/Stat", b"{"), "invalid_argument", 400)
 connect_error("envd.missing_404", unary("filesystem.Filesystem/Stat", {"path": "/nope/nope"}), "not_found", 404)
+stream_error("envd.watch_recursive_wrong_type", stream("filesystem.Filesystem/WatchDir",
+             envelope(0, json.dumps({"path": "/tmp", "recursive": "yes"}).encode())), "invalid_argument")
+stream_error("envd.too_deep_400", stream("process.Process/Start",
+                                         envelope(0, b'{"process": ' + b'[' * 100000 + b']' * 100000 + b'}')), "invalid_argument")
 connect_error("envd.depth_17_400", unary("filesystem.Filesystem/ListDir", {"path": "/", "depth": 17}), "invalid_argument", 400)
 connect_error("envd.unknown_method_501", unary("filesystem.Filesystem/Format", {}), "unimplemented", 501)
 connect_error("envd.unknown_service_501", unary("secrets.Vault/Open", {}), "unimplemented", 501)
