@@ -232,9 +232,12 @@ void Api::handle(http::Exchange& ex, bool relayed_mcp) {
   const bool envd = e2b_ && e2b::Server::is_envd(ex, c.target.path, c.target.query);
   auto principal = envd ? e2b_->authenticate_envd(ex, c.target.path, c.target.query) : authenticate(ex);
   if (!principal) {
-    if (envd || (e2b_ && e2b::Server::is_control(c.target.segments)))
+    if (envd || (e2b_ && e2b::Server::is_control(c.target.segments))) {
+      http::Headers h;  // a signed URL's scan refused for now: a second is enough
+      if (principal.error().code == ErrorCode::kRateLimited) h.emplace_back("Retry-After", "1");
       return respond(ex, error_http_status(principal.error().code), "application/json",
-                     dump_json(e2b::api_error(principal.error())), {});
+                     dump_json(e2b::api_error(principal.error())), h);
+    }
     return send_error(c, principal.error());
   }
   c.principal = *principal;

@@ -9,6 +9,8 @@
 #include <chrono>
 #include <deque>
 
+#include <boost/asio/ip/address_v6.hpp>
+
 #include "common/clock.h"
 #include "common/ids.h"
 #include "daemon/e2b/multipart.h"
@@ -205,12 +207,40 @@ std::string Server::signature(const http::Exchange& ex, const Query& query, cons
   return sig;
 }
 
+namespace {
+/// Who a scan is counted against: the client's address, an IPv6 one by its /64 (one host can
+/// hold a whole /64).
+std::string client_key(std::string addr) {
+  if (addr.find(':') == std::string::npos || addr.rfind("::ffff:", 0) == 0) return addr;
+  boost::system::error_code ec;
+  auto a6 = boost::asio::ip::make_address_v6(addr, ec);
+  if (ec) return addr;
+  auto bytes = a6.to_bytes();
+  std::fill(bytes.begin() + 8, bytes.end(), 0);
+  return boost::asio::ip::address_v6(bytes).to_string() + "/64";
+}
+}  // namespace
+
 Result<std::string> Server::signer_of(const http::Exchange& ex, const Query& query) {
   std::lock_guard lk(scan_mu_);
   const int64_t now = steady_ms();
-  scan_tokens_ = std::min(kScansPerSecond, scan_tokens_ + (now - scan_refill_ms_) * kScansPerSecond / 1000.0);
+  const auto refill = [now](double tokens, int64_t at, double rate) {
+    return std::min(rate, tokens + static_cast<double>(now - at) * rate / 1000.0);
+  };
+  const std::string client = client_key(ex.peer_address());
+  if (client_scans_.size() >= kMaxClients && !client_scans_.count(client))
+    for (auto it = client_scans_.begin(); it != client_scans_.end();)  // idle ones: their bucket refilled
+      it = refill(it->second.tokens, it->second.at_ms, kScansPerClient) >= kScansPerClient ? client_scans_.erase(it) : ++it;
+  if (client_scans_.size() >= kMaxClients && !client_scans_.count(client))
+    return fail(ErrorCode::kRateLimited, "too many clients checking signed /files URLs at once; retry shortly");
+  Bucket& mine = client_scans_.try_emplace(client, Bucket{kScansPerClient, now}).first->second;
+  mine.tokens = refill(mine.tokens, mine.at_ms, kScansPerClient);
+  mine.at_ms = now;
+  scan_tokens_ = refill(scan_tokens_, scan_refill_ms_, kScansPerSecond);
   scan_refill_ms_ = now;
+  if (mine.tokens < 1) return fail(ErrorCode::kRateLimited, "too many signed /files URLs from this client this second; retry shortly");
   if (scan_tokens_ < 1) return fail(ErrorCode::kRateLimited, "too many signed /files URLs to check this second; retry shortly");
+  mine.tokens -= 1;
   scan_tokens_ -= 1;
   const std::string given = first(query, "signature");
   const auto live = sandboxes_.registry().all();

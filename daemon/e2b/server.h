@@ -97,7 +97,15 @@ class Server {
   /// The signature a /files URL would carry for this token (docs/e2b.md).
   static std::string signature(const http::Exchange& ex, const Query& query, const std::string& token);
   static constexpr double kScansPerSecond = 100;
+  /// Each client address (an IPv6 one by its /64) may use at most this many of them a second,
+  /// so that one client forging URLs cannot take every real URL's turn.
+  static constexpr double kScansPerClient = 20;
+  static constexpr size_t kMaxClients = 4096;  // buckets kept; full (idle) ones are dropped first
 
+  struct Bucket {
+    double tokens;
+    int64_t at_ms;
+  };
   Config cfg_;
   sandbox::SandboxService& sandboxes_;
   Deadlines deadlines_;  // commands' Connect-Timeout-Ms
@@ -105,6 +113,7 @@ class Server {
   double scan_tokens_ = kScansPerSecond;
   int64_t scan_refill_ms_ = 0;
   std::map<std::string, std::string> token_cache_;  // sandbox id -> its access token
+  std::map<std::string, Bucket> client_scans_;      // client address -> its scans
 };
 
 }  // namespace b3os::e2b

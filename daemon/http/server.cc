@@ -65,6 +65,11 @@ class BeastExchange final : public Exchange {
     auto it = req().find(beast::string_view(name.data(), name.size()));
     return it == req().end() ? std::string_view() : std::string_view(it->value().data(), it->value().size());
   }
+  std::string peer_address() const override {
+    boost::system::error_code ec;
+    const auto ep = sock_.remote_endpoint(ec);
+    return ec ? std::string() : ep.address().to_string();
+  }
   std::optional<uint64_t> content_length() const override {
     auto l = parser_.content_length();
     return l ? std::optional<uint64_t>(*l) : std::nullopt;

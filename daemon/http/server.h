@@ -100,6 +100,9 @@ class Exchange {
   virtual std::string_view target() const = 0;
   /// A request header, or "" when absent.
   virtual std::string_view header(std::string_view name) const = 0;
+  /// The client's address as the socket sees it ("" when unknown): a router in between is the
+  /// client.
+  virtual std::string peer_address() const { return {}; }
   /// The declared body length, if any (nullopt for chunked bodies).
   virtual std::optional<uint64_t> content_length() const = 0;
   /// True when the request has a body (non-zero length or chunked).

@@ -11,6 +11,7 @@ import http.client
 import json
 import struct
 import sys
+import time
 import urllib.parse
 
 URL, KEY, OTHER = sys.argv[1], sys.argv[2], sys.argv[3]
@@ -214,6 +215,14 @@ api_error("files.gzip_415", request("POST", "/files?path=/tmp/g", b"x", {**ENVD,
                                                                            "Content-Encoding": "gzip"}), 415)
 api_error("files.forged_signature_401", request("GET", "/files?path=/etc/hostname&signature=v1_forged",
                                                 None, {"E2b-Sandbox-Id": SID}), 401)
+# Forged URLs from one client: past its 20 scans a second, 429 with Retry-After (the node's
+# other clients keep their own share); a second later it is heard again.
+burst = [request("GET", "/files?path=/etc/hostname&signature=v1_forged") for _ in range(40)]
+limited = [r for r in burst if r[0] == 429]
+result(limited and all(r[1].get("Retry-After") == "1" for r in limited) and burst[0][0] == 401,
+       "files.forged_burst_429_per_client", f"statuses {sorted(set(r[0] for r in burst))}, {len(limited)} of 40 limited")
+time.sleep(1.5)
+api_error("files.after_burst_401", request("GET", "/files?path=/etc/hostname&signature=v1_forged"), 401)
 api_error("files.expired_signature_401", request("GET", "/files?path=/etc/hostname&signature=v1_x&signature_expiration=1",
                                                  None, {"E2b-Sandbox-Id": SID}), 401)
 
