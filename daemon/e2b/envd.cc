@@ -617,6 +617,13 @@ void Server::process_events(http::Exchange& ex, const sandbox::Principal& p, con
     return out.message({{"event", {{"data", {{stream, sys::base64_encode(bytes)}}}}}});
   };
   reader.gap = [](uint64_t, uint64_t) { return true; };
+  // Keepalive-Ping-Interval (seconds; the SDK sends 50): an event while the command is silent,
+  // so that a quiet command's stream is not cut as idle by a client or a proxy in between.
+  if (const std::string_view h = ex.header("Keepalive-Ping-Interval");
+      !h.empty() && h.size() <= 5 && h.find_first_not_of("0123456789") == std::string_view::npos) {
+    reader.quiet_every_ms = std::max<int64_t>(1, std::stoll(std::string(h))) * 1000;
+    reader.quiet = [&] { return out.message({{"event", {{"keepalive", json::object()}}}}); };
+  }
   auto r = exec.process_output(p, id, proc, since, true, kMaxFollowMs, reader, [&] { return ex.client_gone(); });
   if (!r) return out.end(r.error());
   if (r->value("running", false)) return out.end(Error{ErrorCode::kUpstreamTimeout, "the process still runs after 24 h of following it", 0});

@@ -89,6 +89,10 @@ class Exec {
     std::function<bool(uint64_t offset, bool is_stderr, std::string_view bytes)> data;
     /// Bytes [from, to) fell out of the ring before this reader took them.
     std::function<bool(uint64_t from, uint64_t to)> gap;
+    /// While following: the process said nothing for `quiet_every_ms` (a keep-alive is due);
+    /// false stops the read.
+    std::function<bool()> quiet;
+    int64_t quiet_every_ms = 0;
   };
   /// Reads from `since` to the end, or with `follow` until the process's output is done (or
   /// `max_ms` passed): {"next","running","exit_code","signal"}.

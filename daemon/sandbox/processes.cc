@@ -197,6 +197,8 @@ Result<json> Exec::process_output(const Principal& p, const std::string& id, con
   auto idle_deadline = Clock::now() + kControlTimeout;
   uint64_t offset = since;
   bool begun = false;
+  const bool keepalives = follow && reader.quiet && reader.quiet_every_ms > 0;
+  auto quiet_at = Clock::now() + std::chrono::milliseconds(reader.quiet_every_ms);
   for (;;) {
     auto f = st.next(std::min(Clock::now() + 250ms, follow ? until : idle_deadline));
     if (cancelled && cancelled()) {
@@ -209,6 +211,13 @@ Result<json> Exec::process_output(const Principal& p, const std::string& id, con
         // Long enough: the reader comes back with `next` (and misses nothing).
         st.cancel();
         return json{{"next", offset}, {"running", true}, {"cut", true}};
+      }
+      if (keepalives && begun && Clock::now() >= quiet_at) {
+        quiet_at = Clock::now() + std::chrono::milliseconds(reader.quiet_every_ms);
+        if (!reader.quiet()) {
+          st.cancel();
+          return fail(ErrorCode::kInternal, "the client went away or stopped reading");
+        }
       }
       if (!follow && Clock::now() >= idle_deadline) return fail(lifecycle_.explain(s, f.error()));
       continue;
@@ -246,6 +255,7 @@ Result<json> Exec::process_output(const Principal& p, const std::string& id, con
         }
         offset += bytes.size();
         st.grant(static_cast<uint32_t>(bytes.size()));
+        quiet_at = Clock::now() + std::chrono::milliseconds(reader.quiet_every_ms);
         break;
       }
       case protocol::FrameType::kEnd: {

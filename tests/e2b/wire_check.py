@@ -233,6 +233,13 @@ events = [jbody(p) for f, p in env if not f & 2]
 out = "".join(base64.b64decode(e["event"]["data"]["stdout"]).decode() for e in events if "data" in e.get("event", {}))
 result(st == 200 and events and "start" in events[0]["event"] and out == "hi\n" and "end" in events[-1]["event"]
        and env[-1][0] & 2, "envd.start_ok", f"HTTP {st} {data[:300]!r}")
+# A silent command's stream carries keep-alives at the client's Keepalive-Ping-Interval.
+st, _, data = stream("process.Process/Start", envelope(0, json.dumps(
+    {"process": {"cmd": "/bin/sh", "args": ["-c", "sleep 2.5; echo done"]}}).encode()), {"Keepalive-Ping-Interval": "1"})
+events = [jbody(p) for f, p in envelopes(data) if not f & 2]
+kinds = [next(iter(e.get("event", {"?": 0}))) for e in events]
+result(st == 200 and kinds.count("keepalive") >= 1 and kinds[0] == "start" and kinds[-1] == "end",
+       "envd.keepalive_while_silent", f"HTTP {st} events {kinds}")
 # A listing bounded in directories (one agent call each): 1,100 of them are refused, not walked.
 stream("process.Process/Start", envelope(0, json.dumps(
     {"process": {"cmd": "/bin/bash", "args": ["-c", "mkdir -p /tmp/many/d{1..1100}"]}}).encode()))
