@@ -492,22 +492,32 @@ Result<json> Server::filesystem_unary(const sandbox::Principal& p, const std::st
     json entries = json::array();
     std::deque<std::pair<std::string, int>> todo{{*path, 1}};
     size_t dirs = 0;
+    const auto too_many = [] {
+      return fail(ErrorCode::kInvalidRequest, "the listing spans over " + std::to_string(kMaxListDirs) +
+                                                  " directories; ask for less depth");
+    };
     while (!todo.empty()) {
-      if (++dirs > kMaxListDirs)
-        return fail(ErrorCode::kInvalidRequest, "the listing spans over " + std::to_string(kMaxListDirs) +
-                                                    " directories; ask for less depth");
+      ++dirs;
       auto [dir, level] = todo.front();
       todo.pop_front();
       auto list = exec.list_dir(p, id, dir, t);
       if (!list) {
-        if (dir == *path) return fail(list.error());
-        continue;  // a directory removed or unreadable since its parent was listed
+        // A directory removed or unreadable since its parent was listed is left out; anything
+        // else (the sandbox or its agent) ends the listing, not one wait per directory.
+        const ErrorCode c = list.error().code;
+        if (dir == *path || (c != ErrorCode::kFileNotFound && c != ErrorCode::kForbidden && c != ErrorCode::kInvalidRequest))
+          return fail(list.error());
+        continue;
       }
       for (const auto& e : (*list)["data"]) {
         if (entries.size() >= kMaxListEntries)
           return fail(ErrorCode::kInvalidRequest, "the listing is over " + std::to_string(kMaxListEntries) + " entries; ask for less depth");
         entries.push_back(entry_info(e));
-        if (e.value("type", "") == "dir" && level < depth) todo.emplace_back(e.value("path", ""), level + 1);
+        if (e.value("type", "") == "dir" && level < depth) {
+          // Refused as soon as it is known to be too wide, not after a thousand agent calls.
+          if (dirs + todo.size() >= kMaxListDirs) return too_many();
+          todo.emplace_back(e.value("path", ""), level + 1);
+        }
       }
     }
     return json{{"entries", entries}};
@@ -587,7 +597,7 @@ void Server::stream(http::Exchange& ex, const sandbox::Principal& p, const std::
     if (!started) return out.end(started.error());
     const std::string pid = std::to_string(started->value("pid", 0));
     if (timeout_ms > 0) deadlines_.add(p, id, pid, deadline);
-    return process_events(ex, p, id, pid, true);
+    return process_events(ex, p, id, pid, true, &*started);
   }
   if (service == kProcess && rpc == "Connect") {
     if (auto r = only_fields(*msg, {"process"}, "ConnectRequest"); !r) return out.end(r.error());
@@ -600,10 +610,12 @@ void Server::stream(http::Exchange& ex, const sandbox::Principal& p, const std::
 }
 
 void Server::process_events(http::Exchange& ex, const sandbox::Principal& p, const std::string& id, const std::string& proc,
-                            bool started) {
+                            bool started, const json* known) {
   Envelopes out(ex);
   auto& exec = sandboxes_.exec();
-  auto info = exec.get_process(p, id, proc);
+  // A start already has the process's view: asking again could only fail and hide the pid of a
+  // process that runs.
+  auto info = known ? Result<json>(*known) : exec.get_process(p, id, proc);
   if (!info) return out.end(info.error());
   const int pid = info->value("pid", 0);
   // Start gives the output from the first byte; Connect from now on, as E2B's envd does.

@@ -85,7 +85,7 @@ class Server {
                                           const nlohmann::json& msg, const std::string& user);
   /// process.Start and process.Connect: the process's events until it ends or the client goes.
   void process_events(http::Exchange& ex, const sandbox::Principal& p, const std::string& id, const std::string& proc,
-                      bool started);
+                      bool started, const nlohmann::json* known = nullptr);
   void watch_dir(http::Exchange& ex, const sandbox::Principal& p, const std::string& id, const nlohmann::json& msg);
   void files_get(http::Exchange& ex, const sandbox::Principal& p, const std::string& id, const Query& q);
   void files_post(http::Exchange& ex, const sandbox::Principal& p, const std::string& id, const Query& q);
