@@ -2,39 +2,10 @@
 
 namespace b3os::api {
 
-namespace {
-int hex_value(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-}  // namespace
-
 std::optional<std::string> Target::param(const std::string& name) const {
   auto it = query.find(name);
   if (it == query.end()) return std::nullopt;
   return it->second;
-}
-
-Result<std::string> percent_decode(std::string_view s, bool plus_is_space) {
-  std::string out;
-  out.reserve(s.size());
-  for (size_t i = 0; i < s.size(); ++i) {
-    char c = s[i];
-    if (c == '%') {
-      int hi = i + 1 < s.size() ? hex_value(s[i + 1]) : -1;
-      int lo = i + 2 < s.size() ? hex_value(s[i + 2]) : -1;
-      if (hi < 0 || lo < 0) return fail(ErrorCode::kInvalidUrl, "bad percent escape in URL");
-      c = static_cast<char>(hi * 16 + lo);
-      i += 2;
-    } else if (c == '+' && plus_is_space) {
-      c = ' ';
-    }
-    if (c == '\0') return fail(ErrorCode::kInvalidUrl, "NUL byte in URL");
-    out += c;
-  }
-  return out;
 }
 
 Result<Target> parse_target(std::string_view target) {

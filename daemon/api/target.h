@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/result.h"
+#include "daemon/sys/codec.h"
 
 namespace b3os::api {
 
@@ -20,8 +21,7 @@ struct Target {
   std::optional<std::string> param(const std::string& name) const;
 };
 
-/// Percent-decodes `s` ("+" is a space in queries only). Fails on bad escapes or NUL.
-Result<std::string> percent_decode(std::string_view s, bool plus_is_space);
+using sys::percent_decode;
 /// Splits and decodes a request target.
 Result<Target> parse_target(std::string_view target);
 

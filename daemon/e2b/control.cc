@@ -7,6 +7,7 @@
 #include "common/clock.h"
 #include "daemon/e2b/server.h"
 #include "daemon/e2b/wire.h"
+#include "daemon/sys/codec.h"
 
 namespace b3os::e2b {
 
@@ -190,10 +191,42 @@ Result<json> Server::list(const sandbox::Principal& p, const Query& q, std::stri
       const std::string pair = m.substr(pos, amp - pos);
       const size_t eq = pair.find('=');
       if (eq == std::string::npos || eq == 0) return fail(ErrorCode::kInvalidRequest, "metadata: key=value pairs joined by &");
-      sq.metadata.emplace_back(pair.substr(0, eq), pair.substr(eq + 1));
+      // The SDK encodes each key and value (encodeURIComponent), then the pairs as a form
+      // (URLSearchParams): both are undone, so that "a b" or "x&y" match what was stored.
+      const auto undo = [](const std::string& x) -> Result<std::string> {
+        auto form = sys::percent_decode(x, true);
+        if (!form) return form;
+        return sys::percent_decode(*form, false);
+      };
+      auto key = undo(pair.substr(0, eq));
+      auto value = undo(pair.substr(eq + 1));
+      if (!key || !value) return fail(ErrorCode::kInvalidRequest, "metadata: a bad percent escape");
+      sq.metadata.emplace_back(*key, *value);
       pos = amp + 1;
     }
   }
+  // startedAfter (an RFC 3339 time, the SDK's toISOString) and template filter what is read,
+  // as the live-only filter does; order: b3os lists newest first (E2B's "desc").
+  std::optional<int64_t> after_ms;
+  if (auto a = first(q, "startedAfter"); !a.empty()) {
+    after_ms = parse_rfc3339(a);
+    if (!after_ms) return fail(ErrorCode::kInvalidRequest, "startedAfter: an RFC 3339 time in UTC (2026-01-02T03:04:05Z)");
+  }
+  const std::string want_template = first(q, "template");
+  if (auto o = first(q, "order"); !o.empty() && o != "desc") {
+    if (o == "asc") return fail(ErrorCode::kNotImplemented, "order: asc is not served; b3os lists newest first (desc)");
+    return fail(ErrorCode::kInvalidRequest, "order: asc or desc");
+  }
+  const auto wanted = [&](const json& v) {
+    if (!live(v)) return false;
+    if (!want_template.empty() && v.value("template", json::object()).value("name", "") != want_template) return false;
+    if (after_ms) {
+      const json started = v.value("started_at", json());
+      const auto at = started.is_string() ? parse_rfc3339(started.get<std::string>()) : std::nullopt;
+      if (!at || *at <= *after_ms) return false;
+    }
+    return true;
+  };
   json out = json::array();
   const int limit = sq.limit;
   // b3os lists stopped sandboxes too; E2B lists only live ones: pages are read until the
@@ -204,7 +237,7 @@ Result<json> Server::list(const sandbox::Principal& p, const Query& q, std::stri
     auto page = sandboxes_.list(p, sq);
     if (!page) return fail(page.error());
     for (const auto& v : (*page)["data"])
-      if (live(v)) out.push_back(listed(v, false));
+      if (wanted(v)) out.push_back(listed(v, false));
     const json& next = (*page)["next_cursor"];
     if (!next.is_string()) {
       next_token.clear();

@@ -83,4 +83,33 @@ std::optional<std::string> base64_decode(std::string_view text) {
   return out;
 }
 
+namespace {
+int hex_value(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+}  // namespace
+
+Result<std::string> percent_decode(std::string_view s, bool plus_is_space) {
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size(); ++i) {
+    char c = s[i];
+    if (c == '%') {
+      int hi = i + 1 < s.size() ? hex_value(s[i + 1]) : -1;
+      int lo = i + 2 < s.size() ? hex_value(s[i + 2]) : -1;
+      if (hi < 0 || lo < 0) return fail(ErrorCode::kInvalidUrl, "bad percent escape in URL");
+      c = static_cast<char>(hi * 16 + lo);
+      i += 2;
+    } else if (c == '+' && plus_is_space) {
+      c = ' ';
+    }
+    if (c == '\0') return fail(ErrorCode::kInvalidUrl, "NUL byte in URL");
+    out += c;
+  }
+  return out;
+}
+
 }  // namespace b3os::sys

@@ -38,7 +38,7 @@ const until = async (fn, ms = 10000) => {
 const tag = `e2b-${process.pid}`
 let sbx
 await check('create', async () => {
-  sbx = await Sandbox.create('base', { timeoutMs: 120_000, envs: { GREETING: 'hi' }, metadata: { suite: tag } })
+  sbx = await Sandbox.create('base', { timeoutMs: 120_000, envs: { GREETING: 'hi' }, metadata: { suite: tag, note: 'a b&c=d%+' } })
   return typeof sbx.sandboxId === 'string' && sbx.sandboxId.startsWith('sbx_')
 })
 if (!sbx) { console.log('# no sandbox: nothing more to test'); process.exit(1) }
@@ -55,6 +55,17 @@ await check('list_by_metadata', async () => {
   const pager = Sandbox.list({ query: { metadata: { suite: tag }, state: ['running'] } })
   const items = await pager.nextItems()
   return items.length === 1 && items[0].sandboxId === sbx.sandboxId
+})
+await check('list_metadata_with_escapes', async () => {
+  const items = await Sandbox.list({ query: { metadata: { suite: tag, note: 'a b&c=d%+' } } }).nextItems()
+  return items.length === 1 && items[0].sandboxId === sbx.sandboxId
+})
+await check('list_by_template_and_start', async () => {
+  const before = new Date(Date.now() - 3_600_000)
+  const mine = await Sandbox.list({ query: { metadata: { suite: tag }, template: 'base', startedAfter: before } }).nextItems()
+  const other = await Sandbox.list({ query: { metadata: { suite: tag }, template: 'no-such' } }).nextItems()
+  const later = await Sandbox.list({ query: { metadata: { suite: tag }, startedAfter: new Date(Date.now() + 60_000) } }).nextItems()
+  return mine.length === 1 && other.length === 0 && later.length === 0
 })
 await check('set_timeout', async () => { await sbx.setTimeout(300_000); return true })
 await check('connect_running', async () => {

@@ -124,6 +124,8 @@ api_error("bad_key_401", api("GET", "/v2/sandboxes", key="e2b_" + "0" * 40), 401
 api_error("malformed_key_401", api("GET", "/v2/sandboxes", key="nope"), 401)
 api_error("unknown_sandbox_404", api("GET", "/sandboxes/sbx_01m00000000000000000000000"), 404)
 api_error("list.bad_state_400", api("GET", "/v2/sandboxes?state=sleeping"), 400)
+api_error("list.order_asc_501", api("GET", "/v2/sandboxes?order=asc"), 501)
+api_error("list.bad_started_after_400", api("GET", "/v2/sandboxes?startedAfter=yesterday"), 400)
 api_error("list.bad_limit_400", api("GET", "/v2/sandboxes?limit=0"), 400)
 api_error("templates_501", api("GET", "/templates"), 501)
 
