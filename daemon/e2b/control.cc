@@ -70,7 +70,7 @@ json Server::sandbox_object(const json& view) {
           {"clientID", "b3os"},
           {"envdVersion", cfg_.envd_version},
           {"envdAccessToken", sandboxes_.access_token(id)},
-          {"trafficAccessToken", nullptr},
+          {"trafficAccessToken", view.value("open_ports", false) ? json(nullptr) : json(sandboxes_.traffic_token(id))},
           {"domain", cfg_.domain.empty() ? json(nullptr) : json(cfg_.domain)}};
 }
 
@@ -90,6 +90,8 @@ json Server::listed(const json& view, bool detail) {
     out["envdAccessToken"] = sandboxes_.access_token(view.value("id", ""));
     out["domain"] = cfg_.domain.empty() ? json(nullptr) : json(cfg_.domain);
     out["allowInternetAccess"] = view["egress"].value("mode", "deny") != "deny";
+    out["network"] = {{"allowPublicTraffic", view.value("open_ports", false)}};
+    if (!view.value("open_ports", false)) out["trafficAccessToken"] = sandboxes_.traffic_token(view.value("id", ""));
     out["lifecycle"] = {{"autoResume", false}, {"onTimeout", view.value("on_idle", "stop") == "pause" ? "pause" : "kill"}};
   }
   return out;
@@ -133,7 +135,25 @@ Result<json> Server::create(const sandbox::Principal& p, const json& body, int& 
       return fail(ErrorCode::kInvalidRequest, "allow_internet_access: true or false");
     spec["egress"] = {{"mode", body["allow_internet_access"].get<bool>() ? "public" : "deny"}};
   }
-  for (const char* f : {"network", "mcp", "iam", "volumeMounts"}) {
+  // network: allowPublicTraffic alone (E2B's default true: every port served on its host
+  // without a token; false: the trafficAccessToken header is needed). Egress rules, proxies and
+  // host masking are not served: b3os's own API has egress allow lists.
+  bool open_ports = true;
+  if (body.contains("network") && !body["network"].is_null()) {
+    const json& n = body["network"];
+    if (!n.is_object()) return fail(ErrorCode::kInvalidRequest, "network: an object");
+    for (const auto& [k, v] : n.items()) {
+      if (k == "allowPublicTraffic") {
+        if (!v.is_boolean()) return fail(ErrorCode::kInvalidRequest, "network.allowPublicTraffic: true or false");
+        open_ports = v.get<bool>();
+      } else {
+        return fail(ErrorCode::kNotImplemented, "network." + k.substr(0, 64) +
+                                                    ": not served by b3os (allowPublicTraffic is); its own API has "
+                                                    "egress allow lists (docs/e2b.md)");
+      }
+    }
+  }
+  for (const char* f : {"mcp", "iam", "volumeMounts"}) {
     const json& v = body.contains(f) ? body[f] : json(nullptr);
     if (!v.is_null() && !(v.is_object() && v.empty()) && !(v.is_array() && v.empty()))
       return fail(ErrorCode::kNotImplemented,
@@ -143,6 +163,7 @@ Result<json> Server::create(const sandbox::Principal& p, const json& body, int& 
   if (body.contains("secure") && !body["secure"].is_boolean()) return fail(ErrorCode::kInvalidRequest, "secure: true or false");
   auto parsed = sandbox::parse_create(spec, cfg_.limits);
   if (!parsed) return fail(parsed.error());
+  parsed->open_ports = open_ports;
   sandbox::Timing t;
   auto view = sandboxes_.create(p, *parsed, t);
   if (!view) return fail(view.error());

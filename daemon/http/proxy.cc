@@ -3,6 +3,7 @@
 #include <poll.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <atomic>
 #include <thread>
 
@@ -242,6 +243,11 @@ Result<void> relay(Exchange& ex, tcp::socket& sock, beast::flat_buffer& buf, bh:
   req.version(11);
   for (const auto& f : in) {
     if (hop_by_hop(f.name(), f.name_string()) || f.name() == bh::field::cookie || f.name() == bh::field::expect) continue;
+    const std::string_view name(f.name_string().data(), f.name_string().size());
+    if (std::any_of(opts.drop_request_headers.begin(), opts.drop_request_headers.end(), [&](const std::string& d) {
+          return beast::iequals(d, beast::string_view(name.data(), name.size()));
+        }))
+      continue;
     req.insert(f.name_string(), f.value());
   }
   if (!opts.cookie.empty()) req.set(bh::field::cookie, opts.cookie);

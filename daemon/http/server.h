@@ -74,6 +74,9 @@ struct ProxyOptions {
   std::chrono::milliseconds idle_timeout{60'000};
   /// Headers set on the request sent (replacing the client's of the same name).
   Headers request_headers;
+  /// Headers of the client's request not sent on (names, any case): a credential meant for
+  /// this server, not for the app behind it.
+  std::vector<std::string> drop_request_headers;
   /// The request body to send instead of reading the client's (a caller that read it whole
   /// to decide where the request goes); sent with its length.
   std::optional<std::string> body;

@@ -17,6 +17,9 @@ using protocol::FrameType;
 
 namespace {
 
+/// E2B's header for a sandbox's traffic token (trafficAccessToken, docs/e2b.md).
+constexpr const char* kTrafficTokenHeader = "e2b-traffic-access-token";
+
 void respond_error(http::Exchange& ex, const Error& e) {
   http::Headers h;
   const int status = error_http_status(e.code);
@@ -219,8 +222,13 @@ void PreviewServer::handle(http::Exchange& ex) {
 
   // The token before a slot: a client without one must not fill the sandbox's slots and so
   // keep its token holders out with 429s (connect_port checks it again). A token in the URL
-  // wins over a cookie (a newer URL replaces the cookie it left).
-  auto token = authorize(*target, stripped.token, cookies.tokens);
+  // wins over a cookie (a newer URL replaces the cookie it left); E2B's SDK users send their
+  // sandbox's traffic token as a header (docs/e2b.md), which the app never sees.
+  const std::string_view traffic = ex.header(kTrafficTokenHeader);
+  auto token = authorize(*target, stripped.token ? stripped.token
+                                  : traffic.empty() ? std::nullopt
+                                                    : std::optional<std::string>(std::string(traffic)),
+                         cookies.tokens);
   if (!token) return respond_error(ex, token.error());
 
   // A browser opening the URL is sent on to it without the token, the cookie set on the way:
@@ -250,6 +258,7 @@ void PreviewServer::handle(http::Exchange& ex) {
   opts.target = path;
   opts.cookie = cookies.cookie;
   opts.idle_timeout = cfg_.idle_timeout;
+  opts.drop_request_headers.emplace_back(kTrafficTokenHeader);
   // The token of a URL becomes a cookie of this host, so the app's own links and requests
   // (which carry no token) are let in too; the URL is served as it is, for clients without
   // cookies (curl, websocket clients). A page loaded so sends no Referer with its URL's token

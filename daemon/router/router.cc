@@ -285,7 +285,10 @@ void Router::handle_preview(http::Exchange& ex) {
     return not_preview();
   const std::string label = host.substr(0, host.size() - suffix.size());
   const size_t dash = label.find('-');
-  if (dash == std::string::npos || dash == 0 || dash > 5 || label.compare(dash + 1, 4, "sbx-") != 0) return not_preview();
+  // host_id ("sbx-...") or the id itself ("sbx_...", as E2B's SDK builds getHost's name).
+  if (dash == std::string::npos || dash == 0 || dash > 5 ||
+      (label.compare(dash + 1, 4, "sbx-") != 0 && label.compare(dash + 1, 4, "sbx_") != 0))
+    return not_preview();
   std::string id = "sbx_" + label.substr(dash + 5);
   if (id.size() > 64 || !std::all_of(id.begin() + 4, id.end(), [](unsigned char c) { return std::isalnum(c); }))
     return not_preview();

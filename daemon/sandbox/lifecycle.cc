@@ -413,6 +413,7 @@ Result<json> Lifecycle::create_launched(const Principal& p, const SandboxSpec& s
     r.egress_mode = spec.egress.mode;
     r.egress_allow = spec.egress.allow;
     r.forkable = spec.forkable;
+    r.open_ports = spec.open_ports;
     r.created_ms = r.started_ms = r.last_activity_ms = now;
     r.hostname = s->hostname;
     r.rootfs = rootfs;

@@ -92,7 +92,10 @@ Result<PreviewTarget> parse_preview_host(std::string_view host_in, std::string_v
   const std::string_view host_id = label.substr(dash + 1);
   if (port_s.find_first_not_of("0123456789") != std::string_view::npos) return fail(not_found_host(host_in));
   const std::string sandbox_id = "sbx_" + std::string(host_id.substr(std::min<size_t>(4, host_id.size())));
-  if (host_id.substr(0, 4) != "sbx-" || !valid_id(sandbox_id, "sbx")) return fail(not_found_host(host_in));
+  // "sbx-..." as b3os names hosts (a DNS label has no "_"), or the sandbox id itself, as E2B's
+  // SDK builds them (getHost: "{port}-{sandboxId}.{domain}").
+  if ((host_id.substr(0, 4) != "sbx-" && host_id.substr(0, 4) != "sbx_") || !valid_id(sandbox_id, "sbx"))
+    return fail(not_found_host(host_in));
   int port = 0;
   if (port_s.size() > 5 || std::from_chars(port_s.data(), port_s.data() + port_s.size(), port).ec != std::errc() ||
       port < 1 || port > 65535)
@@ -230,6 +233,10 @@ std::string PortUrls::public_token(std::string_view sandbox_id, int port) const 
 
 std::string PortUrls::access_token(std::string_view sandbox_id) const {
   return derived_token("b3os e2b access\n" + std::string(sandbox_id));
+}
+
+std::string PortUrls::traffic_token(std::string_view sandbox_id) const {
+  return derived_token("b3os e2b traffic\n" + std::string(sandbox_id));
 }
 
 std::string PortUrls::url(std::string_view sandbox_id, int port, std::string_view token) const {

@@ -95,6 +95,10 @@ class PortUrls {
   /// The access token of a sandbox's E2B in-sandbox API (docs/e2b.md): derived like a public
   /// port's token, from another message, so neither gives the other.
   std::string access_token(std::string_view sandbox_id) const;
+  /// The token of every port of a sandbox at once, sent as the e2b-traffic-access-token header
+  /// (E2B's trafficAccessToken, for a sandbox created without public traffic): derived from
+  /// yet another message, never stored.
+  std::string traffic_token(std::string_view sandbox_id) const;
   std::string url(std::string_view sandbox_id, int port, std::string_view token) const;
   /// The `ports` array of the sandbox object: public ports with their URL, others url null.
   nlohmann::json ports_json(const store::SandboxRecord& r) const;

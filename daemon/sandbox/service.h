@@ -159,6 +159,8 @@ class SandboxService {
 
   /// The access token of sandbox `id`'s E2B in-sandbox API (PortUrls::access_token).
   std::string access_token(std::string_view id) const { return port_urls_.access_token(id); }
+  /// The token of all of sandbox `id`'s ports at once (PortUrls::traffic_token).
+  std::string traffic_token(std::string_view id) const { return port_urls_.traffic_token(id); }
 
   /// Round trip over a sandbox's agent channel (benchmarks).
   Result<double> ping(const Principal& p, const std::string& id) { return exec_.ping(p, id); }

@@ -45,6 +45,9 @@ struct SandboxSpec {
   /// Which sizes the request gave: the others may come from the template's defaults.
   bool vcpu_given = false, memory_given = false, disk_given = false;
   bool forkable = false;
+  /// Every port served without a token: not a field of b3os's create, set by E2B's (its
+  /// public traffic, docs/e2b.md).
+  bool open_ports = false;
   EgressSpec egress;
   ApiGrantSpec api;
   std::vector<PortSpec> ports;

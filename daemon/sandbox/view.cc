@@ -62,6 +62,7 @@ json sandbox_object(const store::SandboxRecord& r, int64_t now_ms, std::optional
       {"api", api},
       {"egress", {{"mode", r.egress_mode}, {"allow", r.egress_allow}}},
       {"forkable", r.forkable},
+      {"open_ports", r.open_ports},
       {"created_at", format_rfc3339(r.created_ms)},
       {"started_at", format_rfc3339(r.started_ms)},
       {"paused_at", opt_time(r.paused_since_ms)},

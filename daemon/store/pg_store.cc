@@ -489,6 +489,9 @@ CREATE INDEX object_roots_touched ON object_roots(touched_ms);
 )sql"},
     {4, "ledger.hold_id: a call's settle is written once however often it is tried", R"sql(
 ALTER TABLE ledger ADD COLUMN hold_id TEXT UNIQUE;
+)sql"},
+    {5, "sandboxes.open_ports: every port served without a token (E2B's public traffic)", R"sql(
+ALTER TABLE sandboxes ADD COLUMN open_ports BIGINT NOT NULL DEFAULT 0;
 )sql"}
 };
 

@@ -103,6 +103,9 @@ struct SandboxRecord {
   std::string egress_mode = "deny";
   std::vector<std::string> egress_allow;
   bool forkable = false;
+  /// Every port is served by its preview host without a token (a sandbox E2B's API created
+  /// with public traffic, E2B's default; docs/e2b.md). Forks keep it.
+  bool open_ports = false;
 
   int64_t created_ms = 0;
   int64_t started_ms = 0;

@@ -26,9 +26,10 @@ constexpr const char* kSnapshotColumnsV3 =
     "id, project_id, sandbox_id, template, vcpu, memory_mib, disk_gib, env, secrets, api_scopes, spend_cap_micros, "
     "egress_mode, egress_allow, forkable, size_bytes, created_ms, rootfs, budget_id";
 
-// Version 6 added template_id to both (the migration to version 3 wrote the columns before
-// it; binding the record's extra last column there is out of range and ignored).
-const std::string kSandboxColumnsNow = std::string(kSandboxColumnsV3) + B3OS_V6_COLUMNS;
+// Version 6 added template_id to both, version 7 (Postgres: 5) open_ports to sandboxes (the
+// migration to version 3 wrote the columns before them; binding the record's extra last
+// columns there is out of range and ignored).
+const std::string kSandboxColumnsNow = std::string(kSandboxColumnsV3) + B3OS_V6_COLUMNS + ", open_ports";
 const std::string kSnapshotColumnsNow = std::string(kSnapshotColumnsV3) + B3OS_V6_COLUMNS;
 #undef B3OS_V6_COLUMNS
 const char* const kSandboxColumns = kSandboxColumnsNow.c_str();
@@ -70,7 +71,7 @@ void bind_sandbox(Binder& st, const SandboxRecord& r) {
   bind_opt(st, ++i, r.stopped_ms);
   if (r.stop_reason) st.bind(++i, stop_reason_name(*r.stop_reason)); else st.bind_null(++i);
   st.bind(++i, r.stop_message).bind(++i, r.last_activity_ms).bind(++i, r.hostname).bind(++i, r.rootfs);
-  st.bind(++i, r.budget_id).bind(++i, r.forked_from).bind(++i, r.template_id);
+  st.bind(++i, r.budget_id).bind(++i, r.forked_from).bind(++i, r.template_id).bind(++i, int64_t{r.open_ports});
 }
 
 template <typename T>
@@ -136,6 +137,7 @@ Result<SandboxRecord> sandbox_from(Row& st) {
   r.budget_id = st.text(c++);
   r.forked_from = st.text(c++);
   r.template_id = st.text(c++);
+  r.open_ports = st.i64(c++) != 0;
   return r;
 }
 

@@ -209,6 +209,11 @@ ALTER TABLE snapshots ADD COLUMN template_id TEXT NOT NULL DEFAULT '';
 )sql");
 }
 
+/// Version 7: sandboxes whose every port is served without a token (E2B's public traffic).
+Result<void> open_ports_v7(sqlite3* db) {
+  return exec_sql(db, "ALTER TABLE sandboxes ADD COLUMN open_ports INTEGER NOT NULL DEFAULT 0;");
+}
+
 struct Migration {
   int version;         // the user_version after this step
   const char* what;    // for errors and logs
@@ -222,6 +227,7 @@ constexpr Migration kMigrations[] = {
     {4, "minted preview tokens", port_tokens_v4},
     {5, "when each API key was last used", key_last_use_v5},
     {6, "templates users build", template_builds_v6},
+    {7, "sandboxes with every port open", open_ports_v7},
 };
 
 constexpr bool versions_are_consecutive() {

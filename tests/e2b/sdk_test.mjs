@@ -4,6 +4,7 @@
 //
 //   E2B_API_URL=http://127.0.0.1:PORT E2B_SANDBOX_URL=http://127.0.0.1:PORT E2B_API_KEY=e2b_... \
 //     node sdk_test.mjs OTHER_PROJECT_KEY
+import http from 'node:http'
 import { Sandbox, CommandExitError, NotFoundError, AuthenticationError, TimeoutError, FileType } from 'e2b'
 
 const otherKey = process.argv[2]
@@ -239,6 +240,57 @@ await check('files_upload_download_urls', async () => {
   const forged = await fetch(down.replace(/signature=v1_[^&]*/, 'signature=v1_forged'))
   return put.ok && got.ok && (await got.text()) === 'through a signed URL' && forged.status === 401
 })
+
+// ---- ports: getHost ----
+// An app that answers with the request headers it got, on port 8000 of the sandbox.
+const headerApp = `import http.server, json
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = json.dumps({k.lower(): v for k, v in self.headers.items()}).encode()
+        self.send_response(200); self.send_header('Content-Length', str(len(body))); self.end_headers(); self.wfile.write(body)
+    def log_message(self, *a): pass
+http.server.ThreadingHTTPServer(('127.0.0.1', 8000), H).serve_forever()
+`
+// GET / on getHost(8000) through the preview listener (the host names the sandbox; the
+// listener's address is the domain's port, on this machine).
+function previewGet(host, headers = {}) {
+  const port = Number(host.split(':').pop())
+  return new Promise((resolve) => {
+    const req = http.request({ host: '127.0.0.1', port, path: '/', headers: { Host: host, ...headers }, timeout: 15000 }, (res) => {
+      let body = ''
+      res.on('data', (d) => { body += d })
+      res.on('end', () => resolve({ status: res.statusCode, body }))
+    })
+    req.on('error', (e) => resolve({ status: 0, body: String(e) }))
+    req.on('timeout', () => req.destroy(new Error('timeout')))
+    req.end()
+  })
+}
+async function startApp(box) {
+  await box.files.write('/tmp/app.py', headerApp)
+  await box.commands.run('python3 /tmp/app.py', { background: true, timeoutMs: 0 })
+  return until(async () => (await box.commands.run('python3 -c "import socket; socket.create_connection((\'127.0.0.1\', 8000))" && echo up || true')).stdout === 'up\n')
+}
+await check('get_host_public', async () => {
+  // E2B's default: public traffic, every port served without a token.
+  if (!(await startApp(sbx))) return false
+  const host = sbx.getHost(8000)
+  const r = await previewGet(host)
+  return host.startsWith(`8000-${sbx.sandboxId}.`) && r.status === 200 && JSON.parse(r.body).host === host
+})
+let priv
+await check('get_host_private_needs_token', async () => {
+  priv = await Sandbox.create('base', { network: { allowPublicTraffic: false }, metadata: { suite: tag } })
+  if (!priv.trafficAccessToken || !(await startApp(priv))) return false
+  const host = priv.getHost(8000)
+  const none = await previewGet(host)
+  const wrong = await previewGet(host, { 'e2b-traffic-access-token': 'x'.repeat(32) })
+  const right = await previewGet(host, { 'e2b-traffic-access-token': priv.trafficAccessToken })
+  // The app never sees the token.
+  return none.status === 401 && wrong.status === 401 && right.status === 200 &&
+    !('e2b-traffic-access-token' in JSON.parse(right.body))
+})
+if (priv) await priv.kill()
 
 // ---- pause and resume ----
 await check('pause', async () => {

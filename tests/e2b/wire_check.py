@@ -113,6 +113,9 @@ api_error("create.metadata_not_strings_400", api("POST", "/v2/sandboxes", {"temp
 # Nested 100,000 levels deep: refused before parsing (copying it would recurse off the stack).
 deep = b'{"templateID": "base", "metadata": ' + b'[' * 100000 + b']' * 100000 + b'}'
 api_error("create.too_deep_400", api("POST", "/v2/sandboxes", deep, headers={"Content-Type": "application/json"}), 400)
+api_error("create.public_traffic_wrong_type_400",
+          api("POST", "/v2/sandboxes", {"templateID": "base", "network": {"allowPublicTraffic": "yes"}}), 400)
+api_error("create.network_rules_501", api("POST", "/v2/sandboxes", {"templateID": "base", "network": {"allowOut": ["1.2.3.4"]}}), 501)
 api_error("create.no_template_400", api("POST", "/v2/sandboxes", {}), 400)
 api_error("create.unknown_template_404", api("POST", "/v2/sandboxes", {"templateID": "no-such-template"}), 404)
 api_error("create.not_json_400", api("POST", "/v2/sandboxes", b"{nope", headers={"Content-Type": "application/json"}), 400)

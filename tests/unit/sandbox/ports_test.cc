@@ -31,6 +31,17 @@ TEST(PreviewHost, CaseTrailingDotAndNoListenPort) {
   EXPECT_EQ(t->sandbox_id, kId);
 }
 
+TEST(PreviewHost, TheSandboxIdItselfAsE2bNamesIt) {
+  // E2B's SDK builds getHost(port) as "{port}-{sandboxId}.{domain}".
+  auto t = parse_preview_host(std::string("8000-") + kId + ".localhost:7080", "localhost");
+  ASSERT_TRUE(t) << t.error().message;
+  EXPECT_EQ(t->port, 8000);
+  EXPECT_EQ(t->sandbox_id, kId);
+  auto bad = parse_preview_host("8000-sbx_short.localhost", "localhost");
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().code, ErrorCode::kNotFound);
+}
+
 TEST(PreviewHost, OtherShapesAre404) {
   const std::string h = kHostId;
   for (const std::string& bad :

@@ -326,6 +326,7 @@ TEST_P(StoreTest, EveryFieldOfASandboxAndASnapshotRoundTrips) {
   r.egress_mode = "allowlist";
   r.egress_allow = {"pypi.org", "*.github.com:443"};
   r.forkable = true;
+  r.open_ports = true;
   r.created_ms = 1000;
   r.started_ms = 1001;
   r.paused_since_ms = 5000;
@@ -355,6 +356,7 @@ TEST_P(StoreTest, EveryFieldOfASandboxAndASnapshotRoundTrips) {
   EXPECT_EQ(b.egress_mode, r.egress_mode);
   EXPECT_EQ(b.egress_allow, r.egress_allow);
   EXPECT_TRUE(b.forkable);
+  EXPECT_TRUE(b.open_ports);
   EXPECT_EQ(std::tie(b.created_ms, b.started_ms, b.paused_since_ms, b.paused_total_ms, b.stopped_ms, b.last_activity_ms),
             std::tie(r.created_ms, r.started_ms, r.paused_since_ms, r.paused_total_ms, r.stopped_ms, r.last_activity_ms));
   EXPECT_EQ(std::tie(b.hostname, b.rootfs, b.budget_id, b.forked_from),
