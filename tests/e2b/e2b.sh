@@ -8,6 +8,7 @@
 #   - tests/e2b/sdk_test.mjs: the unmodified e2b SDK (pinned in tests/e2b/package.json) drives
 #     the control plane and envd through every call b3os serves, asserting results, errors
 #     and streaming callbacks;
+#   - tests/e2b/recipes.mjs: both cookbook recipes' flows through the SDK;
 #   - nothing left behind.
 #
 # Usage (as root, with the base template built; scripts/test.sh runs npm ci in tests/e2b):
@@ -59,13 +60,28 @@ elif [ ! -d "$HERE/node_modules/e2b" ]; then
   skip sdk "the e2b SDK is not installed in tests/e2b (npm ci --prefix tests/e2b; scripts/test.sh does it)"
 else
   run_client proto_names env -C "$HERE" node proto_names.mjs
-  run_client sdk env -C "$HERE" E2B_API_URL="$URL" E2B_SANDBOX_URL="$URL" E2B_API_KEY="$E2B_KEY" \
+  run_client sdk env -C "$HERE" B3OS_API_URL="$URL" E2B_API_URL="$URL" E2B_SANDBOX_URL="$URL" E2B_API_KEY="$E2B_KEY" \
     timeout 600 node sdk_test.mjs "$OTHER"
+  run_client recipes env -C "$HERE" B3OS_API_URL="$URL" E2B_API_URL="$URL" E2B_SANDBOX_URL="$URL" E2B_API_KEY="$E2B_KEY" \
+    timeout 600 node recipes.mjs
 fi
 
-running() { curl -s -H "Authorization: Bearer $KEY" "$URL/v1/sandboxes?status=running&limit=100" | jq '.data | length'; }
-check nothing_left "running: $(running), runsc: $(runsc_list | tr '\n' ' ')" \
-  eventually 30 bash -c "[ \"\$(curl -s -H 'Authorization: Bearer $KEY' '$URL/v1/sandboxes?status=running&limit=100' | jq '.data | length')\" = 0 ] && [ -z \"\$(runsc --root '$T/run/runsc' list --quiet 2>/dev/null)\" ]"
+# Nothing left by the clients, in either project: no sandbox running or paused, no container,
+# no cgroup of any sandbox they made.
+live() {  # KEY: the project's sandboxes running or paused
+  for st in running paused; do curl -s -H "Authorization: Bearer $1" "$URL/v1/sandboxes?status=$st&limit=100" | jq -r '.data[].id'; done
+}
+made() { for k in "$E2B_KEY" "$OTHER"; do curl -s -H "Authorization: Bearer $k" "$URL/v1/sandboxes?limit=100" | jq -r '.data[].id'; done; }
+left() {
+  local ids
+  ids="$(live "$E2B_KEY") $(live "$OTHER") $(runsc_list)"
+  for id in $(made); do [ -z "$(cgroup_dirs "$id")" ] || ids+=" cgroup:$id"; done
+  echo $ids
+}
+export -f live made left runsc_list cgroup_dirs
+export URL E2B_KEY OTHER T
+check nothing_left "left: $(left)" eventually 30 bash -c '[ -z "$(left)" ]'
+info "the clients made $(made | wc -l) sandboxes"
 
 P=$(count_results PASS)
 F=$(count_results FAIL)

@@ -6,29 +6,10 @@
 //     node sdk_test.mjs OTHER_PROJECT_KEY
 import http from 'node:http'
 import { Sandbox, CommandExitError, NotFoundError, AuthenticationError, TimeoutError, FileType } from 'e2b'
+import { makeChecks } from './checks.mjs'
 
 const otherKey = process.argv[2]
-let failed = 0
-const pass = (name) => console.log(`PASS ${name}`)
-const fail = (name, why) => { failed++; console.log(`FAIL ${name}: ${String(why).replace(/\s+/g, ' ').slice(0, 400)}`) }
-async function check(name, fn) {
-  try {
-    const r = await fn()
-    if (r === false) fail(name, 'the check did not hold')
-    else pass(name)
-  } catch (e) {
-    fail(name, `${e?.name}: ${e?.message}`)
-  }
-}
-async function rejects(name, fn, cls, more = () => true) {
-  try {
-    await fn()
-    fail(name, 'no error')
-  } catch (e) {
-    if (e instanceof cls && more(e)) pass(name)
-    else fail(name, `${e?.name}: ${e?.message}`)
-  }
-}
+const { check, rejects, fail, done } = makeChecks('sdk')
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms))
 const until = async (fn, ms = 10000) => {
   const end = Date.now() + ms
@@ -304,6 +285,26 @@ await check('resume_on_connect', async () => {
   return r.stdout === 'kept\n' && (await resumed.getInfo()).state === 'running'
 })
 
+// ---- what E2B's create says that b3os maps ----
+await check('allow_internet_access_false_is_egress_deny', async () => {
+  const box = await Sandbox.create('base', { allowInternetAccess: false, metadata: { suite: tag } })
+  try {
+    const res = await fetch(`${process.env.B3OS_API_URL}/v1/sandboxes/${box.sandboxId}`, { headers: { 'X-API-Key': process.env.E2B_API_KEY } })
+    return res.status === 200 && (await res.json()).egress.mode === 'deny'
+  } finally { await box.kill() }
+})
+await check('on_timeout_pause', async () => {
+  const box = await Sandbox.create('base', { timeoutMs: 2000, lifecycle: { onTimeout: 'pause' }, metadata: { suite: tag } })
+  try {
+    await box.files.write('/workspace/kept.txt', 'kept')
+    if (!(await until(async () => (await box.getInfo()).state === 'paused', 20000))) return false
+    const again = await Sandbox.connect(box.sandboxId)
+    return (await again.files.read('/workspace/kept.txt')) === 'kept' && (await again.getInfo()).state === 'running'
+  } finally { await box.kill() }
+})
+await rejects('fork_of_a_sandbox_not_forkable', () => Sandbox.fork(sbx.sandboxId, { count: 1 }), Error,
+  (e) => /forkable/.test(e.message))
+
 // ---- errors ----
 await rejects('connect_unknown_404', () => Sandbox.connect('sbx_01m00000000000000000000000'), NotFoundError)
 await rejects('bad_key_401', () => Sandbox.list({ apiKey: 'e2b_' + '0'.repeat(40) }).nextItems(), AuthenticationError)
@@ -319,5 +320,4 @@ await check('kill', async () => {
 })
 await rejects('get_info_after_kill_404', () => sbx.getInfo(), NotFoundError)
 
-console.log(`# sdk: ${failed} failed`)
-process.exit(failed ? 1 : 0)
+done()
