@@ -37,6 +37,9 @@ constexpr size_t kHeaderLimit = 64 * 1024;
 constexpr auto kWriteStall = std::chrono::seconds(60);  // a response write that makes no progress
 constexpr auto kWorkerIdle = std::chrono::seconds(60);  // an idle worker thread ends after this
 constexpr size_t kBodyReadSize = 256 * 1024;  // what one read of a request body may take
+// A request that finds every worker busy waits up to 20 x 10 ms for one before its 503.
+constexpr auto kWorkerWaitStep = std::chrono::milliseconds(10);
+constexpr int kWorkerWaitSteps = 20;
 
 tl::unexpected<Error> too_large(uint64_t limit) {
   return fail(ErrorCode::kPayloadTooLarge, "the request body is larger than this operation's limit of " +
@@ -389,7 +392,9 @@ struct Server::Impl {
   void wait_head(const ConnPtr& c);
   void read_head(const ConnPtr& c);
   void arm(const ConnPtr& c, std::chrono::milliseconds after);
-  void dispatch(const ConnPtr& c);
+  /// Hands the request to a worker; with none free, looks again every kWorkerWaitStep up to
+  /// kWorkerWaitSteps times, then answers 503 (`waited`: the looks so far).
+  void dispatch(const ConnPtr& c, int waited = 0);
   void serve(ConnPtr c);
   bool run_handler(Conn& c);
   void leave_line(Conn& c);
@@ -504,10 +509,19 @@ void count_request(const std::string& listener, const std::string& route, std::s
 }
 }  // namespace
 
-void Server::Impl::dispatch(const ConnPtr& c) {
+void Server::Impl::dispatch(const ConnPtr& c, int waited) {
   leave_line(*c);
   c->timer.cancel();
   if (workers->submit([this, c]() mutable { serve(std::move(c)); })) return;
+  // Every worker busy: most answers are quick (a refusal, a small GET), so the request waits a
+  // little for one (on the asio thread's timer, holding no thread) before it is refused.
+  if (waited < kWorkerWaitSteps) {
+    c->timer.expires_after(kWorkerWaitStep);
+    c->timer.async_wait([this, c, waited](beast::error_code) {
+      if (!c->closed) dispatch(c, waited + 1);
+    });
+    return;
+  }
   count_request(cfg.name, "refused", c->parser->get().method_string(), 503, 0, false);
   send_now(c->sock, own_error(ErrorCode::kNodeUnavailable, "all " + std::to_string(workers->max()) +
                                                                " request workers are busy; retry shortly"));

@@ -28,11 +28,16 @@ for (let i = 0; i < calls; i++) {
   out.rest_bash.push(await ms(() => rest('POST', `/v1/sandboxes/${sbx.sandboxId}/exec`, { cmd: ['/bin/bash', '-l', '-c', 'true'] })))
 }
 await sbx.kill()
+// Each create finds the warm pool refilled (2 s after the last claim): without the pause one
+// kind would take the pool's only sandbox and the other would pay a cold start.
+const pause = () => new Promise((r) => setTimeout(r, 2000))
 for (let i = 0; i < creates; i++) {
   let s
+  await pause()
   out.sdk_create_run.push(await ms(async () => { s = await Sandbox.create('base'); await s.commands.run('true') }))
   await s.kill()
   let id
+  await pause()
   out.rest_create_exec.push(await ms(async () => {
     id = (await rest('POST', '/v1/sandboxes', { template: 'base' })).id
     await rest('POST', `/v1/sandboxes/${id}/exec`, { cmd: ['true'] })
