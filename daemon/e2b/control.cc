@@ -419,10 +419,16 @@ void Server::handle_control(http::Exchange& ex, const sandbox::Principal& p, con
                                0});
       auto view = sandboxes_.get(p, id);
       if (!view) return send_error(ex, view.error());
-      if (view->value("status", "") == "paused")
-        return send_error(ex, {ErrorCode::kConflict, "sandbox " + id + " is already paused", 0});
+      const auto already = [&] { return send_error(ex, {ErrorCode::kConflict, "sandbox " + id + " is already paused", 0}); };
+      if (view->value("status", "") == "paused") return already();
+      const int64_t asked_ms = now_unix_ms();
       auto r = sandboxes_.pause(p, id, t);
       if (!r) return send_error(ex, r.error());
+      // A pause is idempotent in b3os: one that raced another finds it paused before it asked
+      // (its paused_at earlier), and E2B's SDK reads that as 409 (pause() answers false).
+      const json at = r->value("paused_at", json());
+      if (const auto ms = at.is_string() ? parse_rfc3339(at.get<std::string>()) : std::nullopt; ms && *ms < asked_ms)
+        return already();
       return ex.respond(204, "application/json", "", {});
     }
     if (action == "connect" || action == "resume") {

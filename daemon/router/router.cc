@@ -270,6 +270,64 @@ Result<std::string> Router::node_holding(const std::string& project, const std::
   return node;
 }
 
+namespace {
+/// A path of E2B's control plane (e2b::Server::is_control's roots; the router does not link
+/// the E2B module): /sandboxes..., /v2/sandboxes..., /templates...
+bool is_e2b_control(const std::vector<std::string_view>& s) {
+  if (s.empty()) return false;
+  const std::string_view root = (s[0] == "v2" || s[0] == "v3") && s.size() > 1 ? s[1] : s[0];
+  for (std::string_view r : {"sandboxes", "templates", "volumes", "volumecontent", "secrets", "snapshots"})
+    if (root == r) return true;
+  return false;
+}
+}  // namespace
+
+Result<std::string> Router::sandbox_node(const std::string& id) {
+  const int64_t now = steady_ms();
+  {
+    std::lock_guard lk(mu_);
+    if (auto it = places_.find("p/" + id); it != places_.end() && it->second.until_ms > now) return it->second.node_id;
+  }
+  auto found = store_.sandbox_node(id);
+  if (!found || found->empty()) return found;
+  std::lock_guard lk(mu_);
+  if (places_.size() >= 200'000) places_.clear();
+  places_["p/" + id] = CachedPlace{*found, now + 60'000};
+  return found;
+}
+
+void Router::send_e2b_error(http::Exchange& ex, const Error& e) {
+  const int status = error_http_status(e.code);
+  http::Headers h;
+  if (status == 503 || status == 429) h.emplace_back("Retry-After", "1");
+  ex.respond(status, "application/json", nlohmann::json{{"code", status}, {"message", e.message}}.dump(), h);
+}
+
+void Router::handle_envd(http::Exchange& ex, const std::string& id) {
+  ex.set_route("e2b_envd");
+  // As E2B's proxy answers for a sandbox it cannot reach: 502 (the SDK's isRunning() reads
+  // false from it).
+  const auto gone = [&](const std::string& why) { send_e2b_error(ex, {ErrorCode::kUpstreamError, why, 0}); };
+  if (id.size() < 5 || id.size() > 64 || id.compare(0, 4, "sbx_") != 0 ||
+      !std::all_of(id.begin() + 4, id.end(), [](unsigned char c) { return std::isalnum(c); }))
+    return gone("no sandbox " + id.substr(0, 64));
+  auto node = sandbox_node(id);
+  if (!node) return send_e2b_error(ex, node.error());
+  if (node->empty()) return gone("no sandbox " + id);
+  auto all = nodes();
+  if (!all) return send_e2b_error(ex, all.error());
+  auto n = live_node(*all, *node);
+  if (!n) return gone("sandbox " + id + " is not running: its node " + *node + " is down");
+  // Relayed as an API request, unauthenticated here: the node checks the sandbox's token.
+  std::string error;
+  if (forward(ex, *n, std::nullopt, &error)) {
+    m_forwards.with({"e2b_envd", "relayed"}).inc();
+    return;
+  }
+  m_forwards.with({"e2b_envd", "node_unreachable"}).inc();
+  gone("the node holding sandbox " + id + " is not answering (" + error + ")");
+}
+
 void Router::handle_preview(http::Exchange& ex) {
   ex.set_route("preview");
   // Host: {port}-{host_id}.{domain}[:port], host_id being the sandbox's id with '-' for '_'.
@@ -293,19 +351,12 @@ void Router::handle_preview(http::Exchange& ex) {
   if (id.size() > 64 || !std::all_of(id.begin() + 4, id.end(), [](unsigned char c) { return std::isalnum(c); }))
     return not_preview();
   std::string node;
-  const int64_t now = steady_ms();
-  {
-    std::lock_guard lk(mu_);
-    if (auto it = places_.find("p/" + id); it != places_.end() && it->second.until_ms > now) node = it->second.node_id;
-  }
-  if (node.empty()) {
-    auto found = store_.sandbox_node(id);
-    if (!found) return send_error(ex, found.error());
-    if (found->empty()) return send_error(ex, {ErrorCode::kSandboxNotFound, "no sandbox " + id, 0});
+  if (auto found = sandbox_node(id); !found) {
+    return send_error(ex, found.error());
+  } else if (found->empty()) {
+    return send_error(ex, {ErrorCode::kSandboxNotFound, "no sandbox " + id, 0});
+  } else {
     node = *found;
-    std::lock_guard lk(mu_);
-    if (places_.size() >= 200'000) places_.clear();
-    places_["p/" + id] = CachedPlace{node, now + 60'000};
   }
   auto all = nodes();
   if (!all) return send_error(ex, all.error());
@@ -343,16 +394,30 @@ void Router::handle(http::Exchange& ex) {
     ex.respond(j["ok"].get<bool>() ? 200 : 503, "application/json", j.dump(), {});
     return;
   }
+  // E2B's SDK (docs/e2b.md): envd requests carry a sandbox's token, not a key, and name their
+  // sandbox in a header; the control plane is /sandboxes, /v2/sandboxes... with a key, and
+  // answers errors in E2B's shape, the router's own too.
+  if (const std::string envd_id(ex.header("E2b-Sandbox-Id")); !envd_id.empty()) return handle_envd(ex, envd_id);
+  const bool e2b = is_e2b_control(segs);
+  const auto fail_with = [&](const Error& e) { e2b ? send_e2b_error(ex, e) : send_error(ex, e); };
+  if (path == "/files" && target.find("signature=") != std::string_view::npos)
+    return send_e2b_error(ex, {ErrorCode::kNotImplemented,
+                               "a signed /files URL names no sandbox, and through b3os-router it cannot be found: use "
+                               "files.read and files.write, or point E2B_SANDBOX_URL at the node (docs/e2b.md)",
+                               0});
   auto key = authenticate(ex);
-  if (!key) return send_error(ex, key.error());
+  if (!key) return fail_with(key.error());
   auto all = nodes();
-  if (!all) return send_error(ex, all.error());
+  if (!all) return fail_with(all.error());
 
   // Where the request goes: the node holding what the path names; else placement (a
   // create) or the least loaded node (the rest: they read the shared store).
   std::optional<store::NodeRecord> bound;
   std::string bound_what;
-  const bool create = method == "POST" && segs.size() == 2 && segs[0] == "v1" && segs[1] == "sandboxes";
+  // E2B's paths name the sandbox at [1] (/sandboxes/ID) or [2] (/v2/sandboxes/ID).
+  const size_t e2b_at = e2b && (segs[0] == "v2" || segs[0] == "v3") ? 2 : 1;
+  const bool e2b_create = e2b && method == "POST" && segs.size() == e2b_at && segs[e2b_at - 1] == "sandboxes";
+  const bool create = (method == "POST" && segs.size() == 2 && segs[0] == "v1" && segs[1] == "sandboxes") || e2b_create;
   std::optional<std::string> body;
   std::string place_key;
   int memory_mib = 0;
@@ -361,11 +426,17 @@ void Router::handle(http::Exchange& ex) {
     bound_what = what;
     bound = live_node(*all, node_id);  // a down node's sandboxes are failed: any node answers from the record
   };
-  if (segs.size() >= 3 && segs[0] == "v1" && (segs[1] == "sandboxes" || segs[1] == "snapshots")) {
+  if (e2b && segs.size() > e2b_at && segs[e2b_at - 1] == "sandboxes") {
+    const std::string id(segs[e2b_at]);
+    auto node = node_holding(key->project_id, id, false);
+    if (!node) return fail_with(node.error());
+    if (!node->empty()) bind_to(*node, "sandbox " + id);
+    place_key = "b/" + key->project_id + "/" + id;
+  } else if (segs.size() >= 3 && segs[0] == "v1" && (segs[1] == "sandboxes" || segs[1] == "snapshots")) {
     const bool snap = segs[1] == "snapshots";
     const std::string id(segs[2]);
     auto node = node_holding(key->project_id, id, snap);
-    if (!node) return send_error(ex, node.error());
+    if (!node) return fail_with(node.error());
     if (!node->empty()) bind_to(*node, (snap ? "snapshot " : "sandbox ") + id);
     // A node that says "retry" (503 with Retry-After: the sandbox is being moved, or was
     // moved away) makes the router read where it is again for the retry.
@@ -373,26 +444,26 @@ void Router::handle(http::Exchange& ex) {
   } else if (segs.size() == 6 && segs[0] == "v1" && segs[1] == "templates" && segs[3] == "builds" && segs[5] == "logs") {
     // A build's log is a file on the node that runs the build (the node checks the key).
     auto b = store_.get_template_build(std::string(segs[4]));
-    if (!b) return send_error(ex, b.error());
+    if (!b) return fail_with(b.error());
     if (*b && !(*b)->node_id.empty()) bind_to((*b)->node_id, "template build " + (*b)->id);
   } else if (create) {
     memory_mib = 512;
     if (ex.has_body()) {
       auto raw = ex.read_body(cfg_.max_create_body);
-      if (!raw) return send_error(ex, raw.error());
+      if (!raw) return fail_with(raw.error());
       body = std::move(*raw);
       // A bad body goes on as it is: the node says what is wrong with it (a body nested past
       // 64 levels is not parsed here at all, as the node refuses it unparsed).
       auto j = json_depth(*body) > 64 ? nlohmann::json() : nlohmann::json::parse(*body, nullptr, false);
       if (j.is_object()) {
         if (auto m = j.find("memory_mib"); m != j.end() && m->is_number_integer()) memory_mib = std::max(1, m->get<int>());
-        if (auto t = j.find("template"); t != j.end() && t->is_string()) tpl = t->get<std::string>();
+        if (auto t = j.find(e2b_create ? "templateID" : "template"); t != j.end() && t->is_string()) tpl = t->get<std::string>();
         if (auto s = j.find("snapshot"); s != j.end() && s->is_string()) {
           // A restore goes where the image is (no fetch) while that node is ready; else it is
           // placed like any create, and the node it lands on fetches the image from the
           // object store (docs/cluster.md).
           auto node = node_holding(key->project_id, s->get<std::string>(), true);
-          if (!node) return send_error(ex, node.error());
+          if (!node) return fail_with(node.error());
           if (auto n = live_node(*all, *node); n && n->state == "ready") bind_to(*node, "snapshot " + s->get<std::string>());
         }
       }
@@ -475,7 +546,7 @@ void Router::handle(http::Exchange& ex) {
     }
     if (bound) {
       m_forwards.with({kind, "no_node"}).inc();
-      return send_error(ex, {ErrorCode::kNodeUnavailable,
+      return fail_with({ErrorCode::kNodeUnavailable,
                              "the node holding " + bound_what + " is not answering (" + error + "); retry shortly", 0});
     }
     // Nothing was read from the client yet: another node can take it, or this one where the
@@ -485,11 +556,11 @@ void Router::handle(http::Exchange& ex) {
   }
   m_forwards.with({kind, "no_node"}).inc();
   if (create)
-    return send_error(ex, {ErrorCode::kCapacityUnavailable,
+    return fail_with({ErrorCode::kCapacityUnavailable,
                            "no node can take this sandbox now (" + std::to_string(all->size()) + " nodes" +
                                (last_error.empty() ? "; none ready with room" : "; " + last_error) + ")",
                            0});
-  send_error(ex, {ErrorCode::kNodeUnavailable,
+  fail_with({ErrorCode::kNodeUnavailable,
                   "no node is ready" + (last_error.empty() ? std::string() : " (" + last_error + ")") + "; retry shortly",
                   0});
 }

@@ -94,6 +94,14 @@ class Router {
                const std::function<void(http::ProxyOptions&, const store::NodeRecord&)>& adjust = nullptr,
                std::string_view route = "");
   void send_error(http::Exchange& ex, const Error& e);
+  /// An error in E2B's shape ({"code": STATUS, "message"}), for the E2B SDK's requests.
+  void send_e2b_error(http::Exchange& ex, const Error& e);
+  /// The node holding sandbox `id` of any project ("" when no record), from places_ or the
+  /// store: for requests that carry no key (preview URLs, envd's).
+  Result<std::string> sandbox_node(const std::string& id);
+  /// An E2B envd request (it names its sandbox in E2b-Sandbox-Id and carries the sandbox's
+  /// access token, no key): relayed to the holding node, which checks the token.
+  void handle_envd(http::Exchange& ex, const std::string& id);
 
   const Config cfg_;
   store::Store& store_;

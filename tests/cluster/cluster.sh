@@ -352,6 +352,20 @@ else
   fail preview.through_router "create with a public port: $(snip)"
 fi
 
+# ---- E2B's SDK through either router --------------------------------------------------------------
+# Control plane placed and bound like /v1, envd requests (a sandbox's token, no key) relayed to
+# the node holding the sandbox (tests/e2b/router_check.mjs; docs/cluster.md).
+if [ -d "$ROOT/tests/e2b/node_modules/e2b" ] && command -v node >/dev/null; then
+  E2B_KEY=$("$B3OS_BIN/b3os" keys create --e2b --project default --store "$STORE" 2>/dev/null)
+  env -C "$ROOT/tests/e2b" E2B_API_URL="${ROUTERS[0]}" E2B_SANDBOX_URL="${ROUTERS[0]}" E2B_API_KEY="$E2B_KEY" \
+    timeout 300 node router_check.mjs "${ROUTERS[1]}" >"$T/e2b_router.out" 2>&1 || true
+  sed -e 's/^PASS /PASS e2b./' -e 's/^FAIL /FAIL e2b./' "$T/e2b_router.out" | relay
+  grep -q '^# e2b_router: [0-9]* failed' "$T/e2b_router.out" ||
+    fail e2b.finished "it stopped early: $(tail -n 3 "$T/e2b_router.out" | tr '\n' ' ')"
+else
+  skip e2b.through_router "the e2b SDK is not installed in tests/e2b (npm ci there; scripts/test.sh does it) or node is missing"
+fi
+
 # ---- MCP tools reach every node's sandboxes --------------------------------------------------------
 # A session lives on one node; a tool call naming a sandbox another node holds is relayed by
 # that node to the holder's internal listener (signed for "mcp-call") and answered from there,
