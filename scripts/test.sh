@@ -9,8 +9,9 @@
 #      B3OS_TEST_BUDGET (seconds for the whole run, default 5000).
 #
 # Every step runs under its own time limit, and all of them under the run's budget: a step that
-# hangs is killed (its process group, so the daemons it started go with it) and FAILs saying so,
-# and a step the budget leaves no time for FAILs as "not run". CI gives the run 90 minutes and
+# hangs is killed (its process group: the daemons it started go with it, and its EXIT trap
+# cleans up what it started in sessions of its own, such as sandboxes' shims) and FAILs saying
+# so, and a step the budget leaves no time for FAILs as "not run". CI gives the run 90 minutes and
 # keeps no output from a run it had to kill: the run must end, with its summary, before that.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -47,7 +48,7 @@ bounded 1800 ./scripts/install-deps.sh || { echo "installing dependencies failed
 step "node packages: the official MCP SDK and Inspector for the MCP tests and the recipes' MCP tabs; kubernetes-models for the manifests; s3rver for the cluster's object store; the e2b SDK"
 if command -v npm >/dev/null; then
   for d in tests/mcp cookbook tests/kubernetes tests/cluster tests/e2b; do
-    (cd "$d" && timeout -k 10 600 npm ci --no-audit --no-fund --loglevel=error) ||
+    (cd "$d" && bounded 600 npm ci --no-audit --no-fund --loglevel=error) ||
       echo "npm ci in $d failed: the client checks that need it will say SKIP"
   done
 else

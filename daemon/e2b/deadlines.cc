@@ -19,32 +19,44 @@ Deadlines::~Deadlines() {
   thread_.join();
 }
 
+void Deadlines::erase_locked(ByTime::iterator it) {
+  auto& procs = by_sandbox_[it->second.sandbox_id];
+  procs.erase(it->second.proc);
+  if (procs.empty()) by_sandbox_.erase(it->second.sandbox_id);
+  by_time_.erase(it);
+}
+
+void Deadlines::drop_sandbox_locked(const std::string& sandbox_id) {
+  auto s = by_sandbox_.find(sandbox_id);
+  if (s == by_sandbox_.end()) return;
+  for (auto& [proc, it] : s->second) by_time_.erase(it);
+  by_sandbox_.erase(s);
+}
+
 Result<void> Deadlines::reserve(const sandbox::Principal& p, const std::string& sandbox_id) {
   {
     std::lock_guard lk(mu_);
-    const auto it = per_sandbox_.find(sandbox_id);
-    if (it == per_sandbox_.end() || it->second < kPerSandbox) return {};
+    if (by_time_.size() >= kPerNode)
+      return fail(ErrorCode::kCapacityUnavailable, "this node has " + std::to_string(kPerNode) +
+                                                       " commands running with a deadline; retry shortly");
+    const auto it = by_sandbox_.find(sandbox_id);
+    if (it == by_sandbox_.end() || it->second.size() < kPerSandbox) return {};
   }
   // At the bound: drop the deadlines of processes that ended without anyone following them.
   auto listed = sandboxes_.exec().list_processes(p, sandbox_id);
   if (!listed) return fail(listed.error());
   std::set<std::string> running;
   for (const auto& proc : listed->value("data", nlohmann::json::array()))
-    if (proc.value("status", "") == "running") {
-      running.insert(proc.value("id", ""));
-      running.insert(std::to_string(proc.value("pid", 0)));
-    }
+    if (proc.value("status", "") == "running") running.insert(proc.value("id", ""));
   std::lock_guard lk(mu_);
-  for (auto it = by_time_.begin(); it != by_time_.end();) {
-    if (it->second.sandbox_id == sandbox_id && !running.count(it->second.proc)) {
-      if (--per_sandbox_[sandbox_id] == 0) per_sandbox_.erase(sandbox_id);
-      it = by_time_.erase(it);
-    } else {
-      ++it;
-    }
+  if (auto s = by_sandbox_.find(sandbox_id); s != by_sandbox_.end()) {
+    std::vector<ByTime::iterator> ended;
+    for (auto& [proc, it] : s->second)
+      if (!running.count(proc)) ended.push_back(it);
+    for (auto it : ended) erase_locked(it);
   }
-  const auto it = per_sandbox_.find(sandbox_id);
-  if (it != per_sandbox_.end() && it->second >= kPerSandbox)
+  const auto it = by_sandbox_.find(sandbox_id);
+  if (it != by_sandbox_.end() && it->second.size() >= kPerSandbox)
     return fail(ErrorCode::kQuotaExceeded, "this sandbox has " + std::to_string(kPerSandbox) +
                                                " commands running with a deadline; wait for some to end");
   return {};
@@ -53,21 +65,18 @@ Result<void> Deadlines::reserve(const sandbox::Principal& p, const std::string& 
 void Deadlines::add(const sandbox::Principal& p, const std::string& sandbox_id, const std::string& proc, int64_t at_ms) {
   {
     std::lock_guard lk(mu_);
-    by_time_.emplace(at_ms, Entry{p, sandbox_id, proc});
-    ++per_sandbox_[sandbox_id];
+    auto& procs = by_sandbox_[sandbox_id];
+    if (auto old = procs.find(proc); old != procs.end()) by_time_.erase(old->second);
+    procs[proc] = by_time_.emplace(at_ms, Entry{p, sandbox_id, proc});
   }
   cv_.notify_all();
 }
 
 void Deadlines::remove(const std::string& sandbox_id, const std::string& proc) {
   std::lock_guard lk(mu_);
-  // Linear in the node's deadlines (a few thousand at most): called once per command's end.
-  for (auto it = by_time_.begin(); it != by_time_.end(); ++it)
-    if (it->second.sandbox_id == sandbox_id && it->second.proc == proc) {
-      if (--per_sandbox_[sandbox_id] == 0) per_sandbox_.erase(sandbox_id);
-      by_time_.erase(it);
-      return;
-    }
+  auto s = by_sandbox_.find(sandbox_id);
+  if (s == by_sandbox_.end()) return;
+  if (auto it = s->second.find(proc); it != s->second.end()) erase_locked(it->second);
 }
 
 void Deadlines::run() {
@@ -83,15 +92,43 @@ void Deadlines::run() {
       cv_.wait_for(lk, std::chrono::milliseconds(it->first - now));
       continue;
     }
-    Entry e = std::move(it->second);
-    by_time_.erase(it);
-    if (--per_sandbox_[e.sandbox_id] == 0) per_sandbox_.erase(e.sandbox_id);
+    const Entry e = it->second;
+    erase_locked(it);
     lk.unlock();
     // The whole group, as E2B's envd ends a command's context: bash -l -c and what it started.
-    // A process that already ended, or a sandbox that is gone, is an error nobody needs.
-    if (auto r = sandboxes_.exec().signal_process(e.principal, e.sandbox_id, e.proc, SIGKILL, true); r)
-      spdlog::info("e2b: sandbox {} process {} killed at its deadline (Connect-Timeout-Ms)", e.sandbox_id, e.proc);
+    // By the agent's process id ("proc_N"), which is never reused (a pid may be).
+    auto r = sandboxes_.exec().signal_process(e.principal, e.sandbox_id, e.proc, SIGKILL, true);
     lk.lock();
+    if (r) {
+      spdlog::info("e2b: sandbox {} process {} killed at its deadline (Connect-Timeout-Ms)", e.sandbox_id, e.proc);
+    } else if (r.error().code == ErrorCode::kSandboxNotFound || r.error().code == ErrorCode::kProcessNotFound) {
+      // The sandbox ended (its other deadlines with it), or the process was forgotten.
+      if (r.error().code == ErrorCode::kSandboxNotFound) drop_sandbox_locked(e.sandbox_id);
+    } else if (r.error().code == ErrorCode::kSandboxNotRunning || r.error().code == ErrorCode::kConflict) {
+      // Paused, or being saved or moved: the command still must not outlive its deadline
+      // once the sandbox runs again; a sandbox that has ended answers not found next time.
+      if (by_time_.size() < kPerNode) {
+        auto& procs = by_sandbox_[e.sandbox_id];
+        if (!procs.count(e.proc)) procs[e.proc] = by_time_.emplace(steady_ms() + kRetryMs, e);
+      }
+    } else {
+      // The sandbox's agent did not answer: its other deadlines due now are not tried one by
+      // one (each could wait as long), they are tried again later.
+      spdlog::warn("e2b: sandbox {} process {}: the kill at its deadline failed: {}", e.sandbox_id, e.proc,
+                   r.error().message);
+      if (auto s = by_sandbox_.find(e.sandbox_id); s != by_sandbox_.end()) {
+        const int64_t later = steady_ms() + kRetryMs;
+        std::vector<std::string> due;
+        for (auto& [proc, at] : s->second)
+          if (at->first <= later) due.push_back(proc);
+        for (const auto& proc : due) {
+          auto at = s->second[proc];
+          Entry moved = at->second;
+          by_time_.erase(at);
+          s->second[proc] = by_time_.emplace(later, std::move(moved));
+        }
+      }
+    }
   }
 }
 

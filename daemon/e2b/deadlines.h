@@ -7,7 +7,12 @@
 //
 // Bounded: a sandbox holds at most kPerSandbox deadlines; at that many, the ones of processes
 // no longer running are dropped first (one list of the sandbox's processes), and a start that
-// would still pass the bound is refused. A process's entry goes when its stream saw it end.
+// would still pass the bound is refused; the node holds at most kPerNode (503 past that), and
+// a deadline is at most a day away (the caller's bound). A process's entry goes when its
+// stream saw it end, a sandbox's when a kill finds the sandbox gone. Entries name the agent's
+// process id ("proc_N"), never reused. A kill that finds the sandbox paused or busy is tried
+// again every kRetryMs; one its agent does not answer moves the sandbox's other due kills
+// kRetryMs later rather than waiting on each in turn.
 
 #include <condition_variable>
 #include <cstdint>
@@ -37,21 +42,25 @@ class Deadlines {
   void remove(const std::string& sandbox_id, const std::string& proc);
 
   static constexpr size_t kPerSandbox = 1024;
+  static constexpr size_t kPerNode = 65'536;
+  static constexpr int64_t kRetryMs = 5'000;
 
  private:
   struct Entry {
     sandbox::Principal principal;
     std::string sandbox_id, proc;
   };
+  using ByTime = std::multimap<int64_t, Entry>;
   void run();
-  size_t count_locked(const std::string& sandbox_id) const;
+  void erase_locked(ByTime::iterator it);
+  void drop_sandbox_locked(const std::string& sandbox_id);
 
   sandbox::SandboxService& sandboxes_;
   std::mutex mu_;
   std::condition_variable cv_;
   bool stopping_ = false;
-  std::multimap<int64_t, Entry> by_time_;
-  std::map<std::string, size_t> per_sandbox_;
+  ByTime by_time_;
+  std::map<std::string, std::map<std::string, ByTime::iterator>> by_sandbox_;  // sandbox -> proc -> entry
   std::thread thread_;
 };
 

@@ -587,7 +587,8 @@ void Server::stream(http::Exchange& ex, const sandbox::Principal& p, const std::
     if (const std::string_view h = ex.header("Connect-Timeout-Ms"); !h.empty()) {
       if (h.size() > 10 || h.find_first_not_of("0123456789") != std::string_view::npos)
         return out.end(Error{ErrorCode::kInvalidRequest, "Connect-Timeout-Ms: at most 10 digits (milliseconds)", 0});
-      timeout_ms = std::stoll(std::string(h));
+      // At most a day: a sandbox lives at most that long without activity anyway.
+      timeout_ms = std::min<int64_t>(std::stoll(std::string(h)), 24LL * 3600 * 1000);
     }
     const int64_t deadline = steady_ms() + timeout_ms;
     if (timeout_ms > 0)
@@ -596,7 +597,7 @@ void Server::stream(http::Exchange& ex, const sandbox::Principal& p, const std::
     auto started = exec.start_process(p, id, spec, t);
     if (!started) return out.end(started.error());
     const std::string pid = std::to_string(started->value("pid", 0));
-    if (timeout_ms > 0) deadlines_.add(p, id, pid, deadline);
+    if (timeout_ms > 0) deadlines_.add(p, id, started->value("id", pid), deadline);
     return process_events(ex, p, id, pid, true, &*started);
   }
   if (service == kProcess && rpc == "Connect") {
@@ -641,7 +642,7 @@ void Server::process_events(http::Exchange& ex, const sandbox::Principal& p, con
   if (r->value("running", false)) return out.end(Error{ErrorCode::kUpstreamTimeout, "the process still runs after 24 h of following it", 0});
   const int code = r->value("exit_code", json(-1)).is_number() ? (*r)["exit_code"].get<int>() : -1;
   const int sig = r->value("signal", json(0)).is_number() ? (*r)["signal"].get<int>() : 0;
-  if (started) deadlines_.remove(id, proc);
+  if (started) deadlines_.remove(id, info->value("id", proc));
   json end = {{"exited", true}, {"status", signal_status(code, sig)}, {"exitCode", sig ? -1 : code}};
   if (!out.message({{"event", {{"end", end}}}})) return;
   out.end(std::nullopt);

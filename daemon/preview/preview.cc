@@ -224,11 +224,9 @@ void PreviewServer::handle(http::Exchange& ex) {
   // keep its token holders out with 429s (connect_port checks it again). A token in the URL
   // wins over a cookie (a newer URL replaces the cookie it left); E2B's SDK users send their
   // sandbox's traffic token as a header (docs/e2b.md), which the app never sees.
-  const std::string_view traffic = ex.header(kTrafficTokenHeader);
-  auto token = authorize(*target, stripped.token ? stripped.token
-                                  : traffic.empty() ? std::nullopt
-                                                    : std::optional<std::string>(std::string(traffic)),
-                         cookies.tokens);
+  if (const std::string_view traffic = ex.header(kTrafficTokenHeader); !traffic.empty())
+    target->traffic_token = std::string(traffic);
+  auto token = authorize(*target, stripped.token, cookies.tokens);
   if (!token) return respond_error(ex, token.error());
 
   // A browser opening the URL is sent on to it without the token, the cookie set on the way:

@@ -300,7 +300,10 @@ void Router::send_e2b_error(http::Exchange& ex, const Error& e) {
   const int status = error_http_status(e.code);
   http::Headers h;
   if (status == 503 || status == 429) h.emplace_back("Retry-After", "1");
-  ex.respond(status, "application/json", nlohmann::json{{"code", status}, {"message", e.message}}.dump(), h);
+  // The message may quote what the client sent (a header): bytes that are not UTF-8 are replaced.
+  ex.respond(status, "application/json",
+             nlohmann::json{{"code", status}, {"message", e.message}}.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
+             h);
 }
 
 void Router::handle_envd(http::Exchange& ex, const std::string& id) {
@@ -318,9 +321,20 @@ void Router::handle_envd(http::Exchange& ex, const std::string& id) {
   if (!all) return send_e2b_error(ex, all.error());
   auto n = live_node(*all, *node);
   if (!n) return gone("sandbox " + id + " is not running: its node " + *node + " is down");
-  // Relayed as an API request, unauthenticated here: the node checks the sandbox's token.
+  // Relayed as an API request, unauthenticated here: the node checks the sandbox's token. A
+  // node that says "retry" (the sandbox is being moved) makes the next request look again.
+  const std::string place_key = "p/" + id;
+  auto adjust = [this, place_key](http::ProxyOptions& o, const store::NodeRecord&) {
+    o.rewrite_response_header = [this, place_key](std::string_view name, std::string_view) -> std::optional<std::string> {
+      if (name.size() == 11 && starts_with_ci(name, "retry-after")) {
+        std::lock_guard lk(mu_);
+        places_.erase(place_key);
+      }
+      return std::nullopt;
+    };
+  };
   std::string error;
-  if (forward(ex, *n, std::nullopt, &error)) {
+  if (forward(ex, *n, std::nullopt, &error, adjust)) {
     m_forwards.with({"e2b_envd", "relayed"}).inc();
     return;
   }

@@ -44,9 +44,15 @@ Result<json> Ports::mint(const Principal& p, const std::string& id, int port, in
   return json{{"object", "port_url"}, {"port", port}, {"url", urls_.url(id, port, token)}, {"expires_at", format_rfc3339(rec.expires_ms)}};
 }
 
-Result<void> Ports::check_token(const store::SandboxRecord& rec, int port, const std::optional<std::string>& token) {
+Result<void> Ports::check_token(const store::SandboxRecord& rec, const PreviewTarget& t,
+                                const std::optional<std::string>& token) {
+  const int port = t.port;
   if (rec.open_ports) return {};  // E2B's public traffic: every port, no token
-  if (token && tokens_equal(*token, urls_.traffic_token(rec.id))) return {};
+  // E2B's traffic token: from its header only (never a URL's or a cookie's), for every port.
+  if (t.traffic_token) {
+    if (tokens_equal(*t.traffic_token, urls_.traffic_token(rec.id))) return {};
+    return fail(ErrorCode::kUnauthorized, "the e2b-traffic-access-token is not this sandbox's");
+  }
   if (!token || token->empty())
     return fail(ErrorCode::kUnauthorized,
                 "no token: open the preview URL (with ?b3os_token=...) the API gave. A browser sent on from it without "
@@ -74,7 +80,7 @@ Result<void> Ports::authorize(const PreviewTarget& t, const std::optional<std::s
     rec = s->rec;
   }
   if (!s || rec.ended()) return fail(ErrorCode::kSandboxNotFound, "no running sandbox has host_id " + t.host_id);
-  return check_token(rec, t.port, token);
+  return check_token(rec, t, token);
 }
 
 Result<std::unique_ptr<PortConnection>> Ports::connect(const PreviewTarget& t, const std::optional<std::string>& token) {
@@ -89,7 +95,7 @@ Result<std::unique_ptr<PortConnection>> Ports::connect(const PreviewTarget& t, c
     rec = s->rec;
   }
   if (rec.ended()) return fail(gone());
-  if (auto r = check_token(rec, t.port, token); !r) return fail(r.error());
+  if (auto r = check_token(rec, t, token); !r) return fail(r.error());
   // A paused sandbox (on_idle: pause, or POST pause) is resumed by its first request. While a
   // pause or a resume is under way the request waits for it (up to 10 s), rather than fail.
   for (auto until = std::chrono::steady_clock::now() + 10s;;) {
@@ -101,6 +107,10 @@ Result<std::unique_ptr<PortConnection>> Ports::connect(const PreviewTarget& t, c
     if (is_live(state) && state != State::kPaused && state != State::kPausing && state != State::kResuming) break;
     if (!is_live(state)) return fail(gone());
     if (state == State::kPaused) {
+      // Open ports (E2B's public traffic) let anyone with the host in: they neither resume a
+      // paused sandbox nor keep one alive (E2B's Sandbox.connect resumes it).
+      if (rec.open_ports)
+        return fail(ErrorCode::kSandboxNotRunning, "sandbox " + t.sandbox_id + " is paused; connect to it to resume it");
       Timing timing;
       auto r = lifecycle_.resume(Principal{rec.project_id, ""}, t.sandbox_id, timing);
       if (r) {
@@ -116,7 +126,7 @@ Result<std::unique_ptr<PortConnection>> Ports::connect(const PreviewTarget& t, c
   Awake awake = lifecycle_.awake(*s);
   // Activity keeps the sandbox from its idle timeout; written at most once a second, not per
   // request (each write is a store transaction).
-  if (now_unix_ms() - s->last_activity_ms.load() >= 1000) lifecycle_.touch(*s);
+  if (!rec.open_ports && now_unix_ms() - s->last_activity_ms.load() >= 1000) lifecycle_.touch(*s);
   auto stream = s->channel ? s->channel->open({{"op", "port_connect"}, {"port", t.port}})
                            : Result<std::shared_ptr<agentlink::Stream>>(fail(ErrorCode::kSandboxNotRunning, "no agent channel"));
   if (!stream) return fail(lifecycle_.explain(*s, stream.error()));

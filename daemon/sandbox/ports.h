@@ -46,6 +46,9 @@ struct PreviewTarget {
   std::string sandbox_id;  // sbx_...
   std::string host_id;     // sbx-...
   int port = 0;
+  /// The e2b-traffic-access-token header, if the request had one (not from the host: the
+  /// preview server sets it): E2B's token of every port of a sandbox created private.
+  std::optional<std::string> traffic_token;
 };
 /// Parses a Host header of the form {port}-{host_id}.{domain}[:listen port], case-insensitive.
 /// A host of any other form is 404 not_found; a port outside 1-65535 is 400 invalid_request.
@@ -145,7 +148,7 @@ class Ports {
   Result<void> authorize(const PreviewTarget& t, const std::optional<std::string>& token);
 
  private:
-  Result<void> check_token(const store::SandboxRecord& rec, int port, const std::optional<std::string>& token);
+  Result<void> check_token(const store::SandboxRecord& rec, const PreviewTarget& t, const std::optional<std::string>& token);
 
   const PortUrls& urls_;
   store::SandboxStore& store_;

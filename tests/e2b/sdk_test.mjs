@@ -279,6 +279,11 @@ await check('pause', async () => {
   await sbx.pause()
   return (await sbx.getInfo()).state === 'paused'
 })
+// Open ports let anyone with the host in: they neither resume a paused sandbox nor keep it alive.
+await check('public_port_does_not_resume', async () => {
+  const r = await previewGet(sbx.getHost(8000))
+  return r.status === 409 && (await sbx.getInfo()).state === 'paused'
+})
 await check('resume_on_connect', async () => {
   const resumed = await Sandbox.connect(sbx.sandboxId)
   const r = await resumed.commands.run('cat /workspace/kept.txt')
