@@ -39,8 +39,12 @@ void ensure_stdio_open() {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
   using namespace b3os::agent;
+  // `/.b3os/agent --exit` does nothing: b3osd runs it once in a fork-ahead spare, so that the
+  // spare's first exec pays the restored sentry's cold paths before a user's does. Never a
+  // program of the sandbox's own disk, which its owner could make act differently in a fork.
+  if (argc == 2 && std::strcmp(argv[1], "--exit") == 0) return 0;
   ensure_stdio_open();
   ::signal(SIGPIPE, SIG_IGN);
   ::umask(022);

@@ -141,7 +141,7 @@ std::string render_status(const std::string& api_url, const std::string& health,
   o << "\n";
 
   o << "pools:    ";
-  for (const char* p : {"warm", "fork", "net_warm", "net_fork"}) {
+  for (const char* p : {"warm", "fork", "net_warm", "net_fork", "fork_ahead"}) {
     const double target = sum(m, "b3os_pool_target", {{"pool", p}});
     if (target <= 0) {
       o << " " << p << " off";

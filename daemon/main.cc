@@ -169,9 +169,10 @@ void register_node_metrics(sandbox::SandboxService& sandboxes, gateway::Gateway&
       out.push_back({Labels{"fork"}, double(targets ? p.fork_target : p.fork)});
       out.push_back({Labels{"net_warm"}, double(targets ? p.net_warm_target : p.net_warm)});
       out.push_back({Labels{"net_fork"}, double(targets ? p.net_fork_target : p.net_fork)});
+      out.push_back({Labels{"fork_ahead"}, double(targets ? p.fork_ahead_target : p.fork_ahead)});
     };
   };
-  reg.collect({"b3os_pool_size", "members waiting in each pool now (warm, fork, net_warm, net_fork)", {"pool"},
+  reg.collect({"b3os_pool_size", "members waiting in each pool now (warm, fork, net_warm, net_fork, fork_ahead: spares of quiet forkable sandboxes)", {"pool"},
                per_pool(false)});
   reg.collect({"b3os_pool_target", "the size each pool is refilled to (its flag; 0: off)", {"pool"}, per_pool(true)});
   reg.collect({"b3os_template_checkpoint",
@@ -514,6 +515,19 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"auto", "on", "off"}))
       ->capture_default_str();
   app.add_option("--fork-pool", cfg.fork_pool_size, "created, not started containers kept for forks and snapshot restores (0: none)")->capture_default_str();
+  app.add_option("--fork-ahead", cfg.fork_ahead,
+                 "spares made ahead of each quiet forkable sandbox (checkpointed once, restored, frozen), so that its "
+                 "next fork is a claim (0: off)")
+      ->check(CLI::Range(0, 8))
+      ->capture_default_str();
+  app.add_option("--fork-ahead-node", cfg.fork_ahead_node, "fork-ahead spares of all sandboxes together, at most")
+      ->check(CLI::Range(0, 256))
+      ->capture_default_str();
+  app.add_option("--fork-ahead-min-free-mib", cfg.fork_ahead_min_free_mib,
+                 "no spare is made unless the host's MemAvailable stays above this plus the source's memory; below it "
+                 "every spare is dropped")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   app.add_option("--idle-freeze-ms", cfg.idle_freeze_ms,
                  "freeze a running sandbox (cgroup freezer) this long after its agent reported nothing but itself alive and no call is in flight; thawed before anything reaches it (0: never)")
       ->check(CLI::NonNegativeNumber)

@@ -149,16 +149,19 @@ Result<void> Checkpoints::write_image(LiveSandbox& s, const std::string& dir, Ti
   return {};
 }
 
-Result<void> Checkpoints::checkpoint_into(LiveSandbox& s, const std::string& dir, Timing& t, Stopwatch& sw) {
+Result<void> Checkpoints::checkpoint_into(LiveSandbox& s, const std::string& dir, Timing& t, Stopwatch& sw,
+                                          bool spare) {
   {
     std::lock_guard lk(s.mu);
     auto next = next_state(s.rec.state, Transition::kBeginCheckpoint, s.id);
     if (!next) return fail(next.error());
     s.rec.state = *next;
     ++s.checkpoints;
+    if (spare) ++s.spare_checkpoints;
   }
   ScopeExit end([&] {
     std::lock_guard lk(s.mu);
+    if (spare) --s.spare_checkpoints;
     if (--s.checkpoints == 0)
       if (auto next = next_state(s.rec.state, Transition::kEndCheckpoint, s.id)) s.rec.state = *next;
   });
@@ -183,9 +186,17 @@ Result<json> Checkpoints::fork(const Principal& p, const std::string& id, int co
   if (auto r = registry_.reserve(p.project_id, count); !r) return fail(r.error());
   Reservation reserved(registry_, p.project_id, count);
   ActiveOp busy(*src);
-  Awake awake = lifecycle_.awake(*src);
+  Awake awake = lifecycle_.awake(*src, false);  // a fork leaves its source as it was
   t.lap("validate", sw);
 
+  std::vector<std::shared_ptr<LiveSandbox>> made;
+  // A quiet source's fork claims spares made ahead (fork_ahead.h): the source is not held at
+  // all, so the spec's four phases while it is held take no time.
+  if (auto spares = claim_spares(src, base, count); !spares.empty()) {
+    for (const char* ph : {"pause", "base", "snapshot", "export"}) t.add(ph, 0);
+    t.lap("claim", sw);
+    made = std::move(spares);
+  } else {
   // One checkpoint of the source, restored into each fork; the image is removed at the end,
   // and then the source's memory limit is set back (the room outlives the image).
   ImageRoom room(rt_, *src, base.memory_mib);
@@ -239,12 +250,12 @@ Result<json> Checkpoints::fork(const Principal& p, const std::string& id, int co
   for (auto& o : outcomes)
     if (o.timing.total() > slowest->total()) slowest = &o.timing;
   for (auto& ph : slowest->phases) t.add(ph.first == "create" ? "precreate" : ph.first, ph.second);
+  for (auto& o : outcomes) made.push_back(*o.sandbox);
+  }
   sw.reset();
 
   const int64_t now = now_unix_ms();
-  std::vector<std::shared_ptr<LiveSandbox>> made;
-  for (auto& o : outcomes) {
-    auto s = *o.sandbox;
+  for (auto& s : made) {
     s->last_activity_ms = now;
     std::lock_guard lk(s->mu);
     store::SandboxRecord r = base;
@@ -260,7 +271,6 @@ Result<json> Checkpoints::fork(const Principal& p, const std::string& id, int co
     r.forked_from = id;
     if (metadata) r.metadata = *metadata;
     s->rec = std::move(r);
-    made.push_back(s);
   }
   if (auto r = lifecycle_.publish(made); !r) return fail(r.error());
   json data = json::array();
@@ -269,6 +279,103 @@ Result<json> Checkpoints::fork(const Principal& p, const std::string& id, int co
   lifecycle_.touch(*src);
   spdlog::info("sandbox {}: forked into {}", id, count);
   return json{{"object", "list"}, {"data", data}, {"next_cursor", nullptr}};
+}
+
+namespace {
+
+// A spare's first exec would pay the restored sentry's cold paths (the exec path's pages,
+// the agent's spawn): paid here, in the background, by running the agent's own binary with
+// --exit (never a program of the sandbox's disk, which its owner could make act differently).
+Result<void> warm_up(LiveSandbox& s) {
+  auto st = s.channel->open({{"op", "exec"},
+                             {"argv", {"/.b3os/agent", "--exit"}},
+                             {"env", json::object()},
+                             {"cwd", "/"},
+                             {"timeout_ms", 5000},
+                             {"stdin", false},
+                             {"max_output", 0}});
+  if (!st) return fail(st.error());
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  for (;;) {
+    auto f = (*st)->next(deadline);
+    if (!f) return fail(f.error().wrap("warming the spare up"));
+    if (f->type == protocol::FrameType::kEnd) return {};
+  }
+}
+
+}  // namespace
+
+Result<Spare> Checkpoints::make_spare(const std::shared_ptr<LiveSandbox>& src) {
+  uint64_t changes = 0;
+  Awake awake = lifecycle_.freezer().hold_quiet(*src, changes);
+  if (!awake) return fail(ErrorCode::kConflict, "sandbox " + src->id + " is in use");
+  store::SandboxRecord base;
+  {
+    std::lock_guard lk(src->mu);
+    base = src->rec;
+  }
+  if (!base.forkable || base.state != State::kRunning || src->moving.load())
+    return fail(ErrorCode::kConflict, "sandbox " + src->id + " is not a running forkable sandbox");
+  Timing t;
+  Stopwatch sw;
+  std::shared_ptr<LiveSandbox> spare;
+  {
+    ImageRoom room(rt_, *src, base.memory_mib);
+    ImageDir image(cfg_.fork_images_dir() + "/" + new_id("img"));
+    if (auto r = image.create(); !r) return fail(r.error());
+    if (auto r = checkpoint_into(*src, image.path(), t, sw, true); !r)
+      return fail(r.error().wrap("checkpointing " + src->id + " for a spare"));
+    awake.release();  // the source may freeze again: the spare is restored from the image
+    if (src->changes.load() != changes) return fail(ErrorCode::kConflict, "sandbox " + src->id + " changed meanwhile");
+    LaunchRequest l;
+    l.id = new_id("sbx");
+    l.rootfs = base.rootfs.empty() ? lifecycle_.template_rootfs(base.template_name) + "/rootfs" : base.rootfs;
+    l.vcpu = base.vcpu;
+    l.memory_mib = base.memory_mib;
+    l.disk_gib = base.disk_gib;
+    l.image = image.path();
+    l.network = base.egress_mode != "deny";
+    l.from_pool = false;  // the fork pool's containers are for users' forks
+    l.defer_identity = true;
+    auto launched = pools_.launch(l, t, sw);
+    if (!launched) return fail(launched.error().wrap("restoring a spare of " + src->id));
+    spare = *launched;
+  }
+  auto undo = [&](Error e) -> Result<Spare> {
+    lifecycle_.discard(*spare);
+    return fail(std::move(e));
+  };
+  if (spare->networked)
+    if (auto r = lifecycle_.apply_egress(*spare, {base.egress_mode, base.egress_allow}); !r) return undo(r.error());
+  if (auto r = warm_up(*spare); !r) return undo(r.error());
+  rt_.set_frozen(spare->id, true);
+  if (src->changes.load() != changes)
+    return undo(Error{ErrorCode::kConflict, "sandbox " + src->id + " changed meanwhile"});
+  spdlog::debug("sandbox {}: spare {} made ({:.1f} ms)", src->id, spare->id, t.total());
+  return Spare{src, changes, spare};
+}
+
+std::vector<std::shared_ptr<LiveSandbox>> Checkpoints::claim_spares(const std::shared_ptr<LiveSandbox>& src,
+                                                                    const store::SandboxRecord& base, int count) {
+  if (!fork_ahead_) return {};
+  auto spares = fork_ahead_->take(src, count);
+  if (spares.empty()) return {};
+  auto drop = [&](const std::string& why) {
+    spdlog::warn("sandbox {}: a spare could not be claimed ({}); forking it the usual way", src->id, why);
+    for (auto& s : spares) lifecycle_.discard(*s);
+    return std::vector<std::shared_ptr<LiveSandbox>>{};
+  };
+  for (auto& s : spares) {
+    rt_.set_frozen(s->id, false);
+    {
+      std::lock_guard lk(s->mu);
+      s->rec.project_id = base.project_id;
+    }
+    if (s->networked)
+      if (auto r = lifecycle_.apply_egress(*s, {base.egress_mode, base.egress_allow}); !r) return drop(r.error().message);
+    if (auto r = lifecycle_.identify(*s); !r) return drop(r.error().message);
+  }
+  return spares;
 }
 
 Result<json> Checkpoints::snapshot(const Principal& p, const std::string& id, Timing& t) {

@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "daemon/sandbox/fork_ahead.h"
 #include "daemon/sandbox/lifecycle.h"
 
 namespace b3os::sandbox {
@@ -47,10 +48,21 @@ class Checkpoints {
   /// use it on a sandbox no one else can see yet).
   Result<void> write_image(LiveSandbox& s, const std::string& dir, Timing& t, Stopwatch& sw);
 
+  /// Fork-ahead (fork_ahead.h): forks claim spares from `f` when it has them (null: never).
+  void set_fork_ahead(ForkAhead* f) { fork_ahead_ = f; }
+  /// A spare of a quiet sandbox: checkpointed, restored, warmed, frozen, with no identity;
+  /// kConflict when the source was not quiet or changed meanwhile (nothing kept).
+  Result<Spare> make_spare(const std::shared_ptr<LiveSandbox>& source);
+
  private:
   /// write_image inside the checkpointing state (pause, resume and a second checkpoint's
   /// end wait their turn; several checkpoints of one sandbox may run at once).
-  Result<void> checkpoint_into(LiveSandbox& s, const std::string& dir, Timing& t, Stopwatch& sw);
+  /// `spare`: fork-ahead's, which a pause waits out instead of refusing.
+  Result<void> checkpoint_into(LiveSandbox& s, const std::string& dir, Timing& t, Stopwatch& sw, bool spare = false);
+  /// The spares of `src` a fork of `count` can claim, thawed, with the source's egress and a
+  /// fresh identity; empty when there are not enough (or one failed: the fork goes the usual way).
+  std::vector<std::shared_ptr<LiveSandbox>> claim_spares(const std::shared_ptr<LiveSandbox>& src,
+                                                         const store::SandboxRecord& base, int count);
 
   const Config& cfg_;
   runtime::Runtime& rt_;
@@ -58,6 +70,7 @@ class Checkpoints {
   Registry& registry_;
   Pools& pools_;
   Lifecycle& lifecycle_;
+  ForkAhead* fork_ahead_ = nullptr;
 };
 
 }  // namespace b3os::sandbox

@@ -50,6 +50,12 @@ struct Config {
   /// A running sandbox whose agent reported it idle (nothing but the agent alive, no stream
   /// open) and that no operation holds awake is frozen after this long (freezer.h); 0 never.
   int idle_freeze_ms = 1500;  // created, not started containers kept for forks, snapshot restores and boots
+  /// Fork-ahead (fork_ahead.h): spares made of each quiet forkable sandbox (0: off), of all
+  /// sandboxes together at most fork_ahead_node, and only while the host's MemAvailable stays
+  /// above fork_ahead_min_free_mib plus the source's memory (all dropped below the floor).
+  int fork_ahead = 1;
+  int fork_ahead_node = 8;
+  int fork_ahead_min_free_mib = 2048;
   // Template checkpoints: "auto" builds one per template at start and restores it for creates
   // when a restore measured faster than a boot; "on" always restores it; "off" never builds one.
   std::string template_checkpoints = "auto";

@@ -28,9 +28,10 @@ void Awake::release() {
   s_ = nullptr;
 }
 
-Awake Freezer::awake(LiveSandbox& s) {
+Awake Freezer::awake(LiveSandbox& s, bool changes) {
   std::lock_guard lk(s.freeze_mu);
   ++s.awake;
+  if (changes) ++s.changes;
   if (s.idle_frozen) {
     // Under freeze_mu: a freeze in progress has finished, and none starts while awake > 0.
     rt_.set_frozen(s.id, false);
@@ -40,7 +41,28 @@ Awake Freezer::awake(LiveSandbox& s) {
   return Awake(&s);
 }
 
+Awake Freezer::hold_quiet(LiveSandbox& s, uint64_t& changes) {
+  std::lock_guard lk(s.freeze_mu);
+  // A busy report sets agent_idle under this lock after its count: either it came before
+  // (not idle now) or it moves the count after `changes` was read.
+  if (s.awake > 0 || s.agent_idle.load() != 1) return Awake();
+  ++s.awake;
+  changes = s.changes.load();
+  if (s.idle_frozen) {
+    rt_.set_frozen(s.id, false);
+    s.idle_frozen = false;
+    ++s.thaws;
+  }
+  return Awake(&s);
+}
+
 void Freezer::on_report(LiveSandbox& s, bool idle, bool held) {
+  if (!idle) {
+    // Something but the agent runs in it: whatever a spare of it holds may be stale.
+    std::lock_guard lk(s.freeze_mu);
+    ++s.changes;
+    s.agent_idle = 0;
+  }
   if (idle && s.agent_idle.load() != 1) s.agent_idle_since_ms = steady_ms();
   s.agent_idle = idle ? 1 : 0;
   s.agent_held = held;

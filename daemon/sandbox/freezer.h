@@ -30,6 +30,7 @@ class Awake {
   Awake& operator=(const Awake&) = delete;
   ~Awake() { release(); }
   void release();
+  explicit operator bool() const { return s_ != nullptr; }
 
  private:
   LiveSandbox* s_ = nullptr;
@@ -46,7 +47,12 @@ class Freezer {
   /// The one hook for everything that reaches a sandbox (exec, files, fork, snapshot, pause,
   /// resume, delete, the reaper's stop or pause, ping; port requests when they come): thaws
   /// it if the freezer froze it, and keeps it thawed until the returned guard goes.
-  Awake awake(LiveSandbox& s);
+  /// `changes`: the operation may change the sandbox (LiveSandbox::changes); fork and
+  /// snapshot pass false.
+  Awake awake(LiveSandbox& s, bool changes = true);
+  /// Holds a sandbox that nothing holds awake now (an empty guard otherwise), and says what
+  /// its change count was when it was taken: fork-ahead's checkpoint of a quiet sandbox.
+  Awake hold_quiet(LiveSandbox& s, uint64_t& changes);
   /// An IDLE report from the sandbox's agent (on its channel's reader thread).
   static void on_report(LiveSandbox& s, bool idle, bool held);
   /// One pass: freezes every running sandbox idle for the grace at `now_ms` (steady_ms()).

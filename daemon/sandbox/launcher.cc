@@ -46,6 +46,17 @@ std::shared_ptr<agentlink::AgentChannel> Launcher::attach(UniqueFd fd, const std
       });
 }
 
+Result<void> Launcher::identify(LiveSandbox& s) {
+  json identity = {{"sandbox_id", s.id},
+                   {"hostname", s.hostname},
+                   {"machine_id", to_hex(random_bytes(16))},
+                   {"seed", to_hex(random_bytes(32))},
+                   {"time_ns", now_unix_ms() * 1000000}};
+  if (auto r = s.channel->send_identity(identity, kControlTimeout); !r) return r;
+  request_idle_reports(s);
+  return {};
+}
+
 void Launcher::request_idle_reports(LiveSandbox& s) {
   // Before the answer, anything the agent said of its idleness belongs to a channel now gone.
   s.agent_idle = -1;
@@ -290,13 +301,8 @@ Result<std::shared_ptr<LiveSandbox>> Launcher::launch(const LaunchRequest& l, st
     // A restored agent is mid-conversation with the source's daemon; start afresh.
     if (auto r = s->channel->resync(kControlTimeout); !r) return undo(r.error().wrap("reaching the restored agent"));
   }
-  json identity = {{"sandbox_id", s->id},
-                   {"hostname", s->hostname},
-                   {"machine_id", to_hex(random_bytes(16))},
-                   {"seed", to_hex(random_bytes(32))},
-                   {"time_ns", now_unix_ms() * 1000000}};
-  if (auto r = s->channel->send_identity(identity, kControlTimeout); !r) return undo(r.error());
-  request_idle_reports(*s);
+  if (!l.defer_identity)
+    if (auto r = identify(*s); !r) return undo(r.error());
   t.lap("agent", sw);
   if (auto r = rt_.limit_cpu(s->id, l.vcpu); !r) return undo(r.error());
   t.lap("limits", sw);

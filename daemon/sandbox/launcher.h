@@ -34,6 +34,9 @@ struct LaunchRequest {
   std::string image;      // checkpoint directory to restore; empty: boot
   bool from_pool = true;  // may take a pre-created container (the pool's own refills may not)
   bool network = false;   // a namespace of its own (egress public or allowlist): net::Network
+  /// Fork-ahead's spares: restored, but given their identity only when a fork claims them
+  /// (identify), so that a spare carries nothing of a sandbox that does not exist yet.
+  bool defer_identity = false;
   /// A template build's sandbox: called with its disk's directory once the disk is made (before
   /// the container), puts the root filesystem there and returns its path; the sandbox then
   /// writes that root in place (no overlay). Never pooled, never checkpointed.
@@ -68,6 +71,10 @@ class Launcher {
   /// Starts the channel reader on `fd` with this sandbox's handlers (its agent's IDLE reports
   /// go to `s`, which the channel does not keep alive).
   std::shared_ptr<agentlink::AgentChannel> attach(UniqueFd fd, const std::shared_ptr<LiveSandbox>& s);
+  /// Gives a launched sandbox's agent its identity (sandbox id, hostname, a fresh machine id
+  /// and random seed, the time) and asks for IDLE reports: the end of every launch, or of a
+  /// claim of a spare launched with defer_identity.
+  Result<void> identify(LiveSandbox& s);
   /// Asks the agent for IDLE reports (after the agent is up, and after every resync); an
   /// agent that does not know them is simply never frozen.
   void request_idle_reports(LiveSandbox& s);

@@ -192,7 +192,19 @@ Result<void> Lifecycle::pause_live(LiveSandbox& s, const char* why) {
     std::lock_guard lk(s.mu);
     if (s.rec.state == State::kPaused) return {};
   }
-  if (auto r = transition(s, Transition::kBeginPause); !r) return fail(r.error());
+  // A checkpoint of fork-ahead's (fork_ahead.h) ends in a fraction of a second: a pause
+  // that meets one waits it out (up to 10 s) rather than refusing what the user cannot see.
+  for (int waited = 0;; ++waited) {
+    auto r = transition(s, Transition::kBeginPause);
+    if (r) break;
+    bool spares_only = false;
+    {
+      std::lock_guard lk(s.mu);
+      spares_only = s.rec.state == State::kCheckpointing && s.checkpoints > 0 && s.checkpoints == s.spare_checkpoints;
+    }
+    if (!spares_only || waited >= 1000) return fail(r.error());
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
   if (auto r = rt_.pause(s.id); !r) {
     (void)transition(s, Transition::kPauseFailed);
     return r;

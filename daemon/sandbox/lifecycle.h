@@ -90,7 +90,9 @@ class Lifecycle {
   Result<std::shared_ptr<LiveSandbox>> running(const Principal& p, const std::string& id);
   /// Holds the sandbox awake (thawed if it was frozen idle) for as long as the guard lives;
   /// everything that reaches the agent or the container takes one first (freezer.h).
-  Awake awake(LiveSandbox& s) { return freezer_.awake(s); }
+  /// `changes`: false for what leaves the sandbox as it was (fork, snapshot).
+  Awake awake(LiveSandbox& s, bool changes = true) { return freezer_.awake(s, changes); }
+  Freezer& freezer() { return freezer_; }
   /// Applies `t` to the sandbox's state under its lock (no I/O); the new state, or a 409.
   Result<State> transition(LiveSandbox& s, Transition t);
   /// Writes the sandbox's record to the store (holding only its persist_mu).
@@ -105,6 +107,8 @@ class Lifecycle {
               const std::string& message);
   /// Undoes a launch that never became visible (nothing is recorded).
   void discard(LiveSandbox& s) { launcher_.discard(s); }
+  /// Gives a launch made with defer_identity (a fork-ahead spare) its identity.
+  Result<void> identify(LiveSandbox& s) { return launcher_.identify(s); }
   Result<void> apply_egress(LiveSandbox& s, const net::EgressPolicy& policy) { return launcher_.apply_egress(s, policy); }
   /// Pauses a running sandbox (the reaper's on_idle: pause, and the API).
   Result<void> pause_live(LiveSandbox& s, const char* why);

@@ -38,6 +38,7 @@ struct LiveSandbox {
   mutable std::mutex mu;
   store::SandboxRecord rec;
   int checkpoints = 0;
+  int spare_checkpoints = 0;  // of those, fork-ahead's (fork_ahead.h): a pause waits them out
 
   std::atomic<int64_t> last_activity_ms{0};
   std::atomic<int> active_ops{0};  // execs and transfers in flight: the sandbox is not idle
@@ -63,6 +64,11 @@ struct LiveSandbox {
   // A background process runs or a terminal is open (the agent's IDLE reports): the sandbox
   // is in use, and timeout_s counts from when the last of them ended.
   std::atomic<bool> agent_held{false};
+  /// Counts what may have changed the sandbox: every operation that reaches it (Freezer::awake,
+  /// but for fork and snapshot, which leave it as it was) and every agent report that anything
+  /// but the agent runs. Bumped under freeze_mu; fork-ahead's spares (fork_ahead.h) are of one
+  /// count, and claimed only while it has not moved.
+  std::atomic<uint64_t> changes{0};
 
   // The egress its network has now (networked sandboxes; launcher.cc apply_egress). Guarded
   // by egress_mu, which is taken alone and held across the firewall change: changes of one

@@ -64,10 +64,14 @@ class Pools {
   struct Sizes {
     int warm = 0, fork = 0, net_warm = 0, net_fork = 0;
     int warm_target = 0, fork_target = 0, net_warm_target = 0, net_fork_target = 0;
+    int fork_ahead = 0, fork_ahead_target = 0;  // fork-ahead's spares (filled by the service)
   };
   Sizes sizes() const;
   /// What is known of a template's checkpoint (nullopt: not built yet).
   std::optional<TemplateImage> template_image(const std::string& name) const;
+
+  /// Whether a request is launching or forking now (a Hold is held): background work waits.
+  bool launching() const { return busy_.load() > 0; }
 
   /// Holds refills back while a request is launching or forking: on a small machine a refill's
   /// runtime create would take the CPU the request is waiting for.

@@ -47,6 +47,15 @@ bool Registry::remove(const std::string& id) {
 }
 
 Result<void> Registry::reserve(const std::string& project_id, int n) {
+  // A full node first asks the members that give way (spares) to go, once.
+  if (reclaim_) {
+    int over = 0;
+    {
+      std::lock_guard lk(mu_);
+      over = static_cast<int>(live_.size()) + starting_ + pooled_ + n - max_per_node_;
+    }
+    if (over > 0) reclaim_(over);
+  }
   {
     std::lock_guard lk(mu_);
     int mine = 0;

@@ -2,6 +2,7 @@
 // Registry: the live sandboxes of this node, and its capacity (per project and per node).
 // Every method takes the registry's lock briefly and does nothing else under it.
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -36,6 +37,9 @@ class Registry {
   void unreserve(const std::string& project_id, int n);
   /// Pool members count against the node's capacity while they wait.
   void pooled(int delta);
+  /// Called (outside the lock) when a reservation does not fit the node: ends up to `n`
+  /// members that give way to requests (fork-ahead's spares) and says how many went.
+  void set_reclaimer(std::function<int(int n)> reclaim) { reclaim_ = std::move(reclaim); }
 
   /// The node's capacity as the limits see it: live sandboxes, launches reserved, pool
   /// members, and the node's maximum.
@@ -47,6 +51,7 @@ class Registry {
  private:
   void unreserve_here(const std::string& project_id, int n);
 
+  std::function<int(int)> reclaim_;
   const int max_per_project_, max_per_node_;
   store::SandboxStore* const store_;
   mutable std::mutex mu_;

@@ -23,6 +23,8 @@ SandboxService::SandboxService(Config cfg, runtime::Runtime& rt, runtime::Shims&
              }),
       life_(cfg_, rt, shims, store, registry_, launcher_, pools_, freezer_, hooks_.spent_usd, &port_urls_),
       checkpoints_(cfg_, rt, store, registry_, pools_, life_),
+      fork_ahead_(cfg_, registry_, pools_, launcher_,
+                  [this](const std::shared_ptr<LiveSandbox>& s) { return checkpoints_.make_spare(s); }),
       exec_(cfg_, life_),
       ports_(port_urls_, store, registry_, life_),
       reaper_(registry_, life_, std::chrono::milliseconds(cfg.liveness_quiet_ms),
@@ -35,6 +37,8 @@ SandboxService::SandboxService(Config cfg, runtime::Runtime& rt, runtime::Shims&
   launcher_.set_handlers(
       [this](const std::string& id, const std::string& why) { guarded([&] { life_.on_channel_closed(id, why); }); },
       incoming);
+  checkpoints_.set_fork_ahead(&fork_ahead_);
+  registry_.set_reclaimer([this](int n) { return fork_ahead_.give_way(n); });
 }
 
 void SandboxService::guarded(const std::function<void()>& fn) {
@@ -68,10 +72,12 @@ Result<void> SandboxService::recover() {
   reaper_.start();
   pools_.start();
   freezer_.start();
+  fork_ahead_.start();
   return {};
 }
 
 void SandboxService::stop() {
+  fork_ahead_.stop();
   freezer_.stop();
   reaper_.stop();
   pools_.stop();
@@ -103,6 +109,8 @@ SandboxService::Stats SandboxService::stats() const {
   }
   st.usage = registry_.usage();
   st.pools = pools_.sizes();
+  st.pools.fork_ahead = fork_ahead_.size();
+  st.pools.fork_ahead_target = cfg_.fork_ahead > 0 ? cfg_.fork_ahead_node : 0;
   return st;
 }
 

@@ -184,6 +184,7 @@ class SandboxService {
   Exec& exec() { return exec_; }
   Checkpoints& checkpoints() { return checkpoints_; }
   Pools& pools() { return pools_; }
+  ForkAhead& fork_ahead() { return fork_ahead_; }
   Lifecycle& lifecycle() { return life_; }
   const Config& config() const { return cfg_; }
   /// Creates then resolve `template` through `c` too (null: only the templates on disk).
@@ -203,6 +204,7 @@ class SandboxService {
   Pools pools_;
   Lifecycle life_;
   Checkpoints checkpoints_;
+  ForkAhead fork_ahead_;
   Exec exec_;
   Ports ports_;
   Reaper reaper_;

@@ -116,6 +116,7 @@ run_section s_cli
 run_section s_fork
 run_section s_fork_failure
 run_section s_fork_big
+run_section s_fork_ahead
 run_section s_processes_fork
 run_section s_terminal_fork
 run_section s_pause

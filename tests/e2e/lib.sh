@@ -328,7 +328,7 @@ start_daemon() {
   bash -c '"$@" </dev/null & echo $! >"$B3OS_E2E_PIDFILE"; wait $!
            echo "b3osd exited with status $? at $(date +%T.%3N)"' b3osd-e2e-wrapper \
     "$B3OS_BIN/b3osd" --listen "127.0.0.1:$PORT" --data-dir "$T/data" --run-dir "$T/run" \
-    --runsc-root "$T/run/runsc" --templates-dir "$TEMPLATES" --quiet-key --max-sandboxes-per-project "${E2E_MAX_SANDBOXES_PER_PROJECT:-12}" --warm-pool "${E2E_WARM_POOL:-0}" --fork-pool "${E2E_FORK_POOL:-0}" \
+    --runsc-root "$T/run/runsc" --templates-dir "$TEMPLATES" --quiet-key --max-sandboxes-per-project "${E2E_MAX_SANDBOXES_PER_PROJECT:-12}" --warm-pool "${E2E_WARM_POOL:-0}" --fork-pool "${E2E_FORK_POOL:-0}" --fork-ahead "${E2E_FORK_AHEAD:-0}" \
     --template-checkpoints "${E2E_TEMPLATE_CHECKPOINTS:-off}" --root-overlay "${E2E_ROOT_OVERLAY:-disk}" \
     --network "${E2E_NETWORK:-off}" --preview-listen "127.0.0.1:${PREVIEW_PORT:-$(free_port)}" \
     "${extra[@]}" \

@@ -101,6 +101,107 @@ s_fork() {
   check fork.no_images_left "$(ls "$T/data/fork-images" 2>/dev/null)" test -z "$(ls "$T/data/fork-images" 2>/dev/null)"
 }
 
+# ---- fork-ahead: a quiet sandbox's fork is a claim (daemon/sandbox/fork_ahead.h) ------------
+
+# The rest of the suite runs b3osd with --fork-ahead 0 (it counts containers, and `runsc list`
+# waits for ever on a frozen spare): this section restarts it with spares on, and looks at
+# spares through the metrics and the sandboxes' directories.
+no_dir() { [ ! -e "$T/run/sandboxes/$1" ]; }
+# spares_ready N: at least N spares wait (b3os_pool_size{pool="fork_ahead"} on the metrics
+# listener the daemon's log names; a directory appears before its spare is ready).
+spares_ready() {
+  local m n
+  m=$(grep -o 'metrics on http://[^ ]*' "$T/daemon.log" | tail -n1 | cut -d' ' -f3)
+  n=$(curl -s "$m" | awk '/^b3os_pool_size\{pool="fork_ahead"\}/ {print $2}')
+  [ "${n%.*}" -ge "$1" ] 2>/dev/null
+}
+s_fork_ahead() {
+  local saved=${B3OS_E2E_DAEMON_ARGS:-}
+  stop_daemon TERM
+  E2E_FORK_AHEAD=1 B3OS_E2E_DAEMON_ARGS="$saved --fork-ahead-min-free-mib 0"
+  start_daemon || die "b3osd did not start with --fork-ahead 1"
+  local baseline
+  baseline=" $(ls "$T/run/sandboxes" 2>/dev/null | tr '\n' ' ') "
+  local listed0
+  api GET /v1/sandboxes?limit=100
+  listed0=$(j '.data | length')
+  create_sandbox '{"forkable":true,"env":{"E":"e1"}}'
+  check forkahead.create "$(snip)" okj 201 '.forkable == true'
+  local src=$CID
+  run_exec "$src" '{"cmd":"echo before > /workspace/f; hostname; cat /etc/machine-id"}'
+  check forkahead.setup "$(snip)" okj 200 '.exit_code == 0'
+  local src_host src_mid
+  src_host=$(j '.stdout | split("\n")[0]')
+  src_mid=$(j '.stdout | split("\n")[1]')
+  check forkahead.spare_made "no spare ready" eventually 30 spares_ready 1
+  api GET /v1/sandboxes?limit=100
+  check forkahead.spare_not_listed "$(snip)" okj 200 ".data | length == $listed0 + 1"
+  apij POST "/v1/sandboxes/$src/fork" '{"count":1}'
+  check forkahead.fork_201 "$(snip)" okj 201 '.data | length == 1'
+  check forkahead.claimed "$(header Server-Timing)" grep -qi 'claim;dur=' "$RESPH"
+  check forkahead.spec_phases_zero "$(header Server-Timing)" grep -Eqi 'pause;dur=0\.000, base;dur=0\.000, snapshot;dur=0\.000, export;dur=0\.000' "$RESPH"
+  local f
+  f=$(j '.data[0].id')
+  echo "$f" >>"$T/ids"
+  run_exec "$f" '{"cmd":"cat /workspace/f; hostname; cat /etc/machine-id; echo $E; echo mine > /workspace/mine"}'
+  check forkahead.fork_has_source_disk_env "$(snip)" jt '.exit_code == 0 and (.stdout | split("\n")) as $o | $o[0] == "before" and $o[3] == "e1"'
+  check forkahead.own_hostname "$(j '.stdout | split("\n")[1]') vs $src_host" test "$(j '.stdout | split("\n")[1]')" != "$src_host"
+  check forkahead.own_machine_id "$(j '.stdout | split("\n")[2]') vs $src_mid" test "$(j '.stdout | split("\n")[2]')" != "$src_mid"
+  run_exec "$src" '{"cmd":"ls /workspace"}'
+  check forkahead.fork_files_not_in_source "$(snip)" jt '.exit_code == 0 and (.stdout | contains("mine") | not)'
+  delete_sandbox "$f" || true
+  # One byte written just before the fork, while a spare of the source as it was waits: the
+  # fork has it.
+  check forkahead.spare_again "a spare of the source" eventually 30 spares_ready 1
+  printf 'Z' >"$T/byte"
+  api PUT "/v1/sandboxes/$src/files?path=/workspace/byte" -H 'Content-Type: application/octet-stream' --data-binary @"$T/byte"
+  expect forkahead.byte_written 201
+  apij POST "/v1/sandboxes/$src/fork" '{"count":1}'
+  check forkahead.changed_fork_201 "$(snip)" okj 201 '.data | length == 1'
+  check forkahead.changed_fork_not_claimed "$(header Server-Timing)" bash -c "! grep -qi 'claim;dur=' '$RESPH'"
+  local g
+  g=$(j '.data[0].id')
+  echo "$g" >>"$T/ids"
+  run_exec "$g" '{"cmd":"cat /workspace/byte"}'
+  check forkahead.changed_fork_has_the_byte "$(snip)" jt '.exit_code == 0 and .stdout == "Z"'
+  delete_sandbox "$g" || true
+  # SIGKILL with a spare waiting: the next b3osd (fork-ahead off) removes it as an orphan.
+  eventually 30 spares_ready 1 || true
+  local known spare=""
+  api GET /v1/sandboxes?limit=100
+  known=$(j '[.data[] | select(.status == "running") | .id] | join(" ")')
+  for d in "$T"/run/sandboxes/*; do
+    d=$(basename "$d")
+    [[ " $known $f $g " == *" $d "* ]] || spare=$d
+  done
+  check forkahead.spare_found "spare '$spare' beside $known" test -n "$spare"
+  stop_daemon KILL
+  E2E_FORK_AHEAD=0 B3OS_E2E_DAEMON_ARGS=$saved
+  start_daemon || die "b3osd did not start again after SIGKILL"
+  check forkahead.killed_spares_removed "$spare still there" eventually 60 no_dir "$spare"
+  run_exec "$src" '{"cmd":"cat /workspace/f"}'
+  check forkahead.source_alive_after_kill "$(snip)" jt '.stdout == "before\n"'
+  # Deleting the source ends its spares: nothing of either is left.
+  stop_daemon TERM
+  E2E_FORK_AHEAD=1 B3OS_E2E_DAEMON_ARGS="$saved --fork-ahead-min-free-mib 0"
+  start_daemon || die "b3osd did not start with --fork-ahead 1"
+  check forkahead.spare_after_restart "no spare after the restart" eventually 30 spares_ready 1
+  delete_sandbox "$src" || true
+  # shellcheck disable=SC2317 # called through eventually
+  only_baseline() {
+    local d
+    for d in "$T"/run/sandboxes/*; do
+      [ -e "$d" ] || continue
+      [[ "$baseline" == *" $(basename "$d") "* ]] || return 1
+    done
+  }
+  check forkahead.delete_leaves_nothing "$(ls "$T/run/sandboxes" | tr '\n' ' '), before: $baseline" eventually 30 only_baseline
+  check forkahead.no_images_left "$(ls "$T/data/fork-images" 2>/dev/null)" test -z "$(ls "$T/data/fork-images" 2>/dev/null)"
+  stop_daemon TERM
+  E2E_FORK_AHEAD=0 B3OS_E2E_DAEMON_ARGS=$saved
+  start_daemon || die "b3osd did not start again"
+}
+
 # A checkpoint that really fails (the image directory is a 256 KiB tmpfs, so runsc runs out of
 # space mid-write): the fork answers 503 capacity_unavailable saying the disk is full, the
 # source runs on, and nothing is left behind.

@@ -26,6 +26,7 @@ class FakeServiceTest : public ::testing::Test {
     cfg_.agent_path = "/bin/true";
     cfg_.warm_pool_size = 0;
     cfg_.fork_pool_size = 0;
+    cfg_.fork_ahead = 0;  // spares are pool members the tests would count (fork_ahead_test.cc)
     cfg_.template_checkpoints = "off";
     fs::create_directories(tmp_ / "templates/base/rootfs");
     std::ofstream((tmp_ / "templates/base/.b3os-ready").string()) << "ok\n";

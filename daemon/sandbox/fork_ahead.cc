@@ -1,0 +1,224 @@
+#include "daemon/sandbox/fork_ahead.h"
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <sstream>
+
+#include <spdlog/spdlog.h>
+
+#include "common/clock.h"
+#include "daemon/sandbox/state.h"
+
+namespace b3os::sandbox {
+
+namespace {
+constexpr auto kTick = std::chrono::milliseconds(100);
+constexpr int64_t kFailedWaitMs = 30'000;     // a source whose spare failed: not again before
+constexpr int64_t kUnclaimedBaseMs = 500;     // then doubled for each spare in a row unclaimed
+constexpr int64_t kUnclaimedMaxMs = 64'000;
+constexpr int kRest = 4;  // the maker rests kRest times each spare's time: at most 1/5 of a core
+}  // namespace
+
+int64_t mem_available_mib() {
+  std::ifstream f("/proc/meminfo");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("MemAvailable:", 0) != 0) continue;
+    std::istringstream in(line.substr(13));
+    int64_t kib = -1;
+    if (in >> kib) return kib / 1024;
+  }
+  return -1;
+}
+
+void ForkAhead::start() {
+  if (cfg_.fork_ahead <= 0) return;
+  thread_ = std::thread([this] {
+    std::unique_lock lk(mu_);
+    while (!stopping_) {
+      cv_.wait_for(lk, kTick);
+      if (stopping_) break;
+      lk.unlock();
+      const int64_t took = tick(steady_ms());
+      lk.lock();
+      if (took > 0) cv_.wait_for(lk, std::chrono::milliseconds(kRest * took), [&] { return stopping_; });
+    }
+  });
+}
+
+void ForkAhead::stop() {
+  std::vector<std::shared_ptr<LiveSandbox>> all;
+  {
+    std::lock_guard lk(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  {
+    std::lock_guard lk(mu_);
+    for (auto& sp : shelf_) all.push_back(sp.sandbox);
+    shelf_.clear();
+  }
+  end(std::move(all));
+}
+
+void ForkAhead::end(std::vector<std::shared_ptr<LiveSandbox>> spares) {
+  for (auto& s : spares) {
+    launcher_.end(*s);
+    registry_.pooled(-1);
+  }
+}
+
+int ForkAhead::size() const {
+  std::lock_guard lk(mu_);
+  return static_cast<int>(shelf_.size());
+}
+
+void ForkAhead::collect_stale(int64_t now_ms, std::vector<std::shared_ptr<LiveSandbox>>& out) {
+  auto keep = [&](const Spare& sp) {
+    auto src = sp.source.lock();
+    if (!src) return false;
+    if (sp.sandbox->channel && sp.sandbox->channel->closed()) return false;  // its own container died
+    if (src->moving.load()) return false;
+    {
+      std::lock_guard lk(src->mu);
+      const State st = src->rec.state;
+      if (st != State::kRunning && st != State::kCheckpointing) return false;
+    }
+    if (src->changes.load() == sp.changes) return true;
+    // Stale before anyone forked: the source is not one to make spares of often.
+    auto& so = sources_[src->id];
+    so.live = src;
+    so.unclaimed = std::min(so.unclaimed + 1, 8);
+    so.not_before_ms = now_ms + std::min(kUnclaimedBaseMs << so.unclaimed, kUnclaimedMaxMs);
+    return false;
+  };
+  for (auto it = shelf_.begin(); it != shelf_.end();) {
+    if (keep(*it)) {
+      ++it;
+    } else {
+      out.push_back(it->sandbox);
+      it = shelf_.erase(it);
+    }
+  }
+  for (auto it = sources_.begin(); it != sources_.end();) it = it->second.live.expired() ? sources_.erase(it) : std::next(it);
+}
+
+std::shared_ptr<LiveSandbox> ForkAhead::candidate(int64_t now_ms) {
+  std::map<const LiveSandbox*, int> spares;
+  std::map<std::string, Source> sources;
+  {
+    std::lock_guard lk(mu_);
+    if (static_cast<int>(shelf_.size()) >= cfg_.fork_ahead_node) return nullptr;
+    for (auto& sp : shelf_)
+      if (auto src = sp.source.lock()) ++spares[src.get()];
+    sources = sources_;
+  }
+  const auto u = registry_.usage();
+  if (u.live + u.starting + u.pooled + 1 > u.max) return nullptr;
+  const int64_t avail = mem_available_mib();
+  for (auto& s : registry_.all()) {
+    // Cheap checks first: most sandboxes are busy, or have their spares.
+    if (s->agent_idle.load() != 1 || s->active_ops.load() > 0 || s->moving.load()) continue;
+    if (spares[s.get()] >= cfg_.fork_ahead) continue;
+    if (auto it = sources.find(s->id); it != sources.end() && it->second.live.lock() == s &&
+                                       it->second.not_before_ms > now_ms)
+      continue;
+    int memory_mib = 0;
+    {
+      std::lock_guard lk(s->mu);
+      if (!s->rec.forkable || s->rec.state != State::kRunning) continue;
+      memory_mib = s->rec.memory_mib;
+    }
+    if (avail < 0 || avail < min_free_mib_.load() + memory_mib) continue;
+    {
+      std::lock_guard lk(s->freeze_mu);
+      if (s->awake > 0) continue;
+      if (now_ms - std::max(s->agent_idle_since_ms.load(), s->quiet_since_ms) < kQuietMs) continue;
+    }
+    return s;
+  }
+  return nullptr;
+}
+
+int64_t ForkAhead::tick(int64_t now_ms) {
+  std::vector<std::shared_ptr<LiveSandbox>> gone;
+  const int64_t avail = mem_available_mib();
+  {
+    std::lock_guard lk(mu_);
+    collect_stale(now_ms, gone);
+    // Memory running short: every spare goes (they are the first thing the node can give back).
+    if (avail >= 0 && avail < min_free_mib_.load()) {
+      for (auto& sp : shelf_) gone.push_back(sp.sandbox);
+      shelf_.clear();
+    }
+  }
+  if (!gone.empty()) spdlog::debug("fork-ahead: {} spares dropped", gone.size());
+  end(std::move(gone));
+  if (cfg_.fork_ahead <= 0 || pools_.launching()) return 0;
+  auto src = candidate(now_ms);
+  if (!src) return 0;
+  const int64_t t0 = steady_ms();
+  registry_.pooled(1);  // counted against the node from the start, like any pool member
+  auto made = make_(src);
+  const int64_t took = std::max<int64_t>(1, steady_ms() - t0);
+  std::lock_guard lk(mu_);
+  if (!made) {
+    registry_.pooled(-1);
+    auto& so = sources_[src->id];
+    so.live = src;
+    // Changed meanwhile: it just has to be quiet again; anything else waits.
+    if (made.error().code != ErrorCode::kConflict) {
+      so.not_before_ms = steady_ms() + kFailedWaitMs;
+      spdlog::warn("sandbox {}: fork-ahead: {}", src->id, made.error().message);
+    } else {
+      spdlog::debug("sandbox {}: fork-ahead: {}", src->id, made.error().message);
+    }
+    return took;
+  }
+  if (stopping_) {
+    launcher_.end(*made->sandbox);
+    registry_.pooled(-1);
+    return took;
+  }
+  spdlog::debug("sandbox {}: fork-ahead: spare {} ready in {} ms", src->id, made->sandbox->id, took);
+  shelf_.push_back(std::move(*made));
+  return took;
+}
+
+std::vector<std::shared_ptr<LiveSandbox>> ForkAhead::take(const std::shared_ptr<LiveSandbox>& source, int count) {
+  std::vector<std::shared_ptr<LiveSandbox>> out;
+  {
+    std::lock_guard lk(mu_);
+    const uint64_t now = source->changes.load();
+    std::vector<size_t> fit;
+    for (size_t i = 0; i < shelf_.size(); ++i)
+      if (shelf_[i].changes == now && shelf_[i].source.lock() == source) fit.push_back(i);
+    if (static_cast<int>(fit.size()) < count) return {};
+    fit.resize(count);
+    for (auto it = fit.rbegin(); it != fit.rend(); ++it) {
+      out.push_back(shelf_[*it].sandbox);
+      shelf_.erase(shelf_.begin() + static_cast<long>(*it));
+    }
+    if (auto so = sources_.find(source->id); so != sources_.end()) so->second.unclaimed = 0;
+  }
+  registry_.pooled(-count);
+  return out;
+}
+
+int ForkAhead::give_way(int n) {
+  std::vector<std::shared_ptr<LiveSandbox>> gone;
+  {
+    std::lock_guard lk(mu_);
+    while (n-- > 0 && !shelf_.empty()) {
+      gone.push_back(shelf_.front().sandbox);
+      shelf_.erase(shelf_.begin());
+    }
+  }
+  const int freed = static_cast<int>(gone.size());
+  end(std::move(gone));
+  return freed;
+}
+
+}  // namespace b3os::sandbox
