@@ -192,7 +192,10 @@ void AgentChannel::break_channel(const std::string& why) {
 
 Result<void> AgentChannel::write_frame(FrameType type, uint32_t stream, std::string_view payload,
                                        std::chrono::steady_clock::time_point deadline) {
-  std::string buf = protocol::encode_frame(type, stream, payload);
+  return write_bytes(protocol::encode_frame(type, stream, payload), deadline);
+}
+
+Result<void> AgentChannel::write_bytes(std::string_view buf, std::chrono::steady_clock::time_point deadline) {
   std::unique_lock lk(write_mu_, std::defer_lock);
   if (!lk.try_lock_until(deadline)) return fail(channel_error(name_, "another write to the agent did not finish in time"));
   if (closed_) return fail(channel_error(name_, "closed"));
@@ -350,7 +353,7 @@ Result<nlohmann::json> AgentChannel::wait_hello(std::chrono::milliseconds timeou
   }
 }
 
-Result<void> AgentChannel::resync(std::chrono::milliseconds timeout) {
+Result<void> AgentChannel::resync(std::chrono::milliseconds timeout, bool cut_frame) {
   std::string nonce = random_bytes(16);
   {
     std::lock_guard lk(mu_);
@@ -359,6 +362,15 @@ Result<void> AgentChannel::resync(std::chrono::milliseconds timeout) {
     control_.clear();
   }
   auto deadline = Clock::now() + timeout;
+  if (cut_frame) {
+    // A frame cut off by the dead daemon leaves the agent waiting for up to kMaxPayload bytes
+    // of its payload, and RESYNC frames sent now would be read as those bytes (a 1 MiB DATA
+    // frame cut early took hours of repeated RESYNCs). Zeros are never a frame's magic: they
+    // complete the cut frame (a stream's bytes, dropped with its stream by the RESYNC), and the
+    // rest is discarded by an agent looking for a header.
+    static const std::string filler(protocol::kHeaderSize + protocol::kMaxPayload, '\0');
+    if (auto r = write_bytes(filler, deadline); !r) return r;
+  }
   while (Clock::now() < deadline) {
     if (auto r = write_frame(FrameType::kResync, 0, nonce); !r) return r;
     auto f = wait_control(FrameType::kResyncAck, std::chrono::milliseconds(200));

@@ -96,7 +96,10 @@ class AgentChannel : public std::enable_shared_from_this<AgentChannel> {
   /// Waits for the agent's HELLO (after a boot).
   Result<nlohmann::json> wait_hello(std::chrono::milliseconds timeout);
   /// After a daemon restart: resynchronises the stream (docs/agent-protocol.md).
-  Result<void> resync(std::chrono::milliseconds timeout);
+  /// `cut_frame`: the last writer may have died mid-frame (a b3osd killed, not a restore of a
+  /// quiesced checkpoint): a frame's worth of filler goes first, so that an agent still
+  /// waiting for that frame's payload finishes it and then finds the RESYNC.
+  Result<void> resync(std::chrono::milliseconds timeout, bool cut_frame = false);
   /// Sends IDENTITY and waits for its acknowledgement.
   Result<void> send_identity(const nlohmann::json& identity, std::chrono::milliseconds timeout);
   /// Asks the agent for IDLE reports (OPEN {"op":"idle_reports"}); after a boot, a restore
@@ -139,6 +142,9 @@ class AgentChannel : public std::enable_shared_from_this<AgentChannel> {
   /// blocking and waited on with poll. A frame that could not start is an error and the channel
   /// stays usable; one cut off half-written has torn the byte stream, so the channel breaks
   /// (on_close runs, as for a dead agent).
+  /// Writes `buf` whole (bytes of frames) before `deadline`; a write cut off half-way breaks
+  /// the channel.
+  Result<void> write_bytes(std::string_view buf, std::chrono::steady_clock::time_point deadline);
   Result<void> write_frame(protocol::FrameType type, uint32_t stream, std::string_view payload,
                            std::chrono::steady_clock::time_point deadline);
   Result<void> write_frame(protocol::FrameType type, uint32_t stream, std::string_view payload) {

@@ -752,7 +752,7 @@ void Lifecycle::reattach(const store::SandboxRecord& row) {
     why = "its agent channel could not be recovered after b3osd restarted (" + fd.error().message + ")";
   } else {
     s->channel = launcher_.attach(std::move(*fd), s);
-    if (auto r = s->channel->resync(3s); !r) {
+    if (auto r = s->channel->resync(3s, /*cut_frame=*/true); !r) {
       why = "its agent did not answer after b3osd restarted (" + r.error().message + ")";
     } else {
       launcher_.request_idle_reports(*s);

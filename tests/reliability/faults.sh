@@ -328,7 +328,8 @@ p_daemon_kill() {
     kill_mid "kill.upload.$d" "$d" "$T/k.upload" -X PUT -H 'Content-Type: application/octet-stream' \
       --limit-rate 128M --data-binary @"$T/big.bin" "$URL/v1/sandboxes/$up/files?path=/workspace/big.bin"
     api GET "/v1/sandboxes/$up"
-    check "kill.upload.$d.target_running" "$(snip)" okj 200 '.status == "running"'
+    check "kill.upload.$d.target_running" "$(j '"\(.status) (\(.stop_reason // "-")): \(.stop_message // "")"') $(snip)" \
+      okj 200 '.status == "running"'
     answers "$up" "kill.upload.$d.target_answers"
     run_exec "$up" '{"cmd":"stat -c %s /workspace/big.bin 2>/dev/null || echo absent; ls -a /workspace | grep -c b3os-tmp || true"}'
     check "kill.upload.$d.file_whole_or_absent" "want the whole file ($size bytes) or none, and no temp file: $(snip)" \
