@@ -366,13 +366,15 @@ std::vector<std::shared_ptr<LiveSandbox>> Checkpoints::claim_spares(const std::s
     return std::vector<std::shared_ptr<LiveSandbox>>{};
   };
   for (auto& s : spares) {
-    rt_.set_frozen(s->id, false);
     {
       std::lock_guard lk(s->mu);
       s->rec.project_id = base.project_id;
     }
+    // The source's egress as it is now (a PATCH may have changed it), before anything in the
+    // spare runs again.
     if (s->networked)
       if (auto r = lifecycle_.apply_egress(*s, {base.egress_mode, base.egress_allow}); !r) return drop(r.error().message);
+    rt_.set_frozen(s->id, false);
     if (auto r = lifecycle_.identify(*s); !r) return drop(r.error().message);
   }
   return spares;

@@ -76,31 +76,38 @@ int ForkAhead::size() const {
 }
 
 void ForkAhead::collect_stale(int64_t now_ms, std::vector<std::shared_ptr<LiveSandbox>>& out) {
-  auto keep = [&](const Spare& sp) {
+  // Looked at outside mu_ (a source's own lock is never taken under it), then taken off the
+  // shelf under it if still there (a fork may have claimed one meanwhile).
+  std::vector<Spare> shelf;
+  {
+    std::lock_guard lk(mu_);
+    shelf = shelf_;
+  }
+  std::vector<std::pair<const LiveSandbox*, std::shared_ptr<LiveSandbox>>> stale;  // spare, its source if changed
+  for (auto& sp : shelf) {
     auto src = sp.source.lock();
-    if (!src) return false;
-    if (sp.sandbox->channel && sp.sandbox->channel->closed()) return false;  // its own container died
-    if (src->moving.load()) return false;
-    {
+    bool keep = src && !(sp.sandbox->channel && sp.sandbox->channel->closed()) && !src->moving.load();
+    if (keep) {
       std::lock_guard lk(src->mu);
-      const State st = src->rec.state;
-      if (st != State::kRunning && st != State::kCheckpointing) return false;
+      keep = src->rec.state == State::kRunning || src->rec.state == State::kCheckpointing;
     }
-    if (src->changes.load() == sp.changes) return true;
+    const bool changed = keep && src->changes.load() != sp.changes;
+    if (keep && !changed) continue;
+    stale.emplace_back(sp.sandbox.get(), changed ? src : nullptr);
+  }
+  if (stale.empty()) return;
+  std::lock_guard lk(mu_);
+  for (auto& [spare, changed_source] : stale) {
+    auto it = std::find_if(shelf_.begin(), shelf_.end(), [&](const Spare& sp) { return sp.sandbox.get() == spare; });
+    if (it == shelf_.end()) continue;
+    out.push_back(it->sandbox);
+    shelf_.erase(it);
+    if (!changed_source) continue;
     // Stale before anyone forked: the source is not one to make spares of often.
-    auto& so = sources_[src->id];
-    so.live = src;
+    auto& so = sources_[changed_source->id];
+    so.live = changed_source;
     so.unclaimed = std::min(so.unclaimed + 1, 8);
     so.not_before_ms = now_ms + std::min(kUnclaimedBaseMs << so.unclaimed, kUnclaimedMaxMs);
-    return false;
-  };
-  for (auto it = shelf_.begin(); it != shelf_.end();) {
-    if (keep(*it)) {
-      ++it;
-    } else {
-      out.push_back(it->sandbox);
-      it = shelf_.erase(it);
-    }
   }
   for (auto it = sources_.begin(); it != sources_.end();) it = it->second.live.expired() ? sources_.erase(it) : std::next(it);
 }
@@ -145,9 +152,9 @@ std::shared_ptr<LiveSandbox> ForkAhead::candidate(int64_t now_ms) {
 int64_t ForkAhead::tick(int64_t now_ms) {
   std::vector<std::shared_ptr<LiveSandbox>> gone;
   const int64_t avail = mem_available_mib();
+  collect_stale(now_ms, gone);
   {
     std::lock_guard lk(mu_);
-    collect_stale(now_ms, gone);
     // Memory running short: every spare goes (they are the first thing the node can give back).
     if (avail >= 0 && avail < min_free_mib_.load()) {
       for (auto& sp : shelf_) gone.push_back(sp.sandbox);

@@ -78,7 +78,7 @@ class ForkAhead {
   /// Ends spares (pool members) outside any lock.
   void end(std::vector<std::shared_ptr<LiveSandbox>> spares);
   /// Moves the spares that can no longer be claimed out of the shelf, with their sources'
-  /// backoff (under mu_).
+  /// backoff.
   void collect_stale(int64_t now_ms, std::vector<std::shared_ptr<LiveSandbox>>& out);
 
   const Config& cfg_;
