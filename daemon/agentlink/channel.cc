@@ -362,20 +362,24 @@ Result<void> AgentChannel::resync(std::chrono::milliseconds timeout, bool cut_fr
     control_.clear();
   }
   auto deadline = Clock::now() + timeout;
-  if (cut_frame) {
-    // A frame cut off by the dead daemon leaves the agent waiting for up to kMaxPayload bytes
-    // of its payload, and RESYNC frames sent now would be read as those bytes (a 1 MiB DATA
-    // frame cut early took hours of repeated RESYNCs). Zeros are never a frame's magic: they
-    // complete the cut frame (a stream's bytes, dropped with its stream by the RESYNC), and the
-    // rest is discarded by an agent looking for a header.
-    static const std::string filler(protocol::kHeaderSize + protocol::kMaxPayload, '\0');
-    if (auto r = write_bytes(filler, deadline); !r) return r;
-  }
+  bool filled = !cut_frame;
   while (Clock::now() < deadline) {
     if (auto r = write_frame(FrameType::kResync, 0, nonce); !r) return r;
     auto f = wait_control(FrameType::kResyncAck, std::chrono::milliseconds(200));
     if (f) return {};
     if (closed_) return fail(f.error());
+    if (!filled) {
+      // No answer: the dead daemon may have cut a frame off, and the agent is still waiting
+      // for up to kMaxPayload bytes of its payload, reading our RESYNCs as those bytes (a 1 MiB
+      // DATA frame cut early took hours of them). Zeros are never a frame's first byte: they
+      // complete the cut frame (a stream's bytes, dropped with its stream by the RESYNC), and
+      // the agent discards the rest looking for a header. Given time of its own.
+      filled = true;
+      static const std::string filler(protocol::kHeaderSize + protocol::kMaxPayload, '\0');
+      const auto t0 = Clock::now();
+      if (auto r = write_bytes(filler, t0 + std::chrono::seconds(5)); !r) return r;
+      deadline += Clock::now() - t0;
+    }
   }
   return fail(channel_error(name_, "no RESYNC_ACK from the agent"));
 }

@@ -291,7 +291,7 @@ Result<void> warm_up(LiveSandbox& s) {
                              {"argv", {"/.b3os/agent", "--exit"}},
                              {"env", json::object()},
                              {"cwd", "/"},
-                             {"timeout_ms", 5000},
+                             {"timeout_ms", 2000},
                              {"stdin", false},
                              {"max_output", 0}});
   if (!st) return fail(st.error());
@@ -394,7 +394,7 @@ Result<json> Checkpoints::snapshot(const Principal& p, const std::string& id, Ti
     return fail(ErrorCode::kSandboxNotRunning, "sandbox " + id + " is " + std::string(api_status(base.state)) +
                                                    "; snapshots are taken of running sandboxes");
   ActiveOp busy(*src);
-  Awake awake = lifecycle_.awake(*src);
+  Awake awake = lifecycle_.awake(*src, false);  // a snapshot leaves its source as it was
   const std::string snap_id = new_id("snp");
   ImageRoom room(rt_, *src, base.memory_mib);
   ImageDir dir(cfg_.snapshots_dir() + "/" + snap_id);

@@ -40,9 +40,8 @@ void ForkAhead::start() {
       cv_.wait_for(lk, kTick);
       if (stopping_) break;
       lk.unlock();
-      const int64_t took = tick(steady_ms());
+      tick(steady_ms());
       lk.lock();
-      if (took > 0) cv_.wait_for(lk, std::chrono::milliseconds(kRest * took), [&] { return stopping_; });
     }
   });
 }
@@ -95,7 +94,6 @@ void ForkAhead::collect_stale(int64_t now_ms, std::vector<std::shared_ptr<LiveSa
     if (keep && !changed) continue;
     stale.emplace_back(sp.sandbox.get(), changed ? src : nullptr);
   }
-  if (stale.empty()) return;
   std::lock_guard lk(mu_);
   for (auto& [spare, changed_source] : stale) {
     auto it = std::find_if(shelf_.begin(), shelf_.end(), [&](const Spare& sp) { return sp.sandbox.get() == spare; });
@@ -104,10 +102,7 @@ void ForkAhead::collect_stale(int64_t now_ms, std::vector<std::shared_ptr<LiveSa
     shelf_.erase(it);
     if (!changed_source) continue;
     // Stale before anyone forked: the source is not one to make spares of often.
-    auto& so = sources_[changed_source->id];
-    so.live = changed_source;
-    so.unclaimed = std::min(so.unclaimed + 1, 8);
-    so.not_before_ms = now_ms + std::min(kUnclaimedBaseMs << so.unclaimed, kUnclaimedMaxMs);
+    back_off(sources_[changed_source->id], changed_source, now_ms);
   }
   for (auto it = sources_.begin(); it != sources_.end();) it = it->second.live.expired() ? sources_.erase(it) : std::next(it);
 }
@@ -123,7 +118,9 @@ std::shared_ptr<LiveSandbox> ForkAhead::candidate(int64_t now_ms) {
     sources = sources_;
   }
   const auto u = registry_.usage();
-  if (u.live + u.starting + u.pooled + 1 > u.max) return nullptr;
+  // One slot of headroom: a spare being made cannot give way, so a request arriving meanwhile
+  // still fits.
+  if (u.live + u.starting + u.pooled + 2 > u.max) return nullptr;
   const int64_t avail = mem_available_mib();
   for (auto& s : registry_.all()) {
     // Cheap checks first: most sandboxes are busy, or have their spares.
@@ -149,6 +146,12 @@ std::shared_ptr<LiveSandbox> ForkAhead::candidate(int64_t now_ms) {
   return nullptr;
 }
 
+void ForkAhead::back_off(Source& so, const std::shared_ptr<LiveSandbox>& src, int64_t now_ms) {
+  so.live = src;
+  so.unclaimed = std::min(so.unclaimed + 1, 8);
+  so.not_before_ms = now_ms + std::min(kUnclaimedBaseMs << so.unclaimed, kUnclaimedMaxMs);
+}
+
 int64_t ForkAhead::tick(int64_t now_ms) {
   std::vector<std::shared_ptr<LiveSandbox>> gone;
   const int64_t avail = mem_available_mib();
@@ -163,34 +166,46 @@ int64_t ForkAhead::tick(int64_t now_ms) {
   }
   if (!gone.empty()) spdlog::debug("fork-ahead: {} spares dropped", gone.size());
   end(std::move(gone));
-  if (cfg_.fork_ahead <= 0 || pools_.launching()) return 0;
+  // Resting after the last spare (kRest times its time): stale spares and the memory floor
+  // are still looked at every pass above; only making waits.
+  if (cfg_.fork_ahead <= 0 || pools_.launching() || now_ms < rest_until_ms_) return 0;
   auto src = candidate(now_ms);
   if (!src) return 0;
   const int64_t t0 = steady_ms();
   registry_.pooled(1);  // counted against the node from the start, like any pool member
   auto made = make_(src);
   const int64_t took = std::max<int64_t>(1, steady_ms() - t0);
-  std::lock_guard lk(mu_);
+  rest_until_ms_ = steady_ms() + kRest * took;
   if (!made) {
     registry_.pooled(-1);
-    auto& so = sources_[src->id];
-    so.live = src;
-    // Changed meanwhile: it just has to be quiet again; anything else waits.
-    if (made.error().code != ErrorCode::kConflict) {
-      so.not_before_ms = steady_ms() + kFailedWaitMs;
-      spdlog::warn("sandbox {}: fork-ahead: {}", src->id, made.error().message);
-    } else {
-      spdlog::debug("sandbox {}: fork-ahead: {}", src->id, made.error().message);
+    {
+      std::lock_guard lk(mu_);
+      auto& so = sources_[src->id];
+      // Reached meanwhile: it backs off as a spare gone stale would (something that reaches a
+      // sandbox every half second must not have it checkpointed every half second); any
+      // other failure waits longer.
+      if (made.error().code == ErrorCode::kConflict) {
+        back_off(so, src, steady_ms());
+      } else {
+        so.live = src;
+        so.not_before_ms = steady_ms() + kFailedWaitMs;
+      }
     }
+    if (made.error().code == ErrorCode::kConflict)
+      spdlog::debug("sandbox {}: fork-ahead: {}", src->id, made.error().message);
+    else
+      spdlog::warn("sandbox {}: fork-ahead: {}", src->id, made.error().message);
     return took;
   }
-  if (stopping_) {
-    launcher_.end(*made->sandbox);
-    registry_.pooled(-1);
-    return took;
+  {
+    std::lock_guard lk(mu_);
+    if (!stopping_) {
+      spdlog::debug("sandbox {}: fork-ahead: spare {} ready in {} ms", src->id, made->sandbox->id, took);
+      shelf_.push_back(std::move(*made));
+      return took;
+    }
   }
-  spdlog::debug("sandbox {}: fork-ahead: spare {} ready in {} ms", src->id, made->sandbox->id, took);
-  shelf_.push_back(std::move(*made));
+  end({made->sandbox});
   return took;
 }
 
@@ -218,6 +233,8 @@ int ForkAhead::give_way(int n) {
   std::vector<std::shared_ptr<LiveSandbox>> gone;
   {
     std::lock_guard lk(mu_);
+    // All or nothing: ending fewer than the request needs would only lose them.
+    if (static_cast<int>(shelf_.size()) < n) return 0;
     while (n-- > 0 && !shelf_.empty()) {
       gone.push_back(shelf_.front().sandbox);
       shelf_.erase(shelf_.begin());

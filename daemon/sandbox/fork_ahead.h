@@ -57,14 +57,16 @@ class ForkAhead {
   /// `count` spares of `source` made at its current change count, or none (then the fork
   /// takes the usual path). The caller owns them: they are no longer pool members.
   std::vector<std::shared_ptr<LiveSandbox>> take(const std::shared_ptr<LiveSandbox>& source, int count);
-  /// A full node: ends up to `n` spares so that a request fits; how many went.
+  /// A full node: ends `n` spares so that a request fits, or none when there are fewer; how
+  /// many went.
   int give_way(int n);
   /// Spares waiting now.
   int size() const;
   /// The memory floor (starts at --fork-ahead-min-free-mib).
   void set_min_free_mib(int mib) { min_free_mib_ = mib; }
-  /// One pass of the maker at `now_ms` (steady_ms()): drops stale spares, makes at most one.
-  /// Returns how long the spare it made took (ms), or 0.
+  /// One pass of the maker at `now_ms` (steady_ms()): drops stale spares (and all of them
+  /// under the memory floor), and makes at most one unless resting after the last. Returns
+  /// how long making took (ms), or 0. Called by one thread at a time.
   int64_t tick(int64_t now_ms);
 
  private:
@@ -75,6 +77,9 @@ class ForkAhead {
   };
   /// The running, forkable, quiet sandbox to make a spare of next, or nullptr.
   std::shared_ptr<LiveSandbox> candidate(int64_t now_ms);
+  /// A source's next spare waits (500 ms doubling to 64 s): its spares went stale unclaimed,
+  /// or something reached it while one was being made (under mu_).
+  static void back_off(Source& so, const std::shared_ptr<LiveSandbox>& src, int64_t now_ms);
   /// Ends spares (pool members) outside any lock.
   void end(std::vector<std::shared_ptr<LiveSandbox>> spares);
   /// Moves the spares that can no longer be claimed out of the shelf, with their sources'
@@ -93,6 +98,7 @@ class ForkAhead {
   std::vector<Spare> shelf_;               // guarded by mu_
   std::map<std::string, Source> sources_;  // guarded by mu_
   bool stopping_ = false;                  // guarded by mu_
+  int64_t rest_until_ms_ = 0;              // the maker's thread only
   std::thread thread_;
 };
 

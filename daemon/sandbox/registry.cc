@@ -47,30 +47,32 @@ bool Registry::remove(const std::string& id) {
 }
 
 Result<void> Registry::reserve(const std::string& project_id, int n) {
-  // A full node first asks the members that give way (spares) to go, once.
-  if (reclaim_) {
-    int over = 0;
-    {
-      std::lock_guard lk(mu_);
-      over = static_cast<int>(live_.size()) + starting_ + pooled_ + n - max_per_node_;
-    }
-    if (over > 0) reclaim_(over);
-  }
-  {
+  // kOk, the project's limit, or the node's; a full node may ask spares to give way once.
+  enum class Fit { kOk, kProject, kNode };
+  int mine = 0, over = 0;
+  auto try_take = [&] {
     std::lock_guard lk(mu_);
-    int mine = 0;
+    mine = 0;
     if (auto it = starting_by_project_.find(project_id); it != starting_by_project_.end()) mine += it->second;
     if (auto it = live_by_project_.find(project_id); it != live_by_project_.end()) mine += it->second;
-    if (!project_id.empty() && mine + n > max_per_project_)
-      return fail(ErrorCode::kConcurrencyLimited, "this project has " + std::to_string(mine) + " sandboxes running and " +
-                                                      std::to_string(n) + " more would pass its limit of " +
-                                                      std::to_string(max_per_project_) + "; delete some first");
-    if (static_cast<int>(live_.size()) + starting_ + pooled_ + n > max_per_node_)
-      return fail(ErrorCode::kCapacityUnavailable,
-                  "this node is at its limit of " + std::to_string(max_per_node_) + " sandboxes");
+    if (!project_id.empty() && mine + n > max_per_project_) return Fit::kProject;
+    over = static_cast<int>(live_.size()) + starting_ + pooled_ + n - max_per_node_;
+    if (over > 0) return Fit::kNode;
     starting_ += n;
     starting_by_project_[project_id] += n;
-  }
+    return Fit::kOk;
+  };
+  Fit fit = try_take();
+  // Only for a user's request that fits its project and the node without pool members (never
+  // for the pools' own refills, project ""): spares are the node's to give back, not a way for
+  // a request that cannot fit anyway to end other tenants' spares.
+  if (fit == Fit::kNode && reclaim_ && !project_id.empty() && n <= max_per_node_ && reclaim_(over) > 0) fit = try_take();
+  if (fit == Fit::kProject)
+    return fail(ErrorCode::kConcurrencyLimited, "this project has " + std::to_string(mine) + " sandboxes running and " +
+                                                    std::to_string(n) + " more would pass its limit of " +
+                                                    std::to_string(max_per_project_) + "; delete some first");
+  if (fit == Fit::kNode)
+    return fail(ErrorCode::kCapacityUnavailable, "this node is at its limit of " + std::to_string(max_per_node_) + " sandboxes");
   // The cluster's count, outside the lock (a store round trip): every node's sandboxes of the
   // project and the starts they hold.
   if (store_ && !project_id.empty()) {

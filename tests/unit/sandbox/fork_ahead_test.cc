@@ -112,14 +112,19 @@ TEST_F(ForkAheadTest, SparesNeverCountAgainstTheProject) {
 }
 
 TEST_F(ForkAheadTest, ASpareOnAFullNodeGivesWayToARequest) {
-  cfg_.max_sandboxes_per_node = 2;
+  cfg_.max_sandboxes_per_node = 3;
   start();
   const std::string src = forkable();
-  ASSERT_TRUE(spares(1));
+  ASSERT_TRUE(spares(1)) << "made with a slot of headroom (1 live + 1 spare + 1 free)";
+  EXPECT_FALSE(create().empty()) << "fits beside the spare";
   EXPECT_FALSE(create().empty()) << "the spare gave way";
   EXPECT_EQ(svc_->fork_ahead().size(), 0);
   svc_->settle();
-  EXPECT_EQ(rt_.ids().size(), 2u) << "the spare's container went";
+  EXPECT_EQ(rt_.ids().size(), 3u) << "the spare's container went";
+  Timing t;
+  auto full = svc_->fork(p_, src, 1, std::nullopt, t);
+  ASSERT_FALSE(full) << "no spare made on a node without headroom";
+  EXPECT_EQ(full.error().code, ErrorCode::kCapacityUnavailable);
 }
 
 TEST_F(ForkAheadTest, APausedOrDeletedSourceLosesItsSpares) {
@@ -153,8 +158,25 @@ TEST_F(ForkAheadTest, MemoryRunningShortDropsSparesAndMakesNone) {
   EXPECT_EQ(svc_->fork_ahead().size(), 0);
   svc_->settle();
   EXPECT_EQ(rt_.ids(), std::set<std::string>{src});
+  EXPECT_EQ(svc_->stats().usage.pooled, 0) << "every spare gave its node slot back";
   svc_->fork_ahead().set_min_free_mib(0);
   EXPECT_TRUE(spares(1)) << "made again once there is room";
+}
+
+TEST_F(ForkAheadTest, APauseThatMeetsASparesCheckpointWaitsItOut) {
+  start();
+  rt_.hang("checkpoint", 800ms);
+  const std::string src = forkable();
+  for (auto end = Clock::now() + 10s; Clock::now() < end && rt_.calls("checkpoint") == 0;) std::this_thread::sleep_for(5ms);
+  ASSERT_EQ(rt_.calls("checkpoint"), 1) << "the maker's checkpoint is in flight";
+  Timing t;
+  auto r = svc_->pause(p_, src, t);
+  ASSERT_TRUE(r) << "not a 409 for a checkpoint the user cannot see: " << r.error().message;
+  EXPECT_EQ(status(src), "paused");
+  rt_.clear_faults();
+  ASSERT_TRUE(spares(0)) << "a paused source has no spares";
+  svc_->stop();
+  EXPECT_EQ(svc_->stats().usage.pooled, 0);
 }
 
 TEST_F(ForkAheadTest, OffMakesNoSpares) {
