@@ -3,6 +3,8 @@
 raw runsc baseline (checkpoint --leave-running, create, restore) measured in the same run.
 
   quiet source   a forkable sandbox with only its agent alive, nothing changed since its last fork
+                 (fork-ahead's case: a claim of a spare made ahead); the same with --fork-ahead 0
+                 on a second b3osd, in the same run, as the baseline it replaces
   busy source    the same with a python writing a file every 50 ms (a process the fork continues)
   count 3        of the busy source
   first exec     `true` in a fork just made, against `true` in its source
@@ -116,7 +118,13 @@ def main():
         _, b = c.call("POST", "/v1/sandboxes", {"template": "base", "forkable": True})
         quiet = json.loads(b)["id"]
         fork_runs(c, quiet, 1, 1)
-        q = fork_runs(c, quiet, 1, a.runs)
+        q_first = []
+        q = fork_runs(c, quiet, 1, a.runs, q_first)
+        q_src_exec = []
+        for _ in range(a.runs):  # after the forks: an exec changes the source
+            t0 = time.perf_counter()
+            c.call("POST", f"/v1/sandboxes/{quiet}/exec", {"cmd": ["true"]})
+            q_src_exec.append((time.perf_counter() - t0) * 1000)
         c.call("DELETE", f"/v1/sandboxes/{quiet}")
 
         # Busy: a python writing a file every 50 ms.
@@ -156,24 +164,40 @@ def main():
         raw_quiet = raw_forks(a.templates, tmp, ["/bin/sleep", "100000"], a.runs)
         raw_busy = raw_forks(a.templates, tmp, ["python3", "-c", TICKER], a.runs)
 
+    # The quiet source again without spares: what a claim replaces, measured in the same run.
+    q_off = []
+    if "--fork-ahead" not in a.flags:
+        with PrivateDaemon(a.bin, a.templates, a.flags + ["--fork-ahead", "0"]) as d:
+            time.sleep(3)
+            _, b = d.client.call("POST", "/v1/sandboxes", {"template": "base", "forkable": True})
+            quiet = json.loads(b)["id"]
+            fork_runs(d.client, quiet, 1, 1)
+            q_off = fork_runs(d.client, quiet, 1, a.runs)
+
     tot = lambda s: median([x.get("total", float("nan")) for x in s])  # noqa: E731
     rows.append(("fork count 1, quiet source (ms)", tot(q), median(raw_quiet), "< 10 ms (issue 25)"))
+    if q_off:
+        rows.append(("  the same, --fork-ahead 0 (ms)", tot(q_off), median(raw_quiet), "what a claim replaces"))
+    rows.append(("first exec in a fork of the quiet source (ms)", median(q_first), median(q_src_exec),
+                 "no slower than in the source"))
     rows.append(("fork count 1, busy source (ms)", tot(b1), median(raw_busy), "< 52 ms (issue 25)"))
     rows.append(("fork count 3, busy source (ms)", tot(b3), tot(b1), "<= 1.3x count 1 (issue 25)"))
-    rows.append(("first exec in a fork (ms)", median(first), median(src_exec), "no slower than in the source"))
+    rows.append(("first exec in a fork of the busy source (ms)", median(first), median(src_exec),
+                 "no slower than in the source"))
     for mb, s in disk:
         rows.append((f"fork count 1, busy, 2 GiB disk, {mb} MB written (ms)", tot(s), None, "report; no worse than before"))
-    breakdown = [("quiet", phases(q)), ("busy", phases(b1)), ("busy x3", phases(b3))] + \
+    breakdown = [("quiet", phases(q))] + ([("quiet, off", phases(q_off))] if q_off else []) + \
+        [("busy", phases(b1)), ("busy x3", phases(b3))] + \
         [(f"busy +{mb} MB", phases(s)) for mb, s in disk]
 
     print(f"b3os fork benchmark: {os.cpu_count()} cores, {a.runs} runs, medians")
-    print(f"{'metric':44} {'b3os':>9} {'baseline':>9} {'ratio':>6}  target")
+    print(f"{'metric':46} {'b3os':>9} {'baseline':>9} {'ratio':>6}  target")
     for name, ours, raw, target in rows:
         raw_s = f"{raw:9.1f}" if raw is not None else f"{'':>9}"
         ratio = f"{ours / raw:6.2f}" if raw else f"{'':>6}"
-        print(f"{name:44} {ours:9.1f} {raw_s} {ratio}  {target}")
-    print("baselines: raw runsc checkpoint + create + restore of the same shape (first two rows), count 1 (third),")
-    print("           exec in the source (fourth)")
+        print(f"{name:46} {ours:9.1f} {raw_s} {ratio}  {target}")
+    print("baselines: raw runsc checkpoint + create + restore of the same shape (fork rows), count 1 (count 3),")
+    print("           an exec in the source (first exec rows)")
     print("phases (ms, medians of Server-Timing):")
     for name, ph in breakdown:
         print(f"  {name:14} " + ", ".join(f"{k} {v:.1f}" for k, v in ph.items()))
