@@ -168,6 +168,18 @@ Result<void> Checkpoints::checkpoint_into(LiveSandbox& s, const std::string& dir
   return write_image(s, dir, t, sw);
 }
 
+LaunchRequest Checkpoints::fork_launch(const store::SandboxRecord& base, const std::string& image) const {
+  LaunchRequest l;
+  l.id = new_id("sbx");
+  l.rootfs = base.rootfs.empty() ? lifecycle_.template_rootfs(base.template_name) + "/rootfs" : base.rootfs;
+  l.vcpu = base.vcpu;
+  l.memory_mib = base.memory_mib;
+  l.disk_gib = base.disk_gib;  // its own disk, as large as the source's, filled by the restore
+  l.image = image;
+  l.network = base.egress_mode != "deny";  // a namespace of its own, same inner addresses
+  return l;
+}
+
 Result<json> Checkpoints::fork(const Principal& p, const std::string& id, int count,
                                const std::optional<std::map<std::string, std::string>>& metadata, Timing& t) {
   Pools::Hold hold_refills(pools_);
@@ -213,15 +225,8 @@ Result<json> Checkpoints::fork(const Principal& p, const std::string& id, int co
     std::vector<std::thread> workers;
     for (int i = 0; i < count; ++i) {
       workers.emplace_back([&, i] {
-        LaunchRequest l;
-        l.id = new_id("sbx");
+        LaunchRequest l = fork_launch(base, image.path());
         l.project_id = p.project_id;
-        l.rootfs = base.rootfs.empty() ? lifecycle_.template_rootfs(base.template_name) + "/rootfs" : base.rootfs;
-        l.vcpu = base.vcpu;
-        l.memory_mib = base.memory_mib;
-        l.disk_gib = base.disk_gib;  // its own disk, as large as the source's, filled by the restore
-        l.image = image.path();
-        l.network = base.egress_mode != "deny";  // a namespace of its own, same inner addresses
         Stopwatch w;
         outcomes[i].sandbox = pools_.launch(l, outcomes[i].timing, w);
         // The source's egress, in the fork's own namespace, before anyone can reach it.
@@ -327,14 +332,7 @@ Result<Spare> Checkpoints::make_spare(const std::shared_ptr<LiveSandbox>& src) {
       return fail(r.error().wrap("checkpointing " + src->id + " for a spare"));
     awake.release();  // the source may freeze again: the spare is restored from the image
     if (src->changes.load() != changes) return fail(ErrorCode::kConflict, "sandbox " + src->id + " changed meanwhile");
-    LaunchRequest l;
-    l.id = new_id("sbx");
-    l.rootfs = base.rootfs.empty() ? lifecycle_.template_rootfs(base.template_name) + "/rootfs" : base.rootfs;
-    l.vcpu = base.vcpu;
-    l.memory_mib = base.memory_mib;
-    l.disk_gib = base.disk_gib;
-    l.image = image.path();
-    l.network = base.egress_mode != "deny";
+    LaunchRequest l = fork_launch(base, image.path());
     l.from_pool = false;  // the fork pool's containers are for users' forks
     l.defer_identity = true;
     auto launched = pools_.launch(l, t, sw);

@@ -57,6 +57,8 @@ class Checkpoints {
  private:
   /// write_image inside the checkpointing state (pause, resume and a second checkpoint's
   /// end wait their turn; several checkpoints of one sandbox may run at once).
+  /// A launch of `base`'s shape restored from `image` (a fork's, or a spare's), with a new id.
+  LaunchRequest fork_launch(const store::SandboxRecord& base, const std::string& image) const;
   /// `spare`: fork-ahead's, which a pause waits out instead of refusing.
   Result<void> checkpoint_into(LiveSandbox& s, const std::string& dir, Timing& t, Stopwatch& sw, bool spare = false);
   /// The spares of `src` a fork of `count` can claim, thawed, with the source's egress and a

@@ -107,7 +107,7 @@ void ForkAhead::collect_stale(int64_t now_ms, std::vector<std::shared_ptr<LiveSa
   for (auto it = sources_.begin(); it != sources_.end();) it = it->second.live.expired() ? sources_.erase(it) : std::next(it);
 }
 
-std::shared_ptr<LiveSandbox> ForkAhead::candidate(int64_t now_ms) {
+std::shared_ptr<LiveSandbox> ForkAhead::candidate(int64_t now_ms, int64_t avail) {
   std::map<const LiveSandbox*, int> spares;
   std::map<std::string, Source> sources;
   {
@@ -121,7 +121,6 @@ std::shared_ptr<LiveSandbox> ForkAhead::candidate(int64_t now_ms) {
   // One slot of headroom: a spare being made cannot give way, so a request arriving meanwhile
   // still fits.
   if (u.live + u.starting + u.pooled + 2 > u.max) return nullptr;
-  const int64_t avail = mem_available_mib();
   for (auto& s : registry_.all()) {
     // Cheap checks first: most sandboxes are busy, or have their spares.
     if (s->agent_idle.load() != 1 || s->active_ops.load() > 0 || s->moving.load()) continue;
@@ -169,7 +168,7 @@ int64_t ForkAhead::tick(int64_t now_ms) {
   // Resting after the last spare (kRest times its time): stale spares and the memory floor
   // are still looked at every pass above; only making waits.
   if (cfg_.fork_ahead <= 0 || pools_.launching() || now_ms < rest_until_ms_) return 0;
-  auto src = candidate(now_ms);
+  auto src = candidate(now_ms, avail);
   if (!src) return 0;
   const int64_t t0 = steady_ms();
   registry_.pooled(1);  // counted against the node from the start, like any pool member

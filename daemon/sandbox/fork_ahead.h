@@ -75,8 +75,9 @@ class ForkAhead {
     int unclaimed = 0;          // spares of it in a row that went stale unclaimed
     int64_t not_before_ms = 0;  // steady ms: no spare of it before then
   };
-  /// The running, forkable, quiet sandbox to make a spare of next, or nullptr.
-  std::shared_ptr<LiveSandbox> candidate(int64_t now_ms);
+  /// The running, forkable, quiet sandbox to make a spare of next, or nullptr (`avail`: the
+  /// host's MemAvailable in MiB, -1 unknown).
+  std::shared_ptr<LiveSandbox> candidate(int64_t now_ms, int64_t avail);
   /// A source's next spare waits (500 ms doubling to 64 s): its spares went stale unclaimed,
   /// or something reached it while one was being made (under mu_).
   static void back_off(Source& so, const std::shared_ptr<LiveSandbox>& src, int64_t now_ms);
