@@ -39,18 +39,27 @@ def median(xs):
     return statistics.median(xs) if xs else float("nan")
 
 
-def fork_runs(c, src, count, runs, first_exec=None):
+def exec_ms(c, sid):
+    t0 = time.perf_counter()
+    c.call("POST", f"/v1/sandboxes/{sid}/exec", {"cmd": ["true"]})
+    return (time.perf_counter() - t0) * 1000
+
+
+def fork_runs(c, src, count, runs, first_exec=None, src_exec=None):
     """`runs` forks of src: their Server-Timing phases, each a dict; first_exec collects the
-    first exec's round trip in each fork (ms)."""
+    first exec's round trip in each fork (ms), and src_exec one in the source beside it
+    (the same moment: the same pause before it, the same work of the node's in the background;
+    the two take turns at going first)."""
     out = []
     for _ in range(runs):
         r, b = c.call("POST", f"/v1/sandboxes/{src}/fork", {"count": count})
         out.append(server_timing(r))
         ids = [f["id"] for f in json.loads(b)["data"]]
-        if first_exec is not None:
-            t0 = time.perf_counter()
-            c.call("POST", f"/v1/sandboxes/{ids[0]}/exec", {"cmd": ["true"]})
-            first_exec.append((time.perf_counter() - t0) * 1000)
+        # Whichever exec comes first meets the pools refilling after the fork: the two take turns.
+        pair = [(first_exec, ids[0]), (src_exec, src)]
+        for into, sid in (pair if len(out) % 2 else pair[::-1]):
+            if into is not None:
+                into.append(exec_ms(c, sid))
         for i in ids:
             c.call("DELETE", f"/v1/sandboxes/{i}")
         time.sleep(1.5)
@@ -120,11 +129,12 @@ def main():
         fork_runs(c, quiet, 1, 1)
         q_first = []
         q = fork_runs(c, quiet, 1, a.runs, q_first)
+        # After the forks, since an exec changes the source (its spare would go): each after
+        # the same pause as a fork's first exec, not hot from the one before it.
         q_src_exec = []
-        for _ in range(a.runs):  # after the forks: an exec changes the source
-            t0 = time.perf_counter()
-            c.call("POST", f"/v1/sandboxes/{quiet}/exec", {"cmd": ["true"]})
-            q_src_exec.append((time.perf_counter() - t0) * 1000)
+        for _ in range(a.runs):
+            time.sleep(1.5)
+            q_src_exec.append(exec_ms(c, quiet))
         c.call("DELETE", f"/v1/sandboxes/{quiet}")
 
         # Busy: a python writing a file every 50 ms.
@@ -139,14 +149,9 @@ def main():
             return sid
 
         busy = busy_source()
-        first = []
-        b1 = fork_runs(c, busy, 1, a.runs, first)
+        first, src_exec = [], []
+        b1 = fork_runs(c, busy, 1, a.runs, first, src_exec)
         b3 = fork_runs(c, busy, 3, max(5, a.runs // 2))
-        src_exec = []
-        for _ in range(a.runs):
-            t0 = time.perf_counter()
-            c.call("POST", f"/v1/sandboxes/{busy}/exec", {"cmd": ["true"]})
-            src_exec.append((time.perf_counter() - t0) * 1000)
         c.call("DELETE", f"/v1/sandboxes/{busy}")
         # Disk: a busy source with room for 1 GB (2 GiB of disk: another geometry than the
         # fork pool's containers, so these forks create theirs).
@@ -197,7 +202,8 @@ def main():
         ratio = f"{ours / raw:6.2f}" if raw else f"{'':>6}"
         print(f"{name:46} {ours:9.1f} {raw_s} {ratio}  {target}")
     print("baselines: raw runsc checkpoint + create + restore of the same shape (fork rows), count 1 (count 3),")
-    print("           an exec in the source (first exec rows)")
+    print("           an exec in the source (first exec rows: the busy one's beside the fork's, turn about,")
+    print("           the quiet one's after the same 1.5 s pause, since an exec changes the quiet source)")
     print("phases (ms, medians of Server-Timing):")
     for name, ph in breakdown:
         print(f"  {name:14} " + ", ".join(f"{k} {v:.1f}" for k, v in ph.items()))

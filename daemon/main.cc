@@ -523,6 +523,11 @@ int main(int argc, char** argv) {
   app.add_option("--fork-ahead-node", cfg.fork_ahead_node, "fork-ahead spares of all sandboxes together, at most")
       ->check(CLI::Range(0, 256))
       ->capture_default_str();
+  app.add_option("--refill-settle-ms", cfg.refill_settle_ms,
+                 "pool refills and fork-ahead spares start only this long after a create, fork or claim ended, so that "
+                 "the caller's next request has the CPU (a refill waits at most 1 s for such a pause; 0: at once)")
+      ->check(CLI::Range(0, 10000))
+      ->capture_default_str();
   app.add_option("--fork-ahead-min-free-mib", cfg.fork_ahead_min_free_mib,
                  "no spare is made unless the host's MemAvailable stays above this plus the source's memory; below it "
                  "every spare is dropped")

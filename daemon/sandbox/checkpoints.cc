@@ -375,6 +375,7 @@ std::vector<std::shared_ptr<LiveSandbox>> Checkpoints::claim_spares(const std::s
     rt_.set_frozen(s->id, false);
     if (auto r = lifecycle_.identify(*s); !r) return drop(r.error().message);
   }
+  pools_.settle();  // the caller's next request (an exec in the fork) before the next spare
   return spares;
 }
 

@@ -56,6 +56,10 @@ struct Config {
   int fork_ahead = 1;
   int fork_ahead_node = 8;
   int fork_ahead_min_free_mib = 2048;
+  /// Background work (pool refills, fork-ahead spares) starts only this long after the last
+  /// launch, fork or pool claim ended, so that the caller's next request (the first exec in what
+  /// it just got) has the CPU to itself; a refill waits at most a second for such a pause.
+  int refill_settle_ms = 250;
   // Template checkpoints: "auto" builds one per template at start and restores it for creates
   // when a restore measured faster than a boot; "on" always restores it; "off" never builds one.
   std::string template_checkpoints = "auto";

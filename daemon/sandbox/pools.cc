@@ -155,6 +155,7 @@ std::shared_ptr<LiveSandbox> Pools::claim_warm(const std::string& template_name,
       pool.pop_front();
     }
     registry_.pooled(-1);
+    settle();
     cv_.notify_all();  // refill
     // Outside the lock: a member that died while waiting is discarded without holding up
     // any other claim.
@@ -171,6 +172,13 @@ std::shared_ptr<LiveSandbox> Pools::claim_warm(const std::string& template_name,
   }
   count_claim(network ? "net_warm" : "warm", false);
   return nullptr;
+}
+
+void Pools::settle() {
+  const int64_t until = steady_ms() + cfg_.refill_settle_ms;
+  int64_t cur = settled_at_ms_.load();
+  while (cur < until && !settled_at_ms_.compare_exchange_weak(cur, until)) {
+  }
 }
 
 void Pools::set_template_pool(const std::string& key, int target, const LaunchRequest& shape) {
@@ -218,6 +226,7 @@ std::shared_ptr<LiveSandbox> Pools::claim_template(const std::string& key, int m
       it->second.members.pop_front();
     }
     registry_.pooled(-1);
+    settle();
     cv_.notify_all();  // refill
     rt_.set_frozen(s->id, false);
     if (!s->channel->closed()) {
@@ -387,8 +396,14 @@ void Pools::loop() {
       cv_.wait_for(lk, 2s, [&] { return stopping_ || !doomed_.empty() || short_of(); });
       if (stopping_) return;
       if (!doomed_.empty() || want < 0) continue;
-      // Refill once no request is launching: a request never waits on the pool's CPU use.
+      // Refill once no request is launching, and none got its sandbox in the last
+      // refill_settle_ms (its caller's next request is on its way): a request never waits on
+      // the pool's CPU use. Under a steady stream of requests the pause is waited for at most
+      // a second, or the pools would never refill.
       cv_.wait_for(lk, 10s, [&] { return stopping_ || busy_ == 0; });
+      const int64_t give_up = steady_ms() + 1000;
+      while (!stopping_ && launching() && steady_ms() < give_up)
+        cv_.wait_for(lk, std::chrono::milliseconds(std::max<int64_t>(1, std::min(settled_at_ms_.load(), give_up) - steady_ms())));
       if (stopping_) return;
     }
     if (want == 4 ? !refill_template_pool() : !refill(want >= 2, want % 2 == 0)) {

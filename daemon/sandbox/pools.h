@@ -15,6 +15,7 @@
 #include <string>
 #include <thread>
 
+#include "common/clock.h"
 #include "daemon/runtime/runtime.h"
 #include "daemon/sandbox/config.h"
 #include "daemon/sandbox/launcher.h"
@@ -70,8 +71,12 @@ class Pools {
   /// What is known of a template's checkpoint (nullopt: not built yet).
   std::optional<TemplateImage> template_image(const std::string& name) const;
 
-  /// Whether a request is launching or forking now (a Hold is held): background work waits.
-  bool launching() const { return busy_.load() > 0; }
+  /// Whether a request is launching or forking now (a Hold is held), or one ended (or took a
+  /// pool member) less than refill_settle_ms ago: background work waits.
+  bool launching() const { return busy_.load() > 0 || steady_ms() < settled_at_ms_.load(); }
+  /// A request got what it asked for (a launch or a claim ended): background work waits
+  /// refill_settle_ms more, so that the caller's next request has the CPU.
+  void settle();
 
   /// Holds refills back while a request is launching or forking: on a small machine a refill's
   /// runtime create would take the CPU the request is waiting for.
@@ -79,6 +84,7 @@ class Pools {
    public:
     explicit Hold(Pools& p) : p_(p) { ++p_.busy_; }
     ~Hold() {
+      p_.settle();
       if (--p_.busy_ == 0) p_.cv_.notify_all();
     }
     Hold(const Hold&) = delete;
@@ -103,6 +109,7 @@ class Pools {
   Checkpointer checkpoint_;
 
   std::atomic<int> busy_{0};
+  std::atomic<int64_t> settled_at_ms_{0};  // steady_ms() before which background work waits
   mutable std::mutex mu_;  // warm_, precreated_, images_, stopping_
   std::condition_variable cv_;
   // Index 0: no network; 1: a namespace of its own.

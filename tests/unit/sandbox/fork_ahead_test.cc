@@ -73,6 +73,24 @@ TEST_F(ForkAheadTest, AQuietSourcesForkClaimsItsSpare) {
   EXPECT_EQ(rt_.frozen_violations(), 0);
 }
 
+TEST_F(ForkAheadTest, TheNextSpareWaitsForTheCallersNextRequest) {
+  // After a claim the caller's next request (an exec in its fork) has the CPU: no checkpoint
+  // of a new spare begins within refill_settle_ms (here long enough for the source's 500 ms of
+  // quiet and the maker's tick to have passed without it).
+  cfg_.refill_settle_ms = 1500;
+  start();
+  const std::string src = forkable();
+  ASSERT_TRUE(spares(1));
+  Timing t;
+  auto forks = svc_->fork(p_, src, 1, std::nullopt, t);
+  ASSERT_TRUE(forks) << forks.error().message;
+  ASSERT_TRUE(claimed(t));
+  const int checkpoints = rt_.calls("checkpoint");
+  std::this_thread::sleep_for(900ms);
+  EXPECT_EQ(rt_.calls("checkpoint"), checkpoints) << "a spare began within the settle time";
+  EXPECT_TRUE(spares(1)) << "and one is made after it";
+}
+
 TEST_F(ForkAheadTest, AnythingThatReachesTheSourceMakesTheForkTakeTheUsualPath) {
   start();
   const std::string src = forkable();
