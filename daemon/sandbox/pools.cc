@@ -401,9 +401,12 @@ void Pools::loop() {
       // the pool's CPU use. Under a steady stream of requests the pause is waited for at most
       // a second, or the pools would never refill.
       cv_.wait_for(lk, 10s, [&] { return stopping_ || busy_ == 0; });
+      // A launch in flight ends with a notify (Hold), which pushes the pause on: no polling.
       const int64_t give_up = steady_ms() + 1000;
-      while (!stopping_ && launching() && steady_ms() < give_up)
-        cv_.wait_for(lk, std::chrono::milliseconds(std::max<int64_t>(1, std::min(settled_at_ms_.load(), give_up) - steady_ms())));
+      for (int64_t now = steady_ms(); !stopping_ && launching() && now < give_up; now = steady_ms()) {
+        const int64_t until = busy_ > 0 ? give_up : std::min(settled_at_ms_.load(), give_up);
+        cv_.wait_for(lk, std::chrono::milliseconds(std::max<int64_t>(1, until - now)));
+      }
       if (stopping_) return;
     }
     if (want == 4 ? !refill_template_pool() : !refill(want >= 2, want % 2 == 0)) {
