@@ -81,6 +81,10 @@ void SandboxService::stop() {
   freezer_.stop();
   reaper_.stop();
   pools_.stop();
+  // b3osd _Exits after this: the releases of sandboxes deleted just before (queued for the
+  // cleaner threads) are finished first, or their containers would run on until the next
+  // start's orphan sweep.
+  launcher_.settle();
   {
     std::lock_guard lk(sweep_mu_);
     sweep_stopping_ = true;
