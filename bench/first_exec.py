@@ -19,30 +19,16 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import PrivateDaemon  # noqa: E402
+from harness import PrivateDaemon, busy_source, exec_ms  # noqa: E402
 
-TICKER = ("import time\n"
-          "while True:\n"
-          "    open('/workspace/tick', 'w').write(repr(time.time()))\n"
-          "    time.sleep(0.05)\n")
-
-
-def exec_ms(c, sid):
-    t0 = time.perf_counter()
-    c.call("POST", f"/v1/sandboxes/{sid}/exec", {"cmd": ["true"]})
-    return (time.perf_counter() - t0) * 1000
 
 
 def one(bindir, templates, flags, runs):
     with PrivateDaemon(bindir, templates, flags) as d:
         c = d.client
         time.sleep(3)
-        _, b = c.call("POST", "/v1/sandboxes", {"template": "base", "forkable": True})
-        src = json.loads(b)["id"]
-        c.call("PUT", f"/v1/sandboxes/{src}/files?path=/workspace/ticker.py", raw=TICKER.encode(),
-               ctype="application/octet-stream")
-        c.call("POST", f"/v1/sandboxes/{src}/processes", {"cmd": ["python3", "/workspace/ticker.py"]})
-        time.sleep(2)
+        src = busy_source(c)
+        time.sleep(1)
         in_fork, in_src = [], []
         for i in range(runs):
             _, b = c.call("POST", f"/v1/sandboxes/{src}/fork", {"count": 1})

@@ -27,22 +27,12 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import PrivateDaemon, server_timing  # noqa: E402
+from harness import TICKER, PrivateDaemon, busy_source, exec_ms, server_timing  # noqa: E402
 
-TICKER = ("import time\n"
-          "while True:\n"
-          "    open('/workspace/tick', 'w').write(repr(time.time()))\n"
-          "    time.sleep(0.05)\n")
 
 
 def median(xs):
     return statistics.median(xs) if xs else float("nan")
-
-
-def exec_ms(c, sid):
-    t0 = time.perf_counter()
-    c.call("POST", f"/v1/sandboxes/{sid}/exec", {"cmd": ["true"]})
-    return (time.perf_counter() - t0) * 1000
 
 
 def fork_runs(c, src, count, runs, first_exec=None, src_exec=None):
@@ -138,17 +128,7 @@ def main():
         c.call("DELETE", f"/v1/sandboxes/{quiet}")
 
         # Busy: a python writing a file every 50 ms.
-        def busy_source(disk_gib=None):
-            spec = {"template": "base", "forkable": True, **({"disk_gib": disk_gib} if disk_gib else {})}
-            _, b = c.call("POST", "/v1/sandboxes", spec)
-            sid = json.loads(b)["id"]
-            c.call("PUT", f"/v1/sandboxes/{sid}/files?path=/workspace/ticker.py", raw=TICKER.encode(),
-                   ctype="application/octet-stream")
-            c.call("POST", f"/v1/sandboxes/{sid}/processes", {"cmd": ["python3", "/workspace/ticker.py"]})
-            time.sleep(1)
-            return sid
-
-        busy = busy_source()
+        busy = busy_source(c)
         first, src_exec = [], []
         b1 = fork_runs(c, busy, 1, a.runs, first, src_exec)
         b3 = fork_runs(c, busy, 3, max(5, a.runs // 2))
@@ -158,7 +138,7 @@ def main():
         disk = []
         sizes = [int(x) for x in a.disk_mb.split(",") if x.strip()]
         if sizes:
-            big = busy_source(2)
+            big = busy_source(c, 2)
             for mb in sizes:
                 c.call("POST", f"/v1/sandboxes/{big}/exec",
                        {"cmd": ["dd", "if=/dev/urandom", f"of=/workspace/blob{mb}", "bs=1M", f"count={mb}"], "timeout_ms": 600000})

@@ -27,12 +27,8 @@ import time
 from datetime import datetime
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import PrivateDaemon, server_timing  # noqa: E402
+from harness import PrivateDaemon, busy_source, server_timing  # noqa: E402
 
-TICKER = ("import time\n"
-          "while True:\n"
-          "    open('/workspace/tick', 'w').write(repr(time.time()))\n"
-          "    time.sleep(0.05)\n")
 
 # glog lines: I1207 00:44:44.022351   14813 file.go:489] message
 LINE = re.compile(r"^[IWDE](\d{4}) (\d\d:\d\d:\d\d\.\d{6})\s+\d+ [^\]]+\] (.*)$")
@@ -111,12 +107,7 @@ def main():
     with PrivateDaemon(a.bin, a.templates, ["--runsc-debug", "--fork-ahead", "0"]) as d:
         c = d.client
         time.sleep(3)
-        _, b = c.call("POST", "/v1/sandboxes", {"template": "base", "forkable": True})
-        src = json.loads(b)["id"]
-        c.call("PUT", f"/v1/sandboxes/{src}/files?path=/workspace/ticker.py", raw=TICKER.encode(),
-               ctype="application/octet-stream")
-        c.call("POST", f"/v1/sandboxes/{src}/processes", {"cmd": ["python3", "/workspace/ticker.py"]})
-        time.sleep(1)
+        src = busy_source(c)
         phases, restores = [], []
         for _ in range(a.runs):
             r, b = c.call("POST", f"/v1/sandboxes/{src}/fork", {"count": 1})

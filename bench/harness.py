@@ -141,3 +141,29 @@ class PrivateDaemon:
                     subprocess.run(["umount", "-l", mnt], stderr=subprocess.DEVNULL)
         shutil.rmtree(self.tmp, ignore_errors=True)
         return False
+
+
+# Issue 25's realistic fork source: a python writing a file every 50 ms.
+TICKER = ("import time\n"
+          "while True:\n"
+          "    open('/workspace/tick', 'w').write(repr(time.time()))\n"
+          "    time.sleep(0.05)\n")
+
+
+def busy_source(c, disk_gib=None):
+    """A forkable sandbox running TICKER as a background process (its id), given a second to start."""
+    spec = {"template": "base", "forkable": True, **({"disk_gib": disk_gib} if disk_gib else {})}
+    _, b = c.call("POST", "/v1/sandboxes", spec)
+    sid = json.loads(b)["id"]
+    c.call("PUT", f"/v1/sandboxes/{sid}/files?path=/workspace/ticker.py", raw=TICKER.encode(),
+           ctype="application/octet-stream")
+    c.call("POST", f"/v1/sandboxes/{sid}/processes", {"cmd": ["python3", "/workspace/ticker.py"]})
+    time.sleep(1)
+    return sid
+
+
+def exec_ms(c, sid, cmd=("true",)):
+    """One exec's round trip (ms)."""
+    t0 = time.perf_counter()
+    c.call("POST", f"/v1/sandboxes/{sid}/exec", {"cmd": list(cmd)})
+    return (time.perf_counter() - t0) * 1000
