@@ -1,11 +1,14 @@
 #include "agent/agent.h"
 
+#include <fcntl.h>
 #include <sys/signalfd.h>
 #include <sys/wait.h>
 
 #include <cerrno>
 #include <cstring>
 #include <exception>
+#include <string>
+#include <string_view>
 
 #include "agent/exec_stream.h"
 #include "agent/file_streams.h"
@@ -77,8 +80,13 @@ void Agent::run_once() {
   }
   if (channel_.wants_write()) pfds_.push_back(pollfd{channel_.out_fd(), POLLOUT, 0});
 
-  const int timeout = poll_timeout_ms(Clock::now());
+  // A login shell to start ahead (warm_shell.h) waits for a turn that finds nothing to do.
+  constexpr int kQuietMs = 5;
+  const bool warm_pending = procs_.warm_shell().pending();
+  int timeout = poll_timeout_ms(Clock::now());
+  if (warm_pending && (timeout < 0 || timeout > kQuietMs)) timeout = kQuietMs;
   const int r = ::poll(pfds_.data(), pfds_.size(), timeout);
+  if (r == 0 && warm_pending) procs_.warm_shell().start_pending();
   if (r < 0 && errno != EINTR) {
     log_line("poll: %s", std::strerror(errno));
     ::usleep(10000);
@@ -121,7 +129,24 @@ bool Agent::idle() const {
   // Every process of the sandbox descends from PID 1 and orphans are re-parented to it, so
   // "no child" means nothing else is alive. WNOWAIT: the reaper in drain_signals reaps.
   siginfo_t si{};
-  return ::waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) < 0 && errno == ECHILD;
+  if (::waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) < 0 && errno == ECHILD) return true;
+  // The login shell waiting for a command (warm_shell.h) does not make the sandbox busy: idle
+  // when it is PID 1's only child.
+  const pid_t warm = procs_.warm_shell_pid();
+  return warm > 0 && only_child_is(warm);
+}
+
+bool Agent::only_child_is(pid_t pid) {
+  UniqueFd fd(::open("/proc/self/task/1/children", O_RDONLY | O_CLOEXEC));
+  if (!fd) return false;
+  char buf[64];
+  ssize_t n;
+  do {
+    n = ::read(fd.get(), buf, sizeof(buf) - 1);
+  } while (n < 0 && errno == EINTR);
+  if (n <= 0) return false;
+  buf[n] = '\0';
+  return std::string_view(buf) == std::to_string(pid) + " ";
 }
 
 void Agent::report_idle() {

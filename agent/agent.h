@@ -39,8 +39,10 @@ class Agent {
   void drain_signals();
   void reap_children();
   void drop_all_streams(const char* why);
-  /// True when nothing but the agent is alive and no stream or relay connection is open.
+  /// True when nothing but the agent (and a warm shell) is alive and no stream or relay connection is open.
   bool idle() const;
+  /// True when `pid` is PID 1's only child (/proc's list of its children).
+  static bool only_child_is(pid_t pid);
   /// Sends IDLE when the idle state changed since the last report (only once asked).
   void report_idle();
 

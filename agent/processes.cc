@@ -121,7 +121,9 @@ Result<Json> ProcessTable::start(const Json& req) {
     spec->pipe_stdin = false;  // the terminal is its stdin
   }
   if (auto r = make_room(); !r) return fail(r.error());
-  auto child = spawn_child(*spec);
+  const bool login_shell = !pty && WarmShell::fits(*spec);
+  std::optional<SpawnedChild> warm = login_shell ? warm_.take(*spec) : std::nullopt;
+  auto child = warm ? Result<SpawnedChild>(std::move(*warm)) : spawn_child(*spec);
   if (!child) return fail(child.error());
   const uint64_t seq = next_seq_++;
   auto p = std::make_unique<Process>(static_cast<size_t>(*ring));
@@ -132,6 +134,7 @@ Result<Json> ProcessTable::start(const Json& req) {
   p->user = *user;
   p->tag = *tag;
   p->started_unix_ms = unix_ms();
+  if (login_shell) p->login_shell = std::move(*spec);
   p->in = std::move(child->stdin_fd);
   p->out[0] = std::move(child->stdout_fd);
   p->out[1] = std::move(child->stderr_fd);
@@ -144,7 +147,7 @@ Result<Json> ProcessTable::start(const Json& req) {
     p->pty = std::move(pty->master);
   }
   Json j = p->describe();
-  log_line("process %s: started pid %d", p->id.c_str(), p->pid);
+  log_line("process %s: started pid %d%s", p->id.c_str(), p->pid, warm ? " (warm shell)" : "");
   procs_.emplace(seq, std::move(p));
   return Json{{"ok", true}, {"process", j}};
 }
@@ -274,6 +277,7 @@ void ProcessTable::read_output(Process& p, int which) {
 }
 
 bool ProcessTable::on_child_exit(pid_t pid, int status, Clock::time_point now) {
+  if (warm_.on_child_exit(pid)) return true;
   for (auto& [seq, p] : procs_) {
     if (p->pid != pid || p->exited) continue;
     p->exited = true;
@@ -281,6 +285,7 @@ bool ProcessTable::on_child_exit(pid_t pid, int status, Clock::time_point now) {
     p->exited_at = now;
     p->exited_unix_ms = unix_ms();
     log_line("process %s: pid %d exited (%d)", p->id.c_str(), pid, p->exit_code());
+    if (p->login_shell) warm_.command_ended(*p->login_shell);
     return true;
   }
   return false;

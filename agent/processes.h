@@ -15,7 +15,9 @@
 #include <vector>
 
 #include "agent/output_ring.h"
+#include "agent/spawn.h"
 #include "agent/stream.h"
+#include "agent/warm_shell.h"
 #include "common/unique_fd.h"
 
 namespace b3os::agent {
@@ -40,6 +42,7 @@ struct Process {
   int64_t exited_unix_ms = 0;
   Clock::time_point exited_at{};
   OutputRing ring;
+  std::optional<SpawnSpec> login_shell;  // `/bin/bash -l -c CMD`: its spec, for the warm shell
 
   /// Its output is complete: it exited and its pipes are at EOF, or grace passed since (a child
   /// it left behind may hold them; what that child writes still reaches the ring).
@@ -78,6 +81,9 @@ class ProcessTable {
   size_t size() const { return procs_.size(); }
   /// How many have not exited.
   size_t running() const;
+  /// The login shell waiting for the next command (warm_shell.h), or -1.
+  pid_t warm_shell_pid() const { return warm_.pid(); }
+  WarmShell& warm_shell() { return warm_; }
 
  private:
   void read_output(Process& p, int which);
@@ -86,6 +92,7 @@ class ProcessTable {
 
   uint64_t next_seq_ = 1;
   std::map<uint64_t, std::unique_ptr<Process>> procs_;  // by seq: oldest first
+  WarmShell warm_;
 };
 
 /// proc_output {"id","since","follow"}: HEADER {"start","end","from","dropped"}, then STDOUT and

@@ -32,6 +32,7 @@ struct ChildPlan {
   int stdout_w = -1;
   int stderr_w = -1;
   int close_up_to = -1;  // without close_range: the highest fd to close; else -1
+  std::vector<int> pass_fds;  // dup'ed to 3, 4, ...: each first moved above all of them
   bool set_ctty = false;  // stdin is a pty slave: make it the session's controlling terminal
   // The step before execve that failed in the child, and its errno. vfork: the child writes
   // them into this very memory before it exits, and the parent reads them once it resumes;
@@ -124,13 +125,24 @@ bool try_next(int err) {
     ::_exit(127);
   }
   if (p.set_ctty && ::ioctl(0, TIOCSCTTY, 0) != 0) ::_exit(127);
+  // Fds to pass, at 3, 4, ...: moved first above the range they go to, so that placing one
+  // never closes another that still has to be placed.
+  const int n_pass = static_cast<int>(p.pass_fds.size());
+  for (int i = 0; i < n_pass; ++i) {
+    p.pass_fds[i] = ::fcntl(p.pass_fds[i], F_DUPFD, 3 + n_pass);
+    if (p.pass_fds[i] < 0) ::_exit(127);
+  }
+  for (int i = 0; i < n_pass; ++i) {
+    if (::dup2(p.pass_fds[i], 3 + i) < 0) ::_exit(127);
+  }
   // The ids first, so that the cwd is entered with the command's own permissions.
   if (p.ids != nullptr) take_ids(p);
   if (::chdir(p.cwd) != 0) setup_failed(p, kChdir, errno);
+  const int first_closed = 3 + n_pass;
   if (p.close_up_to < 0) {
-    ::syscall(SYS_close_range, 3ul, kAllFds, 0ul);
+    ::syscall(SYS_close_range, static_cast<unsigned long>(first_closed), kAllFds, 0ul);
   } else {
-    for (int fd = 3; fd <= p.close_up_to; ++fd) ::close(fd);
+    for (int fd = first_closed; fd <= p.close_up_to + n_pass; ++fd) ::close(fd);  // the moved copies too
   }
 
   int err = ENOENT;
@@ -240,6 +252,7 @@ Result<SpawnedChild> spawn_child(const SpawnSpec& spec) {
   plan.stdout_w = spec.tty >= 0 ? spec.tty : stdout_w.get();
   plan.stderr_w = spec.tty >= 0 ? spec.tty : stderr_w.get();
   plan.set_ctty = spec.tty >= 0;
+  plan.pass_fds = spec.pass_fds;
   if (!have_close_range()) plan.close_up_to = highest_open_fd();
 
   // vfork: the child borrows the agent's memory until execve instead of copying its page

@@ -27,6 +27,7 @@ struct SpawnSpec {
   std::string cwd;
   bool pipe_stdin = false;
   int tty = -1;  // a pty's slave: the child's stdin, stdout, stderr and controlling terminal
+  std::vector<int> pass_fds;  // given to the child as fds 3, 4, ... (every other fd is closed)
   std::optional<SpawnIds> ids;  // absent: the agent's own (root)
 };
 

@@ -3,12 +3,18 @@
 //   exec:   sandbox.commands.run('true') | REST exec of ["true"] | REST exec of the argv the
 //           SDK runs (["/bin/bash", "-l", "-c", "true"]), each on a kept-alive connection;
 //   create: Sandbox.create() then commands.run('true') | REST create then exec of ["true"];
-// and prints the samples as JSON on its last line.
-//   node bench_sdk.mjs URL ADMIN_KEY CALLS CREATES   (E2B_API_URL, E2B_SANDBOX_URL, E2B_API_KEY set)
+// with GAP_MS between calls, so that each is measured alone (what the agent does in the
+// background after a command, such as starting the next login shell, is done by then: an agent
+// driven by a model leaves seconds between commands); then the same calls back to back, each
+// kind in a burst of its own (no gap: a login shell is still starting when the next command
+// comes); and prints the samples as JSON on its last line.
+//   node bench_sdk.mjs URL ADMIN_KEY CALLS CREATES [GAP_MS]   (E2B_API_URL, E2B_SANDBOX_URL, E2B_API_KEY set)
 import { Sandbox } from 'e2b'
 import { Agent, request } from 'undici'
 
 const [url, key, calls, creates] = [process.argv[2], process.argv[3], +process.argv[4], +process.argv[5]]
+const gapMs = process.argv[6] === undefined ? 150 : +process.argv[6]
+const sleep = (n) => new Promise((r) => setTimeout(r, n))
 const agent = new Agent({ keepAliveTimeout: 60_000 })
 async function rest(method, path, body) {
   const r = await request(url + path, { method, dispatcher: agent, body: body && JSON.stringify(body),
@@ -19,13 +25,35 @@ async function rest(method, path, body) {
 }
 const ms = async (fn) => { const t0 = performance.now(); await fn(); return performance.now() - t0 }
 
-const out = { sdk_run: [], rest_true: [], rest_bash: [], sdk_create_run: [], rest_create_exec: [] }
+const out = { sdk_run: [], sdk_cold: [], rest_true: [], rest_bash: [], sdk_burst: [], sdk_cold_burst: [], rest_burst: [],
+  sdk_create_run: [], rest_create_exec: [] }
+// A command whose environment differs from the last one's finds no login shell started ahead
+// (docs/e2b.md): the same call, the way it went before there was one.
+let n = 0
+const coldRun = () => sbx.commands.run('true', { envs: { BENCH_CALL_N: String(n++) } })
 const sbx = await Sandbox.create('base')
 for (let i = 0; i < 10; i++) { await sbx.commands.run('true'); await rest('POST', `/v1/sandboxes/${sbx.sandboxId}/exec`, { cmd: ['true'] }) }
+const restTrue = () => rest('POST', `/v1/sandboxes/${sbx.sandboxId}/exec`, { cmd: ['true'] })
 for (let i = 0; i < calls; i++) {
+  await sleep(gapMs)
   out.sdk_run.push(await ms(() => sbx.commands.run('true')))
-  out.rest_true.push(await ms(() => rest('POST', `/v1/sandboxes/${sbx.sandboxId}/exec`, { cmd: ['true'] })))
+  await sleep(gapMs)
+  out.sdk_cold.push(await ms(coldRun))
+  await sleep(gapMs)
+  out.sdk_run.push(await ms(() => sbx.commands.run('true')))
+  await sleep(gapMs)
+  out.rest_true.push(await ms(restTrue))
+  await sleep(gapMs)
   out.rest_bash.push(await ms(() => rest('POST', `/v1/sandboxes/${sbx.sandboxId}/exec`, { cmd: ['/bin/bash', '-l', '-c', 'true'] })))
+}
+// Back to back: bursts of 10 of one kind, then of the other, turn about.
+for (let i = 0; i < calls; i += 10) {
+  await sleep(gapMs)
+  for (let j = 0; j < 10; j++) out.sdk_burst.push(await ms(() => sbx.commands.run('true')))
+  await sleep(gapMs)
+  for (let j = 0; j < 10; j++) out.sdk_cold_burst.push(await ms(coldRun))
+  await sleep(gapMs)
+  for (let j = 0; j < 10; j++) out.rest_burst.push(await ms(restTrue))
 }
 await sbx.kill()
 // Each create finds the warm pool refilled (2 s after the last claim): without the pause one

@@ -72,6 +72,8 @@ trap on_signal INT TERM
 . "$HERE/sections/disk.sh"
 # shellcheck source=tests/e2e/sections/idle_freeze.sh
 . "$HERE/sections/idle_freeze.sh"
+# shellcheck source=tests/e2e/sections/warm_shell.sh
+. "$HERE/sections/warm_shell.sh"
 # shellcheck source=tests/e2e/sections/leaks.sh
 . "$HERE/sections/leaks.sh"
 # shellcheck source=tests/e2e/sections/keys.sh
@@ -127,6 +129,7 @@ run_section s_template_checkpoint
 run_section s_disk_limit
 run_section s_disk_big
 run_section s_idle_freeze
+run_section s_warm_shell
 delete_sandbox "$SBX" || fail delete.main "$(snip)"
 run_section s_leaks
 

@@ -1,0 +1,194 @@
+#include "agent/warm_shell.h"
+
+#include <dirent.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "agent/log.h"
+
+namespace b3os::agent {
+
+namespace {
+
+// What the shell runs once its profile is read: wait for fd 4 to close, read the command from
+// fd 3 (a regular file, which bash reads in blocks, where a pipe would be read byte by byte),
+// close both, then eval the command in this same shell. `builtin`, so that a function of the
+// profile's named like one cannot take its place; `|| :`, so that a profile's `set -e` does not
+// end the shell at the reads' EOF. Before the command runs, BASH_EXECUTION_STRING is set to it
+// (as `bash -c` sets it) and the variable is unset; all on one line, so $LINENO counts as in
+// `bash -c`.
+constexpr char kStub[] =
+    "builtin read -r -n 1 __b3os_cmd <&4 || :; exec 4<&-; "
+    "IFS= builtin read -r -d '' __b3os_cmd <&3 || :; exec 3<&-; "
+    "builtin eval \"BASH_EXECUTION_STRING=\\$__b3os_cmd; builtin unset __b3os_cmd; $__b3os_cmd\"";
+
+// The longest command a warm shell takes: what execve would take as one argument
+// (MAX_ARG_STRLEN); a longer one goes the usual way and gets the usual error.
+constexpr size_t kMaxCommand = 128 * 1024 - 1;
+
+std::string env_value(const std::vector<std::string>& env, const std::string& name) {
+  const std::string prefix = name + "=";
+  std::string value;
+  for (const auto& e : env)
+    if (e.compare(0, prefix.size(), prefix) == 0) value = e.substr(prefix.size());
+  return value;
+}
+
+int64_t ns_of(const timespec& ts) { return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec; }
+
+bool same_ids(const std::optional<SpawnIds>& a, const std::optional<SpawnIds>& b) {
+  if (a.has_value() != b.has_value()) return false;
+  return !a || (a->uid == b->uid && a->gid == b->gid && a->groups == b->groups);
+}
+
+}  // namespace
+
+bool WarmShell::fits(const SpawnSpec& spec) {
+  return spec.argv.size() == 4 && spec.argv[0] == "/bin/bash" && spec.argv[1] == "-l" && spec.argv[2] == "-c" &&
+         spec.argv[3].size() <= kMaxCommand && spec.argv[3].find('\0') == std::string::npos && spec.tty < 0 &&
+         spec.pass_fds.empty();
+}
+
+SpawnSpec WarmShell::key_of(const SpawnSpec& spec) {
+  SpawnSpec key = spec;
+  key.argv.pop_back();
+  return key;
+}
+
+bool WarmShell::same_kind(const SpawnSpec& a, const SpawnSpec& b) {
+  return a.argv == b.argv && a.env == b.env && a.cwd == b.cwd && a.pipe_stdin == b.pipe_stdin && a.tty == b.tty &&
+         same_ids(a.ids, b.ids);
+}
+
+// The files a login bash reads before the command (bash(1), INVOCATION, and Debian's
+// /etc/profile and ~/.profile, which read /etc/profile.d/*.sh, /etc/bash.bashrc and ~/.bashrc),
+// the directory /etc/profile.d itself (a file added or removed), and the accounts file.
+std::vector<WarmShell::Stamp> WarmShell::stamp_profile(const SpawnSpec& spec) {
+  std::vector<std::string> paths = {"/etc/profile", "/etc/profile.d", "/etc/bash.bashrc", "/etc/passwd",
+                                    "/etc/environment"};
+  if (DIR* d = ::opendir("/etc/profile.d")) {
+    std::vector<std::string> names;
+    while (const dirent* e = ::readdir(d)) {
+      if (e->d_name[0] != '.') names.emplace_back(e->d_name);
+    }
+    ::closedir(d);
+    std::sort(names.begin(), names.end());
+    for (const auto& n : names) paths.push_back("/etc/profile.d/" + n);
+  }
+  const std::string home = env_value(spec.env, "HOME");
+  if (!home.empty()) {
+    for (const char* f : {"/.bash_profile", "/.bash_login", "/.profile", "/.bashrc"}) paths.push_back(home + f);
+  }
+  std::vector<Stamp> out;
+  out.reserve(paths.size());
+  for (auto& p : paths) {
+    Stamp s;
+    s.path = std::move(p);
+    struct stat st;
+    if (::stat(s.path.c_str(), &st) == 0) {
+      s.exists = true;
+      s.ino = st.st_ino;
+      s.size = st.st_size;
+      s.mtime_ns = ns_of(st.st_mtim);
+      s.ctime_ns = ns_of(st.st_ctim);
+    }
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+void WarmShell::start(const SpawnSpec& key) {
+  UniqueFd script(::memfd_create("b3os-command", MFD_CLOEXEC));
+  int go[2];
+  if (!script || ::pipe2(go, O_CLOEXEC) != 0) {
+    log_line("warm shell: not started: %s", std::strerror(errno));
+    return;
+  }
+  UniqueFd go_r(go[0]), go_w(go[1]);
+  SpawnSpec spec = key;
+  spec.argv.push_back(kStub);
+  spec.pass_fds = {script.get(), go_r.get()};
+  // Stamped before the start: a change made while the shell reads its profile shows as one.
+  auto stamps = stamp_profile(key);
+  auto child = spawn_child(spec);
+  if (!child) {
+    log_line("warm shell: not started: %s", child.error().message.c_str());
+    return;
+  }
+  shell_ = Shell{key, std::move(*child), std::move(script), std::move(go_w), std::move(stamps)};
+  passed_over_ = 0;
+}
+
+std::optional<SpawnedChild> WarmShell::take(const SpawnSpec& spec) {
+  pending_.reset();  // the command that ends next decides whether a shell is started
+  if (!shell_) return std::nullopt;
+  // Alive: not exited (reaped or not yet).
+  siginfo_t si{};
+  if (::waitid(P_PID, static_cast<id_t>(shell_->child.pid), &si, WEXITED | WNOHANG | WNOWAIT) != 0 || si.si_pid != 0) {
+    drop();
+    return std::nullopt;
+  }
+  const SpawnSpec key = key_of(spec);
+  if (!same_kind(shell_->key, key)) {
+    // Left for the kind it was started for, unless commands of other kinds keep passing it.
+    if (++passed_over_ >= kMaxPassedOver) drop();
+    return std::nullopt;
+  }
+  if (stamp_profile(key) != shell_->stamps) {  // it read a profile that has changed since
+    drop();
+    return std::nullopt;
+  }
+  const std::string& cmd = spec.argv[3];
+  size_t done = 0;
+  while (done < cmd.size()) {
+    const ssize_t w = ::pwrite(shell_->script.get(), cmd.data() + done, cmd.size() - done, static_cast<off_t>(done));
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      log_line("warm shell: command not written: %s", std::strerror(errno));
+      drop();
+      return std::nullopt;
+    }
+    done += static_cast<size_t>(w);
+  }
+  SpawnedChild child = std::move(shell_->child);
+  shell_.reset();  // closes fd 4's write end (the shell goes on) and the agent's memfd
+  return child;
+}
+
+void WarmShell::command_ended(const SpawnSpec& spec) {
+  SpawnSpec key = key_of(spec);
+  const bool again = std::any_of(recent_.begin(), recent_.end(), [&](const SpawnSpec& k) { return same_kind(k, key); });
+  if (again && !shell_) pending_ = key;
+  recent_.push_back(std::move(key));
+  if (recent_.size() > kRecent) recent_.pop_front();
+}
+
+void WarmShell::start_pending() {
+  if (!pending_) return;
+  const SpawnSpec key = std::move(*pending_);
+  pending_.reset();
+  if (!shell_) start(key);
+}
+
+bool WarmShell::on_child_exit(pid_t pid) {
+  if (!shell_ || shell_->child.pid != pid) return false;
+  shell_.reset();
+  return true;
+}
+
+void WarmShell::drop() {
+  passed_over_ = 0;
+  if (!shell_) return;
+  // Its whole group: nothing of it may outlive it. Reaped by the agent's reaper, as any child.
+  kill_group(shell_->child.pid);
+  shell_.reset();
+}
+
+}  // namespace b3os::agent

@@ -1,0 +1,78 @@
+# shellcheck shell=bash
+# shellcheck disable=SC2016 # single-quoted $VAR are for the sandbox's shell or jq
+# e2e section: the login shell started ahead (agent/warm_shell.h, docs/e2b.md). Once a
+# `/bin/bash -l -c CMD` process has come twice, the agent keeps one such shell waiting; the next
+# command like it runs in it, with what `bash -l -c` gives (fds, $0, $BASH_EXECUTION_STRING,
+# $LINENO, the profile's output first). A profile changed since the shell read it is read again;
+# the waiting shell is not a process of the API and does not keep the sandbox from being idle,
+# while a process left behind still does.
+
+# login_proc ID CMD: runs CMD as ["/bin/bash","-l","-c",CMD] through the processes API, waits
+# for it, and leaves its stdout in OUT and its pid in LPID ("" when it did not start or end).
+login_proc() {
+  OUT= LPID=
+  apij POST "/v1/sandboxes/$1/processes" "$(jq -cn --arg c "$2" '{cmd: ["/bin/bash", "-l", "-c", $c]}')"
+  [ "$ST" = 201 ] || return 0
+  local p
+  p=$(j .id)
+  LPID=$(j .pid)
+  apij POST "/v1/sandboxes/$1/processes/$p/wait" '{"timeout_ms":20000}'
+  jt '.exited == true' || return 0
+  api GET "/v1/sandboxes/$1/processes/$p/output"
+  OUT=$(jq -j '[.chunks[] | select(.stream == "stdout") | .data] | add // ""' "$RESP")
+}
+
+# warm_shells ID: the pids of the login shells waiting in the sandbox (their command line names
+# the stub), one per line.
+warm_shells() {
+  run_exec "$1" '{"cmd":"pgrep -f \"[_]_b3os_cmd\" || true"}'
+  j .stdout | sed '/^$/d'
+}
+
+one_waiting() { [ "$(warm_shells "$1" | wc -l)" = 1 ]; }
+
+s_warm_shell() {
+  create_sandbox '{"timeout_s":600,"metadata":{"test":"warm-shell"}}'
+  local id=$CID
+  [ -n "$id" ] || { fail warm_shell.create "$(snip)"; return 0; }
+  login_proc "$id" 'echo one'
+  login_proc "$id" 'echo two'
+  check warm_shell.cold_runs "stdout [$OUT]" [ "$OUT" = "two" ]
+  check warm_shell.one_waits "[$(warm_shells "$id")] waiting" eventually 10 one_waiting "$id"
+  # What bash -l -c gives: only fds 0-2, $0, the command as BASH_EXECUTION_STRING, line 1, and
+  # the stub's variable gone.
+  local cmd='echo /proc/$$/fd/*; echo "$0|$BASH_EXECUTION_STRING|$LINENO|${__b3os_cmd-unset}"' waiting want
+  waiting=$(warm_shells "$id")
+  login_proc "$id" "$cmd"
+  check warm_shell.taken "waiting shell [$waiting], the command's pid [$LPID]" [ "$waiting" = "${LPID:-none}" ]
+  # The same command started the usual way (exec always starts its process).
+  run_exec "$id" "$(jq -cn --arg c "$cmd" '{cmd: ["/bin/bash", "-l", "-c", $c]}')"
+  want=$(j .stdout | sed 's#/proc/[0-9]*/##g')
+  check warm_shell.as_bash_c "warm [$OUT], started [$want]" [ "$(sed 's#/proc/[0-9]*/##g' <<<"$OUT")" = "$want" ]
+  check warm_shell.bash_c_vars "warm [$OUT]" grep -qxF "/bin/bash|$cmd|1|unset" <<<"$OUT"
+  # A profile changed after the shell read it: the command sees the new one, and what the
+  # profile prints comes before the command's output.
+  check warm_shell.waits_again "no shell waiting" eventually 10 one_waiting "$id"
+  run_exec "$id" '{"cmd":"printf \"export WARM_T=fresh\\necho from-profile\\n\" >> /root/.bashrc"}'
+  login_proc "$id" 'echo "t=$WARM_T"'
+  check warm_shell.profile_changed "stdout [$OUT]" [ "$OUT" = "$(printf 'from-profile\nt=fresh')" ]
+  login_proc "$id" 'exit 3'
+  api GET "/v1/sandboxes/$id/processes"
+  check warm_shell.not_listed "$(snip)" okj 200 '(.data | length) == 5 and all(.data[]; .status == "exited")'
+
+  # Idle with a shell waiting; a process left behind by a command keeps it busy.
+  if [ -z "$(freezer_state "$id")" ]; then
+    skip warm_shell.idle "no freezer cgroup for $id"
+  else
+    check warm_shell.waiting_and_idle "[$(warm_shells "$id")] waiting" eventually 10 one_waiting "$id"
+    check warm_shell.frozen_while_waiting "state $(freezer_state "$id")" wait_frozen "$id" 4
+    login_proc "$id" 'nohup sleep 600 >/dev/null 2>&1 & echo left'
+    check warm_shell.left_behind "stdout [$OUT]" [ "$OUT" = "$(printf 'from-profile\nleft')" ]
+    sleep 3.5
+    check warm_shell.left_behind_stays_thawed "state $(freezer_state "$id")" not is_frozen "$id"
+    run_exec "$id" '{"cmd":"pkill -x sleep; for i in $(seq 50); do pgrep -x sleep >/dev/null || exit 0; sleep 0.1; done; exit 1"}'
+    check warm_shell.frozen_once_gone "state $(freezer_state "$id")" wait_frozen "$id" 4
+  fi
+  delete_sandbox "$id"
+  check warm_shell.delete_leaves_nothing "container left" eventually 15 not runsc_has "$id"
+}
