@@ -229,6 +229,9 @@ void Agent::handle_control(protocol::Frame& f) {
       channel_.send(FrameType::kPong, 0, f.payload);
       break;
     case FrameType::kIdentity:
+      // A new identity (a fork, a restore): a login shell waiting has the old one's environment
+      // and would only be passed over, so it ends now.
+      procs_.warm_shell().drop();
       channel_.send(FrameType::kIdentityAck, 0, identity_ack_payload(apply_identity(f.payload)));
       break;
     case FrameType::kResync:

@@ -32,7 +32,7 @@ warm_shells() {
 one_waiting() { [ "$(warm_shells "$1" | wc -l)" = 1 ]; }
 
 s_warm_shell() {
-  create_sandbox '{"timeout_s":600,"metadata":{"test":"warm-shell"}}'
+  create_sandbox '{"timeout_s":600,"forkable":true,"metadata":{"test":"warm-shell"}}'
   local id=$CID
   [ -n "$id" ] || { fail warm_shell.create "$(snip)"; return 0; }
   login_proc "$id" 'echo one'
@@ -72,6 +72,20 @@ s_warm_shell() {
     check warm_shell.left_behind_stays_thawed "state $(freezer_state "$id")" not is_frozen "$id"
     run_exec "$id" '{"cmd":"pkill -x sleep; for i in $(seq 50); do pgrep -x sleep >/dev/null || exit 0; sleep 0.1; done; exit 1"}'
     check warm_shell.frozen_once_gone "state $(freezer_state "$id")" wait_frozen "$id" 4
+  fi
+  # A fork carries the waiting shell, with the source's environment: it ends at the fork's new
+  # identity, and the fork's commands see the fork's own.
+  check warm_shell.waiting_before_fork "[$(warm_shells "$id")] waiting" eventually 10 one_waiting "$id"
+  apij POST "/v1/sandboxes/$id/fork" '{"count":1}'
+  local fork
+  fork=$(j '.data[0].id // empty')
+  if [ -z "$fork" ]; then
+    fail warm_shell.fork "$(snip)"
+  else
+    check warm_shell.fork_has_none_waiting "[$(warm_shells "$fork")] waiting in the fork" [ -z "$(warm_shells "$fork")" ]
+    login_proc "$fork" 'echo "$B3OS_SANDBOX_ID"'
+    check warm_shell.fork_identity "stdout [$OUT], fork $fork" [ "$OUT" = "$(printf 'from-profile\n%s' "$fork")" ]
+    delete_sandbox "$fork"
   fi
   delete_sandbox "$id"
   check warm_shell.delete_leaves_nothing "container left" eventually 15 not runsc_has "$id"
