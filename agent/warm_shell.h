@@ -41,9 +41,9 @@ class WarmShell {
   /// A command that fits ended: a shell for the next one like it is to be started, if one of
   /// the last few was of the same kind too and no shell waits (start_pending starts it).
   void command_ended(const SpawnSpec& spec);
-  /// A shell is to be started. The agent starts it once a turn of its loop found nothing to do:
-  /// the spawn holds the agent's one thread until the exec is done (~10 ms under gVisor), which
-  /// must not delay the END of the command that just ended, or a request already on its way.
+  /// A shell is to be started. The agent starts it once its loop has had nothing to do for a
+  /// while: the spawn holds the agent's one thread until the exec is done (~10 ms under gVisor),
+  /// which must not delay the END of the command that just ended, or a request on its way.
   bool pending() const { return pending_.has_value(); }
   void start_pending();
 
