@@ -22,6 +22,7 @@
 #include "daemon/api/api.h"
 #include "daemon/template/service.h"
 #include "daemon/api/config.h"
+#include "daemon/api/target.h"
 #include "daemon/gateway/gateway.h"
 #include "daemon/gateway/relay.h"
 #include "daemon/http/metrics_listener.h"
@@ -322,18 +323,47 @@ make_mcp_create_relay(store::Store& store, sandbox::SandboxService& sandboxes, c
   };
 }
 
+// The answer of an internal route: its JSON, or the error in b3os's shape.
+void answer_json(http::Exchange& ex, const Result<nlohmann::json>& r) {
+  api::Reply reply = r ? api::Reply{200, *r, {}} : api::error_reply(r.error());
+  ex.respond(reply.status, "application/json", api::dump_json(reply.body), reply.headers);
+}
+
+// The JSON object an internal route takes: POST `path`, at most 64 KiB.
+Result<nlohmann::json> internal_body(http::Exchange& ex, std::string_view route, std::string_view path) {
+  if (ex.method() != "POST" || ex.target() != path)
+    return fail(ErrorCode::kNotFound, "the " + std::string(route) + " route is POST " + std::string(path));
+  auto body = ex.read_body(64 * 1024);
+  if (!body) return fail(body.error());
+  auto j = nlohmann::json::parse(*body, nullptr, false);
+  if (!j.is_object()) return fail(ErrorCode::kInvalidRequest, std::string(route) + ": the body is a JSON object");
+  return j;
+}
+
+// The cluster route "e2b-signer" (b3os-router asks each node): which live sandbox of this node
+// signed a /files URL that names none. POST /internal/e2b-signer {"method", "target"}: 200
+// {"sandbox"}, 401 when none of this node's did (docs/e2b.md, "Signed URLs through a router").
+void e2b_signer(http::Exchange& ex, e2b::Server& e2b) {
+  auto j = internal_body(ex, "e2b-signer", "/internal/e2b-signer");
+  if (!j) return answer_json(ex, fail(j.error()));
+  if (!j->value("method", nlohmann::json()).is_string() || !j->value("target", nlohmann::json()).is_string())
+    return answer_json(ex, fail(ErrorCode::kInvalidRequest, "e2b-signer: method and target are required"));
+  auto target = api::parse_target((*j)["target"].get<std::string>());
+  if (!target) return answer_json(ex, fail(target.error()));
+  if (target->path != "/files" || !target->query.count("signature"))
+    return answer_json(ex, fail(ErrorCode::kInvalidRequest, "e2b-signer: the target is a signed /files URL"));
+  auto id = e2b.signer_for((*j)["method"] == "GET", target->query);
+  if (!id) return answer_json(ex, fail(id.error()));
+  answer_json(ex, nlohmann::json{{"sandbox", *id}});
+}
+
 /// POST /internal/adopt on the internal listener (signed for the route "adopt", no API key):
 /// a draining node hands this one a sandbox (docs/cluster.md, "A drain moves sandboxes").
 void adopt_moved(http::Exchange& ex, sandbox::SandboxService& sandboxes) {
-  auto answer = [&ex](const Result<nlohmann::json>& r) {
-    api::Reply reply = r ? api::Reply{200, *r, {}} : api::error_reply(r.error());
-    ex.respond(reply.status, "application/json", api::dump_json(reply.body), reply.headers);
-  };
-  if (ex.method() != "POST" || ex.target() != "/internal/adopt")
-    return answer(fail(ErrorCode::kNotFound, "the adopt route is POST /internal/adopt"));
-  auto body = ex.read_body(64 * 1024);
+  auto answer = [&ex](const Result<nlohmann::json>& r) { answer_json(ex, r); };
+  auto body = internal_body(ex, "adopt", "/internal/adopt");
   if (!body) return answer(fail(body.error()));
-  const auto j = nlohmann::json::parse(*body, nullptr, false);
+  const auto& j = *body;
   if (!j.is_object() || !j.value("sandbox_id", nlohmann::json()).is_string() ||
       !j.value("project_id", nlohmann::json()).is_string() || !j.value("move_id", nlohmann::json()).is_string() ||
       !j.value("from_node", nlohmann::json()).is_string() || !j.value("deadline_ms", nlohmann::json()).is_number_integer())
@@ -979,7 +1009,8 @@ int main(int argc, char** argv) {
     http::Config ccfg = http_cfg;
     ccfg.name = "cluster";
     cluster_server = std::make_unique<http::Server>(
-        cluster_listen.substr(0, colon), cport, ccfg, [&api, &cluster_secret, &cluster_previews, &sandboxes](http::Exchange& ex) {
+        cluster_listen.substr(0, colon), cport, ccfg,
+        [&api, &cluster_secret, &cluster_previews, &sandboxes, &e2b_server](http::Exchange& ex) {
           // The route is inside what the signature covers ("ROUTE:" before the method).
           const std::string route(ex.header(cluster::kRouteHeader));
           const std::string method = (route.empty() ? "" : route + ":") + std::string(ex.method());
@@ -994,6 +1025,7 @@ int main(int argc, char** argv) {
             return refuse(v.error());
           if (route == "mcp-call") return api.handle(ex, true);
           if (route == "adopt") return adopt_moved(ex, sandboxes);
+          if (route == "e2b-signer") return e2b_signer(ex, e2b_server);
           if (!route.empty() && route != "preview")
             return refuse({ErrorCode::kInvalidRequest, "unknown cluster route \"" + route.substr(0, 40) + "\"", 0});
           if (route == "preview") {

@@ -9,7 +9,6 @@
 #include <chrono>
 #include <deque>
 
-#include <boost/asio/ip/address_v6.hpp>
 
 #include "common/clock.h"
 #include "common/ids.h"
@@ -197,7 +196,11 @@ bool Server::is_envd(const http::Exchange& ex, const std::string& path, const Qu
 }
 
 std::string Server::signature(const http::Exchange& ex, const Query& query, const std::string& token) {
-  const std::string op = ex.method() == "GET" ? "read" : "write";
+  return signature(ex.method() == "GET", query, token);
+}
+
+std::string Server::signature(bool read, const Query& query, const std::string& token) {
+  const std::string op = read ? "read" : "write";
   std::string raw = first(query, "path") + ":" + op + ":" + first(query, "username") + ":" + token;
   if (auto exp = first(query, "signature_expiration"); !exp.empty()) raw += ":" + exp;
   unsigned char md[SHA256_DIGEST_LENGTH];
@@ -207,40 +210,31 @@ std::string Server::signature(const http::Exchange& ex, const Query& query, cons
   return sig;
 }
 
-namespace {
-/// Who a scan is counted against: the client's address, an IPv6 one by its /64 (one host can
-/// hold a whole /64).
-std::string client_key(std::string addr) {
-  if (addr.find(':') == std::string::npos || addr.rfind("::ffff:", 0) == 0) return addr;
-  boost::system::error_code ec;
-  auto a6 = boost::asio::ip::make_address_v6(addr, ec);
-  if (ec) return addr;
-  auto bytes = a6.to_bytes();
-  std::fill(bytes.begin() + 8, bytes.end(), 0);
-  return boost::asio::ip::address_v6(bytes).to_string() + "/64";
-}
-}  // namespace
 
 Result<std::string> Server::signer_of(const http::Exchange& ex, const Query& query) {
+  const std::string client = http::client_key(ex.peer_address());
+  return scan_signer(ex.method() == "GET", query, &client);
+}
+
+Result<std::string> Server::scan_signer(bool read, const Query& query, const std::string* client) {
   std::lock_guard lk(scan_mu_);
   const int64_t now = steady_ms();
-  const auto refill = [now](double tokens, int64_t at, double rate) {
-    return std::min(rate, tokens + static_cast<double>(now - at) * rate / 1000.0);
-  };
-  const std::string client = client_key(ex.peer_address());
-  if (client_scans_.size() >= kMaxClients && !client_scans_.count(client))
-    for (auto it = client_scans_.begin(); it != client_scans_.end();)  // idle ones: their bucket refilled
-      it = refill(it->second.tokens, it->second.at_ms, kScansPerClient) >= kScansPerClient ? client_scans_.erase(it) : ++it;
-  if (client_scans_.size() >= kMaxClients && !client_scans_.count(client))
-    return fail(ErrorCode::kRateLimited, "too many clients checking signed /files URLs at once; retry shortly");
-  Bucket& mine = client_scans_.try_emplace(client, Bucket{kScansPerClient, now}).first->second;
-  mine.tokens = refill(mine.tokens, mine.at_ms, kScansPerClient);
-  mine.at_ms = now;
-  scan_tokens_ = refill(scan_tokens_, scan_refill_ms_, kScansPerSecond);
+  if (client) {
+    switch (client_scans_.take(*client, now)) {
+      case KeyedBuckets::Take::kTaken:
+        break;
+      case KeyedBuckets::Take::kNoRoom:
+        return fail(ErrorCode::kRateLimited, "too many clients checking signed /files URLs at once; retry shortly");
+      case KeyedBuckets::Take::kEmpty:
+        return fail(ErrorCode::kRateLimited, "too many signed /files URLs from this client this second; retry shortly");
+    }
+  }
+  scan_tokens_ = std::min(kScansPerSecond, scan_tokens_ + static_cast<double>(now - scan_refill_ms_) * kScansPerSecond / 1000.0);
   scan_refill_ms_ = now;
-  if (mine.tokens < 1) return fail(ErrorCode::kRateLimited, "too many signed /files URLs from this client this second; retry shortly");
-  if (scan_tokens_ < 1) return fail(ErrorCode::kRateLimited, "too many signed /files URLs to check this second; retry shortly");
-  mine.tokens -= 1;
+  if (scan_tokens_ < 1) {
+    if (client) client_scans_.give_back(*client);
+    return fail(ErrorCode::kRateLimited, "too many signed /files URLs to check this second; retry shortly");
+  }
   scan_tokens_ -= 1;
   const std::string given = first(query, "signature");
   const auto live = sandboxes_.registry().all();
@@ -250,7 +244,7 @@ Result<std::string> Server::signer_of(const http::Exchange& ex, const Query& que
     auto it = token_cache_.find(s->id);
     if (it == token_cache_.end()) it = token_cache_.emplace(s->id, sandboxes_.access_token(s->id)).first;
     // Every one is computed and compared: the time taken says nothing of which matched.
-    if (same(given, signature(ex, query, it->second))) found = s->id;
+    if (same(given, signature(read, query, it->second))) found = s->id;
   }
   if (found.empty()) return fail(ErrorCode::kUnauthorized, "the URL's signature is not that of a running sandbox's access token");
   return found;
@@ -268,6 +262,11 @@ Result<void> not_expired(const Query& query) {
   return {};
 }
 }  // namespace
+
+Result<std::string> Server::signer_for(bool read, const Query& query) {
+  if (auto r = not_expired(query); !r) return fail(r.error());
+  return scan_signer(read, query, nullptr);
+}
 
 Result<sandbox::Principal> Server::authenticate_envd(const http::Exchange& ex, const std::string& path, const Query& query) {
   std::string id(ex.header("E2b-Sandbox-Id"));

@@ -18,6 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/keyed_buckets.h"
 #include "common/result.h"
 #include "daemon/e2b/deadlines.h"
 #include "daemon/http/server.h"
@@ -55,6 +56,12 @@ class Server {
   /// (X-Access-Token, or the signature of a /files URL) is the sandbox's: 401 otherwise, and
   /// 502 when no such sandbox is live (what E2B's proxy answers; isRunning() reads false).
   Result<sandbox::Principal> authenticate_envd(const http::Exchange& ex, const std::string& path, const Query& query);
+
+  /// The live sandbox of this node whose access token signed a /files URL (`read`: a GET),
+  /// for b3os-router, which cannot know (the cluster route "e2b-signer"; docs/e2b.md): expired
+  /// URLs are 401 before any scan, and scans count against the node's limit, not a client's
+  /// (the router limits each of its clients).
+  Result<std::string> signer_for(bool read, const Query& query);
 
   void handle_control(http::Exchange& ex, const sandbox::Principal& p, const std::string& method,
                       const std::vector<std::string>& segments, const Query& query);
@@ -94,18 +101,17 @@ class Server {
   /// live sandbox's signature is computed, at most kScansPerSecond scans a second node-wide
   /// (429 past that), so that forged URLs cannot take the node's CPU.
   Result<std::string> signer_of(const http::Exchange& ex, const Query& query);
+  /// The scan itself; `client` (when given) is charged as well as the node.
+  Result<std::string> scan_signer(bool read, const Query& query, const std::string* client);
   /// The signature a /files URL would carry for this token (docs/e2b.md).
   static std::string signature(const http::Exchange& ex, const Query& query, const std::string& token);
+  static std::string signature(bool read, const Query& query, const std::string& token);
   static constexpr double kScansPerSecond = 100;
   /// Each client address (an IPv6 one by its /64) may use at most this many of them a second,
   /// so that one client forging URLs cannot take every real URL's turn.
   static constexpr double kScansPerClient = 20;
   static constexpr size_t kMaxClients = 4096;  // buckets kept; full (idle) ones are dropped first
 
-  struct Bucket {
-    double tokens;
-    int64_t at_ms;
-  };
   Config cfg_;
   sandbox::SandboxService& sandboxes_;
   Deadlines deadlines_;  // commands' Connect-Timeout-Ms
@@ -113,7 +119,7 @@ class Server {
   double scan_tokens_ = kScansPerSecond;
   int64_t scan_refill_ms_ = 0;
   std::map<std::string, std::string> token_cache_;  // sandbox id -> its access token
-  std::map<std::string, Bucket> client_scans_;      // client address -> its scans
+  KeyedBuckets client_scans_{kScansPerClient, kMaxClients};  // client address -> its scans
 };
 
 }  // namespace b3os::e2b

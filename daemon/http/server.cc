@@ -31,6 +31,16 @@ namespace beast = boost::beast;
 namespace bh = boost::beast::http;
 using tcp = asio::ip::tcp;
 
+std::string client_key(std::string addr) {
+  if (addr.find(':') == std::string::npos || addr.rfind("::ffff:", 0) == 0) return addr;
+  boost::system::error_code ec;
+  auto a6 = asio::ip::make_address_v6(addr, ec);
+  if (ec) return addr;
+  auto bytes = a6.to_bytes();
+  std::fill(bytes.begin() + 8, bytes.end(), 0);
+  return asio::ip::address_v6(bytes).to_string() + "/64";
+}
+
 namespace {
 
 constexpr size_t kHeaderLimit = 64 * 1024;

@@ -183,6 +183,10 @@ struct Config {
 };
 
 /// Listens on host:port and runs `handler` for each request.
+/// Who a per-client limit counts: the address as given, an IPv6 one by its /64 (one host can
+/// hold a whole /64).
+std::string client_key(std::string addr);
+
 class Server {
  public:
   Server(std::string host, int port, Config cfg, Handler handler);

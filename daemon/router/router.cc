@@ -9,6 +9,7 @@
 #include "common/clock.h"
 #include "common/json.h"
 #include "common/metrics.h"
+#include "daemon/cluster/peer.h"
 #include "daemon/cluster/signature.h"
 
 namespace b3os::router {
@@ -306,8 +307,8 @@ void Router::send_e2b_error(http::Exchange& ex, const Error& e) {
              h);
 }
 
-void Router::handle_envd(http::Exchange& ex, const std::string& id) {
-  ex.set_route("e2b_envd");
+void Router::handle_envd(http::Exchange& ex, const std::string& id, bool signed_url) {
+  if (!signed_url) ex.set_route("e2b_envd");
   // As E2B's proxy answers for a sandbox it cannot reach: 502 (the SDK's isRunning() reads
   // false from it).
   const auto gone = [&](const std::string& why) { send_e2b_error(ex, {ErrorCode::kUpstreamError, why, 0}); };
@@ -324,7 +325,10 @@ void Router::handle_envd(http::Exchange& ex, const std::string& id) {
   // Relayed as an API request, unauthenticated here: the node checks the sandbox's token. A
   // node that says "retry" (the sandbox is being moved) makes the next request look again.
   const std::string place_key = "p/" + id;
-  auto adjust = [this, place_key](http::ProxyOptions& o, const store::NodeRecord&) {
+  auto adjust = [this, place_key, signed_url, &id](http::ProxyOptions& o, const store::NodeRecord&) {
+    // A signed URL's sandbox, as the node found it: the node checks the signature against that
+    // sandbox's token alone.
+    if (signed_url) o.request_headers.emplace_back("E2b-Sandbox-Id", id);
     o.rewrite_response_header = [this, place_key](std::string_view name, std::string_view) -> std::optional<std::string> {
       if (name.size() == 11 && starts_with_ci(name, "retry-after")) {
         std::lock_guard lk(mu_);
@@ -340,6 +344,55 @@ void Router::handle_envd(http::Exchange& ex, const std::string& id) {
   }
   m_forwards.with({"e2b_envd", "node_unreachable"}).inc();
   gone("the node holding sandbox " + id + " is not answering (" + error + ")");
+}
+
+void Router::handle_signed_files(http::Exchange& ex) {
+  ex.set_route("e2b_signed_files");
+  // Each client's URLs are limited here, as a node limits its own clients': the nodes see only
+  // the router, and count its questions against themselves alone.
+  {
+    std::lock_guard lk(mu_);
+    switch (signed_clients_.take(http::client_key(ex.peer_address()), steady_ms())) {
+      case KeyedBuckets::Take::kTaken:
+        break;
+      case KeyedBuckets::Take::kNoRoom:
+        return send_e2b_error(ex, {ErrorCode::kRateLimited, "too many clients checking signed /files URLs at once; retry shortly", 0});
+      case KeyedBuckets::Take::kEmpty:
+        return send_e2b_error(ex, {ErrorCode::kRateLimited, "too many signed /files URLs from this client this second; retry shortly", 0});
+    }
+  }
+  auto all = nodes();
+  if (!all) return send_e2b_error(ex, all.error());
+  // The URL names no sandbox and only a node can tell its sandboxes' tokens: each live node is
+  // asked which of its sandboxes signed it (at most one did).
+  const std::string ask = nlohmann::json{{"method", std::string(ex.method())}, {"target", std::string(ex.target())}}.dump();
+  std::optional<Error> other;  // a node's refusal other than "none of mine" (its own limit, a bad URL)
+  Error none{ErrorCode::kUnauthorized, "the URL's signature is not that of a running sandbox's access token", 0};
+  bool unreachable = false;
+  for (const auto& n : *all) {
+    if (n.state == "down") continue;
+    auto a = cluster::post_to_node(n.url, cfg_.secret, "e2b-signer", "/internal/e2b-signer", ask, std::chrono::seconds(5));
+    if (!a) {
+      unreachable = true;
+      continue;
+    }
+    const auto j = nlohmann::json::parse(a->body, nullptr, false);
+    if (a->status == 200 && j.is_object() && j.value("sandbox", nlohmann::json()).is_string())
+      return handle_envd(ex, j["sandbox"].get<std::string>(), true);
+    // The node answers in b3os's shape: {"error": {"code", "message"}}.
+    const nlohmann::json err = j.is_object() ? j.value("error", nlohmann::json()) : nlohmann::json();
+    const std::string msg = err.is_object() && err.value("message", nlohmann::json()).is_string() ? err["message"].get<std::string>() : "";
+    if (a->status == 401) {
+      if (!msg.empty()) none.message = msg;  // "expired" says more than "not found"
+    } else if (!other) {
+      other = Error{a->status == 429 ? ErrorCode::kRateLimited : ErrorCode::kInvalidRequest,
+                    msg.empty() ? "the signed URL was refused" : msg, 0};
+    }
+  }
+  if (other) return send_e2b_error(ex, *other);
+  if (unreachable)
+    return send_e2b_error(ex, {ErrorCode::kUpstreamError, "no live node knows this URL's signer, and a node is not answering", 0});
+  send_e2b_error(ex, none);
 }
 
 void Router::handle_preview(http::Exchange& ex) {
@@ -414,11 +467,7 @@ void Router::handle(http::Exchange& ex) {
   if (const std::string envd_id(ex.header("E2b-Sandbox-Id")); !envd_id.empty()) return handle_envd(ex, envd_id);
   const bool e2b = is_e2b_control(segs);
   const auto fail_with = [&](const Error& e) { e2b ? send_e2b_error(ex, e) : send_error(ex, e); };
-  if (path == "/files" && target.find("signature=") != std::string_view::npos)
-    return send_e2b_error(ex, {ErrorCode::kNotImplemented,
-                               "a signed /files URL names no sandbox, and through b3os-router it cannot be found: use "
-                               "files.read and files.write, or point E2B_SANDBOX_URL at the node (docs/e2b.md)",
-                               0});
+  if (path == "/files" && target.find("signature=") != std::string_view::npos) return handle_signed_files(ex);
   auto key = authenticate(ex);
   if (!key) return fail_with(key.error());
   auto all = nodes();

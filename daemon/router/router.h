@@ -17,6 +17,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/keyed_buckets.h"
 #include "common/result.h"
 #include "daemon/http/server.h"
 #include "daemon/store/store.h"
@@ -101,7 +102,12 @@ class Router {
   Result<std::string> sandbox_node(const std::string& id);
   /// An E2B envd request (it names its sandbox in E2b-Sandbox-Id and carries the sandbox's
   /// access token, no key): relayed to the holding node, which checks the token.
-  void handle_envd(http::Exchange& ex, const std::string& id);
+  /// `signed_url`: a signed /files URL whose sandbox a node named (handle_signed_files).
+  void handle_envd(http::Exchange& ex, const std::string& id, bool signed_url = false);
+  /// A signed /files URL (uploadUrl, downloadUrl): it names no sandbox; each live node is asked
+  /// whether one of its sandboxes signed it (the cluster route "e2b-signer"), and the request is
+  /// relayed to the one that did. Each client may ask kSignedPerClient times a second.
+  void handle_signed_files(http::Exchange& ex);
 
   const Config cfg_;
   store::Store& store_;
@@ -126,6 +132,8 @@ class Router {
     int64_t until_ms;
   };
   std::unordered_map<std::string, CachedPlace> places_;
+  static constexpr double kSignedPerClient = 20;
+  KeyedBuckets signed_clients_{kSignedPerClient, 4096};  // client address -> signed URLs asked
   /// The node holding `id` of `project` (`snapshot`: a snapshot's), "" when there is no such
   /// record; from places_ or the store.
   Result<std::string> node_holding(const std::string& project, const std::string& id, bool snapshot);
