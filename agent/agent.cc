@@ -135,8 +135,9 @@ bool Agent::idle() const {
   if (::waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) < 0 && errno == ECHILD) return true;
   // The login shell waiting for a command (warm_shell.h) does not make the sandbox busy: idle
   // when it is PID 1's only child.
+  // A process of the table running is a child besides the shell: no need to read /proc.
   const pid_t warm = procs_.warm_shell_pid();
-  return warm > 0 && only_child_is(warm);
+  return warm > 0 && procs_.running() == 0 && only_child_is(warm);
 }
 
 bool Agent::only_child_is(pid_t pid) {

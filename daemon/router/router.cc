@@ -385,8 +385,10 @@ void Router::handle_signed_files(http::Exchange& ex) {
     if (a->status == 401) {
       if (!msg.empty()) none.message = msg;  // "expired" says more than "not found"
     } else if (!other) {
-      other = Error{a->status == 429 ? ErrorCode::kRateLimited : ErrorCode::kInvalidRequest,
-                    msg.empty() ? "the signed URL was refused" : msg, 0};
+      other = Error{a->status == 429   ? ErrorCode::kRateLimited
+                    : a->status >= 500 ? ErrorCode::kUpstreamError
+                                       : ErrorCode::kInvalidRequest,
+                    msg.empty() ? "node " + n.id + " refused the signed URL (HTTP " + std::to_string(a->status) + ")" : msg, 0};
     }
   }
   if (other) return send_e2b_error(ex, *other);
