@@ -4,6 +4,7 @@
 #include <sys/signalfd.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <exception>
@@ -80,16 +81,26 @@ void Agent::run_once() {
   }
   if (channel_.wants_write()) pfds_.push_back(pollfd{channel_.out_fd(), POLLOUT, 0});
 
-  // A login shell to start ahead (warm_shell.h) waits for 20 ms with nothing to do: the spawn
-  // holds this thread ~10 ms, and a client that sends its next command straight after the
-  // last one's end (within ~10 ms) should find the agent free, not blocked behind a shell it
-  // will not have time to use (measured: with 5 ms, back-to-back commands were 3-6 ms slower).
-  constexpr int kQuietMs = 20;
+  // Login shells to start ahead (warm_shell.h) wait until the agent has had nothing to do for a
+  // while (WarmShell::quiet): a spawn holds this thread ~10 ms and takes the sandbox's CPU for
+  // ~40 ms more, and a client that sends its next command straight after the last one's end
+  // should find the agent free, not busy with a shell it will not have time to use (measured:
+  // with 5 ms for the first shell, back-to-back commands were 3-6 ms slower).
   const bool warm_pending = procs_.warm_shell().pending();
   int timeout = poll_timeout_ms(Clock::now());
-  if (warm_pending && (timeout < 0 || timeout > kQuietMs)) timeout = kQuietMs;
+  if (warm_pending) {
+    const auto quiet_for = Clock::now() - last_busy_;
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(procs_.warm_shell().quiet() - quiet_for);
+    const int left_ms = static_cast<int>(std::max<int64_t>(left.count(), 0)) + 1;
+    if (timeout < 0 || timeout > left_ms) timeout = left_ms;
+  }
   const int r = ::poll(pfds_.data(), pfds_.size(), timeout);
-  if (r == 0 && warm_pending) procs_.warm_shell().start_pending();
+  if (r != 0) {
+    last_busy_ = Clock::now();
+  } else if (warm_pending && Clock::now() - last_busy_ >= procs_.warm_shell().quiet()) {
+    procs_.warm_shell().start_pending();
+    last_busy_ = Clock::now();  // the next one waits for quiet of its own
+  }
   if (r < 0 && errno != EINTR) {
     log_line("poll: %s", std::strerror(errno));
     ::usleep(10000);
@@ -133,24 +144,44 @@ bool Agent::idle() const {
   // "no child" means nothing else is alive. WNOWAIT: the reaper in drain_signals reaps.
   siginfo_t si{};
   if (::waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) < 0 && errno == ECHILD) return true;
-  // The login shell waiting for a command (warm_shell.h) does not make the sandbox busy: idle
-  // when it is PID 1's only child.
-  // A process of the table running is a child besides the shell: no need to read /proc.
-  const pid_t warm = procs_.warm_shell_pid();
-  return warm > 0 && procs_.running() == 0 && only_child_is(warm);
+  // The login shells waiting for a command (warm_shell.h) do not make the sandbox busy: idle
+  // when PID 1's children are all among them.
+  // A process of the table running is a child besides the shells: no need to read /proc.
+  const std::vector<pid_t> waiting = procs_.warm_shell().waiting();
+  return !waiting.empty() && procs_.running() == 0 && children_among(waiting);
 }
 
-bool Agent::only_child_is(pid_t pid) {
+bool Agent::children_among(const std::vector<pid_t>& pids) {
   UniqueFd fd(::open("/proc/self/task/1/children", O_RDONLY | O_CLOEXEC));
   if (!fd) return false;
-  char buf[64];
-  ssize_t n;
-  do {
-    n = ::read(fd.get(), buf, sizeof(buf) - 1);
-  } while (n < 0 && errno == EINTR);
-  if (n <= 0) return false;
-  buf[n] = '\0';
-  return std::string_view(buf) == std::to_string(pid) + " ";
+  // The list is as long as the children are many; more than it holds is more than the shells.
+  char buf[256];
+  size_t len = 0;
+  for (;;) {
+    const ssize_t n = ::read(fd.get(), buf + len, sizeof(buf) - 1 - len);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return false;
+    if (n == 0) break;
+    len += static_cast<size_t>(n);
+    if (len == sizeof(buf) - 1) return false;
+  }
+  buf[len] = '\0';
+  std::string_view rest(buf, len);
+  bool any = false;
+  while (!rest.empty()) {
+    const size_t sp = rest.find(' ');
+    const std::string_view tok = rest.substr(0, sp);
+    rest = sp == std::string_view::npos ? std::string_view() : rest.substr(sp + 1);
+    if (tok.empty()) continue;
+    pid_t pid = 0;
+    for (char c : tok) {
+      if (c < '0' || c > '9') return false;
+      pid = pid * 10 + (c - '0');
+    }
+    if (std::find(pids.begin(), pids.end(), pid) == pids.end()) return false;
+    any = true;
+  }
+  return any;
 }
 
 void Agent::report_idle() {

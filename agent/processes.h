@@ -81,9 +81,8 @@ class ProcessTable {
   size_t size() const { return procs_.size(); }
   /// How many have not exited.
   size_t running() const;
-  /// The login shell waiting for the next command (warm_shell.h), or -1.
-  pid_t warm_shell_pid() const { return warm_.pid(); }
   WarmShell& warm_shell() { return warm_; }
+  const WarmShell& warm_shell() const { return warm_; }
 
  private:
   void read_output(Process& p, int which);

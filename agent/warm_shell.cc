@@ -21,13 +21,18 @@ namespace {
 // fd 3 (a regular file, which bash reads in blocks, where a pipe would be read byte by byte),
 // close both, then eval the command in this same shell. `builtin`, so that a function of the
 // profile's named like one cannot take its place; `|| :`, so that a profile's `set -e` does not
-// end the shell at the reads' EOF. Before the command runs, BASH_EXECUTION_STRING is set to it
-// (as `bash -c` sets it) and the variable is unset; all on one line, so $LINENO counts as in
-// `bash -c`.
+// end the shell at the reads' EOF. SECONDS counts from here and hashed command paths are
+// forgotten. Before the command runs, BASH_EXECUTION_STRING is set to it (as `bash -c` sets it)
+// and the variable is unset; all on one line, so $LINENO counts as in `bash -c`.
 constexpr char kStub[] =
     "builtin read -r -n 1 __b3os_cmd <&4 || :; exec 4<&-; "
-    "IFS= builtin read -r -d '' __b3os_cmd <&3 || :; exec 3<&-; "
+    "IFS= builtin read -r -d '' __b3os_cmd <&3 || :; exec 3<&-; SECONDS=0; builtin hash -r; "
     "builtin eval \"BASH_EXECUTION_STRING=\\$__b3os_cmd; builtin unset __b3os_cmd; $__b3os_cmd\"";
+
+// A shell taken this soon after its start was started after the last command ended (20 ms of
+// quiet), or was not even ready (bash and its profile take ~45 ms here): commands come faster
+// than shells are made ready at leisure.
+constexpr auto kYoung = std::chrono::milliseconds(100);
 
 // The longest command a warm shell takes: what execve would take as one argument
 // (MAX_ARG_STRLEN); a longer one goes the usual way and gets the usual error.
@@ -104,12 +109,18 @@ std::vector<WarmShell::Stamp> WarmShell::stamp_profile(const SpawnSpec& spec) {
   return out;
 }
 
-void WarmShell::start(const SpawnSpec& key) {
+bool WarmShell::start(const SpawnSpec& key) {
+  // The directory it runs in, by inode: a directory removed and made again is another one.
+  struct stat cwd_st;
+  if (::stat(key.cwd.empty() ? "/" : key.cwd.c_str(), &cwd_st) != 0) {
+    log_line("warm shell: not started: cwd %s: %s", key.cwd.c_str(), std::strerror(errno));
+    return false;
+  }
   UniqueFd script(::memfd_create("b3os-command", MFD_CLOEXEC));
   int go[2];
   if (!script || ::pipe2(go, O_CLOEXEC) != 0) {
     log_line("warm shell: not started: %s", std::strerror(errno));
-    return;
+    return false;
   }
   UniqueFd go_r(go[0]), go_w(go[1]);
   SpawnSpec spec = key;
@@ -120,75 +131,107 @@ void WarmShell::start(const SpawnSpec& key) {
   auto child = spawn_child(spec);
   if (!child) {
     log_line("warm shell: not started: %s", child.error().message.c_str());
-    return;
+    return false;
   }
-  shell_ = Shell{key, std::move(*child), std::move(script), std::move(go_w), std::move(stamps)};
-  passed_over_ = 0;
+  shells_.push_back(Shell{key, std::move(*child), std::move(script), std::move(go_w), std::move(stamps),
+                          cwd_st.st_dev, cwd_st.st_ino, std::chrono::steady_clock::now()});
+  return true;
+}
+
+bool WarmShell::kept(const Shell& sh, const std::vector<Stamp>& stamps) const {
+  // Alive: not exited (reaped or not yet).
+  siginfo_t si{};
+  if (::waitid(P_PID, static_cast<id_t>(sh.child.pid), &si, WEXITED | WNOHANG | WNOWAIT) != 0 || si.si_pid != 0)
+    return false;
+  struct stat st;
+  if (::stat(sh.key.cwd.empty() ? "/" : sh.key.cwd.c_str(), &st) != 0 || st.st_dev != sh.cwd_dev ||
+      st.st_ino != sh.cwd_ino)
+    return false;
+  return sh.stamps == stamps;  // else it read a profile that has changed since
 }
 
 std::optional<SpawnedChild> WarmShell::take(const SpawnSpec& spec) {
-  pending_.reset();  // the command that ends next decides whether a shell is started
-  if (!shell_) return std::nullopt;
-  // Alive: not exited (reaped or not yet).
-  siginfo_t si{};
-  if (::waitid(P_PID, static_cast<id_t>(shell_->child.pid), &si, WEXITED | WNOHANG | WNOWAIT) != 0 || si.si_pid != 0) {
-    drop();
+  // No shell is started while a command runs (the agent's loop is quiet while a short one
+  // does): the command that ends next asks for them again.
+  const std::optional<SpawnSpec> due = std::move(pending_);
+  pending_.reset();
+  if (shells_.empty()) {
+    // None waits, where one was due: shells are wanted faster than they come.
+    if (due && same_kind(*due, key_of(spec))) target_ = std::min(target_ + 1, kMaxShells);
     return std::nullopt;
   }
   const SpawnSpec key = key_of(spec);
-  if (!same_kind(shell_->key, key)) {
-    // Left for the kind it was started for, unless commands of other kinds keep passing it.
+  if (!same_kind(shells_.front().key, key)) {
+    // Left for the kind they were started for, unless commands of other kinds keep passing them.
     if (++passed_over_ >= kMaxPassedOver) drop();
     return std::nullopt;
   }
-  if (stamp_profile(key) != shell_->stamps) {  // it read a profile that has changed since
-    drop();
-    return std::nullopt;
-  }
-  const std::string& cmd = spec.argv[3];
-  size_t done = 0;
-  while (done < cmd.size()) {
-    const ssize_t w = ::pwrite(shell_->script.get(), cmd.data() + done, cmd.size() - done, static_cast<off_t>(done));
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) {
-      log_line("warm shell: command not written: %s", std::strerror(errno));
-      drop();
-      return std::nullopt;
+  passed_over_ = 0;
+  const auto stamps = stamp_profile(key);
+  while (!shells_.empty()) {
+    Shell sh = std::move(shells_.front());
+    shells_.pop_front();
+    if (!kept(sh, stamps)) {
+      kill_group(sh.child.pid);
+      continue;
     }
-    done += static_cast<size_t>(w);
+    const std::string& cmd = spec.argv[3];
+    size_t done = 0;
+    while (done < cmd.size()) {
+      const ssize_t w = ::pwrite(sh.script.get(), cmd.data() + done, cmd.size() - done, static_cast<off_t>(done));
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) break;
+      done += static_cast<size_t>(w);
+    }
+    if (done < cmd.size()) {
+      log_line("warm shell: command not written: %s", std::strerror(errno));
+      kill_group(sh.child.pid);
+      continue;
+    }
+    if (std::chrono::steady_clock::now() - sh.started < kYoung) target_ = std::min(target_ + 1, kMaxShells);
+    // Closing the go pipe's write end (with the Shell) lets the shell go on.
+    return std::move(sh.child);
   }
-  SpawnedChild child = std::move(shell_->child);
-  shell_.reset();  // closes fd 4's write end (the shell goes on) and the agent's memfd
-  return child;
+  return std::nullopt;
 }
 
 void WarmShell::command_ended(const SpawnSpec& spec) {
   SpawnSpec key = key_of(spec);
   const bool again = std::any_of(recent_.begin(), recent_.end(), [&](const SpawnSpec& k) { return same_kind(k, key); });
-  if (again && !shell_) pending_ = key;
+  if (again && (shells_.empty() || same_kind(shells_.front().key, key))) pending_ = key;
   recent_.push_back(std::move(key));
   if (recent_.size() > kRecent) recent_.pop_front();
 }
 
 void WarmShell::start_pending() {
-  if (!pending_) return;
-  const SpawnSpec key = std::move(*pending_);
-  pending_.reset();
-  if (!shell_) start(key);
+  if (!pending()) return;
+  // One at a time, each at a quiet turn of its own; done once enough wait, or at a failure
+  // (logged), which the next command that ends may try again.
+  if (!start(*pending_) || shells_.size() >= target_) pending_.reset();
 }
 
 bool WarmShell::on_child_exit(pid_t pid) {
-  if (!shell_ || shell_->child.pid != pid) return false;
-  shell_.reset();
-  return true;
+  for (auto it = shells_.begin(); it != shells_.end(); ++it)
+    if (it->child.pid == pid) {
+      shells_.erase(it);
+      return true;
+    }
+  return false;
+}
+
+std::vector<pid_t> WarmShell::waiting() const {
+  std::vector<pid_t> out;
+  for (const auto& sh : shells_) out.push_back(sh.child.pid);
+  return out;
 }
 
 void WarmShell::drop() {
   passed_over_ = 0;
-  if (!shell_) return;
-  // Its whole group: nothing of it may outlive it. Reaped by the agent's reaper, as any child.
-  kill_group(shell_->child.pid);
-  shell_.reset();
+  pending_.reset();
+  // Each one's whole group: nothing of it may outlive it. Reaped by the agent's reaper, as any
+  // child.
+  for (const auto& sh : shells_) kill_group(sh.child.pid);
+  shells_.clear();
 }
 
 }  // namespace b3os::agent

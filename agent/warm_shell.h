@@ -9,15 +9,26 @@
 // shell that read the profile, as with `bash -l -c`. What it prints while reading its profile
 // stays in its pipes and reaches the command's output first, as it would have.
 //
+// Shells are started for commands back to back too. A shell takes ~45 ms of the sandbox's CPU
+// to start, more than a short command with its round trip (~20 ms), so one started after each
+// command is not ready for a client that sends the next at once: when a command finds none
+// waiting, one shell more is kept waiting from then on (up to kMaxShells), all started at quiet
+// turns. A copy of a waiting shell made by fork would cost as much under gVisor (~50 ms a
+// double fork, measured) and differ from `bash -l -c` ($$, traps, what the profile prints).
+//
 // A shell is used only while nothing it read at start has changed (the profile files are
-// stamped: inode, size, mtime, ctime). One is started only for a kind of command that came
-// before among the last few, so commands whose environments differ each time cost no shell
-// started in vain; a waiting shell is left alone by commands of another kind (they start the
-// usual way) until three in a row have passed it, then ended. At most one per sandbox; it is not a process of the table (not listed, not counted) and
-// the sandbox counts as idle while it is the only thing alive.
+// stamped: inode, size, mtime, ctime; the directory it runs in by inode: one removed and made
+// again is another). SECONDS counts from the command, and the command paths the profile's
+// commands left hashed are forgotten, as in a shell started for the command. Shells are
+// started only for a kind of command that came before among the last few, so commands whose
+// environments differ each time cost no shell started in vain; the waiting shells are left
+// alone by commands of another kind (they start the usual way) until three in a row have
+// passed them, then ended. All are of one kind; none is a process of the table (not listed,
+// not counted) and the sandbox counts as idle while they are the only things alive.
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <deque>
 #include <optional>
 #include <string>
@@ -30,30 +41,40 @@ namespace b3os::agent {
 
 class WarmShell {
  public:
+  /// The most shells kept waiting.
+  static constexpr size_t kMaxShells = 8;
+
   /// `spec` is `/bin/bash -l -c CMD` on pipes (no terminal, no fds of its own).
   static bool fits(const SpawnSpec& spec);
 
-  /// The waiting shell, now running `spec`'s command, when one was started for a spec equal to
-  /// `spec` in all but the command and nothing it read at start has changed; otherwise nullopt
-  /// (a shell that can serve no more is ended, and reaped later like any child).
+  /// A waiting shell (the oldest), now running `spec`'s command, when they were started for a
+  /// spec equal to `spec` in all but the command and nothing it read at start has changed;
+  /// otherwise nullopt (shells that can serve no more are ended, and reaped later like any child).
   std::optional<SpawnedChild> take(const SpawnSpec& spec);
 
-  /// A command that fits ended: a shell for the next one like it is to be started, if one of
-  /// the last few was of the same kind too and no shell waits (start_pending starts it).
+  /// A command that fits ended: shells for the next ones like it are to be started, if one of
+  /// the last few was of the same kind too and fewer are waiting than are wanted.
   void command_ended(const SpawnSpec& spec);
-  /// A shell is to be started. The agent starts it once its loop has had nothing to do for a
+  /// A shell is to be started (start_pending starts one). The agent starts it once its loop has had nothing to do for a
   /// while: the spawn holds the agent's one thread until the exec is done (~10 ms under gVisor),
   /// which must not delay the END of the command that just ended, or a request on its way.
-  bool pending() const { return pending_.has_value(); }
+  bool pending() const { return pending_.has_value() && shells_.size() < target_; }
   void start_pending();
+  /// How long the agent must have had nothing to do before it starts one: 20 ms for the first
+  /// (it should be ready for the next command of an agent that leaves ~100 ms or more between
+  /// commands), 100 ms for more (they are for the next burst: started between the commands of
+  /// a burst, they take the CPU those commands need and come too late for them).
+  std::chrono::milliseconds quiet() const {
+    return std::chrono::milliseconds(shells_.empty() ? 20 : 100);
+  }
 
-  /// True when `pid` was the waiting shell (it ended before use): forgotten.
+  /// True when `pid` was a waiting shell (it ended before use): forgotten.
   bool on_child_exit(pid_t pid);
 
-  /// The waiting shell's pid, or -1.
-  pid_t pid() const { return shell_ ? shell_->child.pid : -1; }
+  /// The waiting shells' pids.
+  std::vector<pid_t> waiting() const;
 
-  /// Ends the waiting shell, if any.
+  /// Ends the waiting shells, if any.
   void drop();
 
  private:
@@ -72,19 +93,24 @@ class WarmShell {
     UniqueFd script;  // memfd: the command goes here (fd 3 in the shell)
     UniqueFd go;      // write end of the shell's fd 4: closed once the command is written
     std::vector<Stamp> stamps;
+    dev_t cwd_dev = 0;
+    ino_t cwd_ino = 0;
+    std::chrono::steady_clock::time_point started;
   };
 
   static SpawnSpec key_of(const SpawnSpec& spec);
   static bool same_kind(const SpawnSpec& a, const SpawnSpec& b);
   static std::vector<Stamp> stamp_profile(const SpawnSpec& spec);
-  void start(const SpawnSpec& key);
+  bool start(const SpawnSpec& key);
+  bool kept(const Shell& sh, const std::vector<Stamp>& stamps) const;
 
-  std::optional<Shell> shell_;
+  std::deque<Shell> shells_;  // oldest first; all of one kind
   static constexpr size_t kRecent = 4;
   static constexpr int kMaxPassedOver = 3;
   std::deque<SpawnSpec> recent_;  // the kinds of the last commands that fit, oldest first
-  int passed_over_ = 0;  // commands of another kind since the shell was started
-  std::optional<SpawnSpec> pending_;    // the kind of shell to start at the next quiet turn
+  int passed_over_ = 0;  // commands of another kind in a row
+  std::optional<SpawnSpec> pending_;    // the kind of shells to start at quiet turns
+  size_t target_ = 1;    // shells to keep waiting
 };
 
 }  // namespace b3os::agent

@@ -6,8 +6,8 @@
 // with GAP_MS between calls, so that each is measured alone (what the agent does in the
 // background after a command, such as starting the next login shell, is done by then: an agent
 // driven by a model leaves seconds between commands); then the same calls back to back, each
-// kind in a burst of its own (no gap: a login shell is still starting when the next command
-// comes); and prints the samples as JSON on its last line.
+// kind in a burst of its own (no gap: the agent has no quiet moment to make a shell ready);
+// and prints the samples as JSON on its last line.
 //   node bench_sdk.mjs URL ADMIN_KEY CALLS CREATES [GAP_MS]   (E2B_API_URL, E2B_SANDBOX_URL, E2B_API_KEY set)
 import { Sandbox } from 'e2b'
 import { Agent, request } from 'undici'
@@ -25,7 +25,7 @@ async function rest(method, path, body) {
 }
 const ms = async (fn) => { const t0 = performance.now(); await fn(); return performance.now() - t0 }
 
-const out = { sdk_run: [], sdk_cold: [], rest_true: [], rest_bash: [], sdk_burst: [], sdk_cold_burst: [], rest_burst: [],
+const out = { sdk_run: [], sdk_cold: [], rest_true: [], rest_bash: [], sdk_burst: [], sdk_cold_burst: [], rest_burst: [], sdk_long: [], rest_long: [],
   sdk_create_run: [], rest_create_exec: [] }
 // A command whose environment differs from the last one's finds no login shell started ahead
 // (docs/e2b.md): the same call, the way it went before there was one.
@@ -46,13 +46,25 @@ for (let i = 0; i < calls; i++) {
   await sleep(gapMs)
   out.rest_bash.push(await ms(() => rest('POST', `/v1/sandboxes/${sbx.sandboxId}/exec`, { cmd: ['/bin/bash', '-l', '-c', 'true'] })))
 }
-// Back to back: bursts of 10 of one kind, then of the other, turn about.
+// Back to back: bursts of 10 of one kind, then REST's, turn about, each after a pause of a
+// second (an agent's turn: a few commands in a row, then the model thinks); then one run of 50
+// of each with no pause at all. The bursts with a new environment each call come after all
+// others, as a client that changes its environment each time ends the login shells waiting
+// for the last one (docs/e2b.md).
+const pauseMs = 1000
 for (let i = 0; i < calls; i += 10) {
-  await sleep(gapMs)
+  await sleep(pauseMs)
   for (let j = 0; j < 10; j++) out.sdk_burst.push(await ms(() => sbx.commands.run('true')))
-  await sleep(gapMs)
+  await sleep(pauseMs)
+  for (let j = 0; j < 10; j++) out.rest_burst.push(await ms(restTrue))
+}
+await sleep(pauseMs)
+for (let j = 0; j < 50; j++) out.sdk_long.push(await ms(() => sbx.commands.run('true')))
+for (let j = 0; j < 50; j++) out.rest_long.push(await ms(restTrue))
+for (let i = 0; i < calls; i += 10) {
+  await sleep(pauseMs)
   for (let j = 0; j < 10; j++) out.sdk_cold_burst.push(await ms(coldRun))
-  await sleep(gapMs)
+  await sleep(pauseMs)
   for (let j = 0; j < 10; j++) out.rest_burst.push(await ms(restTrue))
 }
 await sbx.kill()

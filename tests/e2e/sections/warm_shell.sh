@@ -1,17 +1,18 @@
 # shellcheck shell=bash
 # shellcheck disable=SC2016 # single-quoted $VAR are for the sandbox's shell or jq
-# e2e section: the login shell started ahead (agent/warm_shell.h, docs/e2b.md). Once a
-# `/bin/bash -l -c CMD` process has come twice, the agent keeps one such shell waiting; the next
-# command like it runs in it, with what `bash -l -c` gives (fds, $0, $BASH_EXECUTION_STRING,
-# $LINENO, the profile's output first). A profile changed since the shell read it is read again;
-# the waiting shell is not a process of the API and does not keep the sandbox from being idle,
-# while a process left behind still does.
+# e2e section: the login shells started ahead (agent/warm_shell.h, docs/e2b.md). Once a
+# `/bin/bash -l -c CMD` process has come twice, the agent keeps such a shell waiting, and more
+# after commands back to back; the next command like them runs in one, with what `bash -l -c`
+# gives (fds, $0, $BASH_EXECUTION_STRING, $LINENO, $SECONDS, the profile's output first). A
+# profile changed since the shell read it is read again, a directory made again is entered
+# again; waiting shells are not processes of the API and do not keep the sandbox from being
+# idle, while a process left behind still does.
 
-# login_proc ID CMD: runs CMD as ["/bin/bash","-l","-c",CMD] through the processes API, waits
+# login_proc ID CMD [CWD]: runs CMD as ["/bin/bash","-l","-c",CMD] through the processes API, waits
 # for it, and leaves its stdout in OUT and its pid in LPID ("" when it did not start or end).
 login_proc() {
   OUT= LPID=
-  apij POST "/v1/sandboxes/$1/processes" "$(jq -cn --arg c "$2" '{cmd: ["/bin/bash", "-l", "-c", $c]}')"
+  apij POST "/v1/sandboxes/$1/processes" "$(jq -cn --arg c "$2" --arg d "${3:-}" '{cmd: ["/bin/bash", "-l", "-c", $c]} + (if $d == "" then {} else {cwd: $d} end)')"
   [ "$ST" = 201 ] || return 0
   local p
   p=$(j .id)
@@ -30,6 +31,18 @@ warm_shells() {
 }
 
 one_waiting() { [ "$(warm_shells "$1" | wc -l)" = 1 ]; }
+some_waiting() { [ "$(warm_shells "$1" | wc -l)" -ge "$2" ]; }
+
+# burst ID N: N login shell commands (`true`) back to back: each started as soon as the last
+# has ended (no output read in between).
+burst() {
+  local i p
+  for ((i = 0; i < $2; i++)); do
+    apij POST "/v1/sandboxes/$1/processes" '{"cmd":["/bin/bash","-l","-c","true"]}'
+    p=$(j .id)
+    apij POST "/v1/sandboxes/$1/processes/$p/wait" '{"timeout_ms":20000}'
+  done
+}
 
 s_warm_shell() {
   create_sandbox '{"timeout_s":600,"forkable":true,"metadata":{"test":"warm-shell"}}'
@@ -59,15 +72,39 @@ s_warm_shell() {
   login_proc "$id" 'exit 3'
   api GET "/v1/sandboxes/$id/processes"
   check warm_shell.not_listed "$(snip)" okj 200 '(.data | length) == 5 and all(.data[]; .status == "exited")'
+  # SECONDS counts from the command, not from the shell's start.
+  check warm_shell.waits_for_seconds "no shell waiting" eventually 10 one_waiting "$id"
+  sleep 1.2
+  login_proc "$id" 'echo "s=$SECONDS"'
+  check warm_shell.seconds_from_command "stdout [$OUT]" [ "$OUT" = "$(printf 'from-profile\ns=0')" ]
+  # A directory removed and made again is another one: the command runs in the new one.
+  run_exec "$id" '{"cmd":"mkdir -p /tmp/wd"}'
+  login_proc "$id" 'pwd' /tmp/wd
+  login_proc "$id" 'pwd' /tmp/wd
+  check warm_shell.cwd_shell_waits "no shell waiting" eventually 10 one_waiting "$id"
+  run_exec "$id" '{"cmd":"rm -rf /tmp/wd && mkdir /tmp/wd && touch /tmp/wd/made-again"}'
+  login_proc "$id" 'ls' /tmp/wd
+  check warm_shell.cwd_made_again "stdout [$OUT]" [ "$OUT" = "$(printf 'from-profile\nmade-again')" ]
+  # Commands back to back: more shells are kept waiting for the next burst (one more each time
+  # a command found none ready), all ended by a command of another kind... three in a row.
+  run_exec "$id" '{"cmd":"sed -i /from-profile/d /root/.bashrc"}'
+  burst "$id" 6
+  check warm_shell.burst_grows_the_pool "[$(warm_shells "$id" | tr '\n' ' ')] waiting" eventually 15 some_waiting "$id" 3
+  local before
+  before=$(warm_shells "$id" | head -1)
+  login_proc "$id" 'echo "$BASHPID:$$"'
+  check warm_shell.pool_oldest_first "oldest waiting [$before], ran in [$LPID], stdout [$OUT]" [ "$OUT" = "$before:$before" ]
+  for cmd in 'echo a' 'echo b' 'echo c'; do login_proc "$id" "$cmd" /tmp; done
+  check warm_shell.passed_over_ends_all "[$(warm_shells "$id" | tr '\n' ' ')] waiting" eventually 10 one_waiting "$id"
 
   # Idle with a shell waiting; a process left behind by a command keeps it busy.
   if [ -z "$(freezer_state "$id")" ]; then
     skip warm_shell.idle "no freezer cgroup for $id"
   else
-    check warm_shell.waiting_and_idle "[$(warm_shells "$id")] waiting" eventually 10 one_waiting "$id"
+    check warm_shell.waiting_and_idle "[$(warm_shells "$id")] waiting" eventually 10 some_waiting "$id" 1
     check warm_shell.frozen_while_waiting "state $(freezer_state "$id")" wait_frozen "$id" 4
     login_proc "$id" 'nohup sleep 600 >/dev/null 2>&1 & echo left'
-    check warm_shell.left_behind "stdout [$OUT]" [ "$OUT" = "$(printf 'from-profile\nleft')" ]
+    check warm_shell.left_behind "stdout [$OUT]" [ "$OUT" = left ]
     sleep 3.5
     check warm_shell.left_behind_stays_thawed "state $(freezer_state "$id")" not is_frozen "$id"
     run_exec "$id" '{"cmd":"pkill -x sleep; for i in $(seq 50); do pgrep -x sleep >/dev/null || exit 0; sleep 0.1; done; exit 1"}'
@@ -75,7 +112,7 @@ s_warm_shell() {
   fi
   # A fork carries the waiting shell, with the source's environment: it ends at the fork's new
   # identity, and the fork's commands see the fork's own.
-  check warm_shell.waiting_before_fork "[$(warm_shells "$id")] waiting" eventually 10 one_waiting "$id"
+  check warm_shell.waiting_before_fork "[$(warm_shells "$id")] waiting" eventually 10 some_waiting "$id" 1
   apij POST "/v1/sandboxes/$id/fork" '{"count":1}'
   local fork
   fork=$(j '.data[0].id // empty')
@@ -84,7 +121,7 @@ s_warm_shell() {
   else
     check warm_shell.fork_has_none_waiting "[$(warm_shells "$fork")] waiting in the fork" [ -z "$(warm_shells "$fork")" ]
     login_proc "$fork" 'echo "$B3OS_SANDBOX_ID"'
-    check warm_shell.fork_identity "stdout [$OUT], fork $fork" [ "$OUT" = "$(printf 'from-profile\n%s' "$fork")" ]
+    check warm_shell.fork_identity "stdout [$OUT], fork $fork" [ "$OUT" = "$fork" ]
     delete_sandbox "$fork"
   fi
   delete_sandbox "$id"
