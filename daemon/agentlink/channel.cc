@@ -384,15 +384,31 @@ Result<void> AgentChannel::resync(std::chrono::milliseconds timeout, bool cut_fr
   return fail(channel_error(name_, "no RESYNC_ACK from the agent"));
 }
 
-Result<void> AgentChannel::send_identity(const nlohmann::json& identity, std::chrono::milliseconds timeout) {
+Result<void> AgentChannel::send_identity(const nlohmann::json& identity, std::chrono::milliseconds timeout,
+                                         Result<bool>* idle_reports) {
+  const auto deadline = Clock::now() + timeout;
   if (auto r = write_frame(FrameType::kIdentity, 0, identity.dump()); !r) return r;
+  Result<std::shared_ptr<Stream>> idle = fail(ErrorCode::kInternal, "not asked");
+  if (idle_reports) idle = open({{"op", "idle_reports"}});
   auto f = wait_control(FrameType::kIdentityAck, timeout);
   if (!f) return fail(f.error());
   auto j = nlohmann::json::parse(f->payload, nullptr, false);
   if (j.is_discarded() || !j.value("ok", false)) {
     return fail(channel_error(name_, "the agent refused its identity: " + f->payload));
   }
+  if (idle_reports) *idle_reports = idle ? idle_answer(**idle, deadline) : fail(idle.error());
   return {};
+}
+
+Result<bool> AgentChannel::idle_answer(Stream& s, Clock::time_point deadline) {
+  for (;;) {
+    auto f = s.next(deadline);
+    if (!f) return fail(f.error());
+    if (f->type != FrameType::kEnd) continue;
+    auto j = nlohmann::json::parse(f->payload, nullptr, false);
+    // An agent that does not know the op answers {"ok":false} (unknown op).
+    return j.is_object() && j.value("ok", false);
+  }
 }
 
 std::chrono::milliseconds AgentChannel::probe(std::chrono::milliseconds quiet) {
@@ -416,15 +432,7 @@ void AgentChannel::reset_probe() {
 Result<bool> AgentChannel::request_idle_reports(std::chrono::milliseconds timeout) {
   auto s = open({{"op", "idle_reports"}});
   if (!s) return fail(s.error());
-  const auto deadline = Clock::now() + timeout;
-  for (;;) {
-    auto f = (*s)->next(deadline);
-    if (!f) return fail(f.error());
-    if (f->type != FrameType::kEnd) continue;
-    auto j = nlohmann::json::parse(f->payload, nullptr, false);
-    // An agent that does not know the op answers {"ok":false} (unknown op).
-    return j.is_object() && j.value("ok", false);
-  }
+  return idle_answer(**s, Clock::now() + timeout);
 }
 
 Result<double> AgentChannel::ping(std::chrono::milliseconds timeout) {

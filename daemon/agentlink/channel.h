@@ -100,8 +100,12 @@ class AgentChannel : public std::enable_shared_from_this<AgentChannel> {
   /// quiesced checkpoint): a frame's worth of filler goes first, so that an agent still
   /// waiting for that frame's payload finishes it and then finds the RESYNC.
   Result<void> resync(std::chrono::milliseconds timeout, bool cut_frame = false);
-  /// Sends IDENTITY and waits for its acknowledgement.
-  Result<void> send_identity(const nlohmann::json& identity, std::chrono::milliseconds timeout);
+  /// Sends IDENTITY and waits for its acknowledgement. With `idle_reports`, the request for
+  /// IDLE reports (as request_idle_reports) is written right behind it and its answer stored
+  /// there: the agent takes frames in turn, so both cost one round trip, not two (a fork's and
+  /// a claim's critical path). The identity's failure is the result; the request's is stored.
+  Result<void> send_identity(const nlohmann::json& identity, std::chrono::milliseconds timeout,
+                             Result<bool>* idle_reports = nullptr);
   /// Asks the agent for IDLE reports (OPEN {"op":"idle_reports"}); after a boot, a restore
   /// and every resync (RESYNC turns them off). True when the agent will report; false when it
   /// is an agent that does not know them (an older one, in a checkpoint image): it is then
@@ -156,6 +160,8 @@ class AgentChannel : public std::enable_shared_from_this<AgentChannel> {
   void handle_control(protocol::Frame f);
   void forget(uint32_t id);
   Result<protocol::Frame> wait_control(protocol::FrameType type, std::chrono::milliseconds timeout);
+  /// The END of an idle_reports request: whether the agent will report.
+  static Result<bool> idle_answer(Stream& s, std::chrono::steady_clock::time_point deadline);
 
   UniqueFd fd_;
   UniqueFd wake_;  // eventfd: shutdown() wakes the reader without touching the shared socket

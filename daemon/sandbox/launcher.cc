@@ -52,8 +52,13 @@ Result<void> Launcher::identify(LiveSandbox& s) {
                    {"machine_id", to_hex(random_bytes(16))},
                    {"seed", to_hex(random_bytes(32))},
                    {"time_ns", now_unix_ms() * 1000000}};
-  if (auto r = s.channel->send_identity(identity, kControlTimeout); !r) return r;
-  request_idle_reports(s);
+  // Before the answer, anything the agent said of its idleness belongs to a channel now gone.
+  s.agent_idle = -1;
+  if (cfg_.idle_freeze_ms <= 0) return s.channel->send_identity(identity, kControlTimeout);  // never frozen
+  // The idle reports are asked for right behind the identity: one round trip for both.
+  Result<bool> idle = false;
+  if (auto r = s.channel->send_identity(identity, kControlTimeout, &idle); !r) return r;
+  note_idle_reports(s, idle);
   return {};
 }
 
@@ -61,7 +66,10 @@ void Launcher::request_idle_reports(LiveSandbox& s) {
   // Before the answer, anything the agent said of its idleness belongs to a channel now gone.
   s.agent_idle = -1;
   if (cfg_.idle_freeze_ms <= 0) return;  // never frozen: no reports wanted
-  auto r = s.channel->request_idle_reports(kControlTimeout);
+  note_idle_reports(s, s.channel->request_idle_reports(kControlTimeout));
+}
+
+void Launcher::note_idle_reports(LiveSandbox& s, const Result<bool>& r) {
   if (!r)
     spdlog::warn("sandbox {}: asking for idle reports: {}; it is never frozen", s.id, r.error().message);
   else if (!*r)

@@ -78,6 +78,8 @@ class Launcher {
   /// Asks the agent for IDLE reports (after the agent is up, and after every resync); an
   /// agent that does not know them is simply never frozen.
   void request_idle_reports(LiveSandbox& s);
+  /// Logs what asking for idle reports gave (never frozen when they will not come).
+  static void note_idle_reports(LiveSandbox& s, const Result<bool>& r);
   /// Undoes a launch that will not become a sandbox, or ends one: channel, container, shim, files.
   void discard(LiveSandbox& s);
   /// Ends a sandbox at once and releases it afterwards: its channel closes and its cgroup is
