@@ -88,16 +88,17 @@ void Agent::run_once() {
   // with 5 ms for the first shell, back-to-back commands were 3-6 ms slower).
   const bool warm_pending = procs_.warm_shell().pending();
   int timeout = poll_timeout_ms(Clock::now());
-  if (warm_pending) {
+  const bool work_due = timeout == 0;  // a stream to pump or a deadline passed: not quiet
+  if (warm_pending && !work_due) {
     const auto quiet_for = Clock::now() - last_busy_;
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(procs_.warm_shell().quiet() - quiet_for);
     const int left_ms = static_cast<int>(std::max<int64_t>(left.count(), 0)) + 1;
     if (timeout < 0 || timeout > left_ms) timeout = left_ms;
   }
   const int r = ::poll(pfds_.data(), pfds_.size(), timeout);
-  if (r != 0) {
-    last_busy_ = Clock::now();
-  } else if (warm_pending && Clock::now() - last_busy_ >= procs_.warm_shell().quiet()) {
+  // Quiet is counted from the end of the last turn that did something (set at the end below).
+  const bool quiet_turn = r == 0 && !work_due;
+  if (quiet_turn && warm_pending && Clock::now() - last_busy_ >= procs_.warm_shell().quiet()) {
     procs_.warm_shell().start_pending();
     last_busy_ = Clock::now();  // the next one waits for quiet of its own
   }
@@ -136,6 +137,7 @@ void Agent::run_once() {
   }
   relay_.sweep();
   report_idle();
+  if (!quiet_turn) last_busy_ = Clock::now();
 }
 
 bool Agent::idle() const {

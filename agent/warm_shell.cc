@@ -75,13 +75,20 @@ bool WarmShell::same_kind(const SpawnSpec& a, const SpawnSpec& b) {
 // The files a login bash reads before the command (bash(1), INVOCATION, and Debian's
 // /etc/profile and ~/.profile, which read /etc/profile.d/*.sh, /etc/bash.bashrc and ~/.bashrc),
 // the directory /etc/profile.d itself (a file added or removed), and the accounts file.
-std::vector<WarmShell::Stamp> WarmShell::stamp_profile(const SpawnSpec& spec) {
+std::optional<std::vector<WarmShell::Stamp>> WarmShell::stamp_profile(const SpawnSpec& spec) {
+  // Read at every take and start: a directory made huge must not hold the agent's thread.
+  constexpr size_t kMaxProfileD = 256;
   std::vector<std::string> paths = {"/etc/profile", "/etc/profile.d", "/etc/bash.bashrc", "/etc/passwd",
                                     "/etc/environment"};
   if (DIR* d = ::opendir("/etc/profile.d")) {
     std::vector<std::string> names;
     while (const dirent* e = ::readdir(d)) {
-      if (e->d_name[0] != '.') names.emplace_back(e->d_name);
+      if (e->d_name[0] == '.') continue;
+      if (names.size() == kMaxProfileD) {
+        ::closedir(d);
+        return std::nullopt;
+      }
+      names.emplace_back(e->d_name);
     }
     ::closedir(d);
     std::sort(names.begin(), names.end());
@@ -128,17 +135,21 @@ bool WarmShell::start(const SpawnSpec& key) {
   spec.pass_fds = {script.get(), go_r.get()};
   // Stamped before the start: a change made while the shell reads its profile shows as one.
   auto stamps = stamp_profile(key);
+  if (!stamps) {
+    log_line("warm shell: not started: /etc/profile.d has too many entries to watch");
+    return false;
+  }
   auto child = spawn_child(spec);
   if (!child) {
     log_line("warm shell: not started: %s", child.error().message.c_str());
     return false;
   }
-  shells_.push_back(Shell{key, std::move(*child), std::move(script), std::move(go_w), std::move(stamps),
+  shells_.push_back(Shell{key, std::move(*child), std::move(script), std::move(go_w), std::move(*stamps),
                           cwd_st.st_dev, cwd_st.st_ino, std::chrono::steady_clock::now()});
   return true;
 }
 
-bool WarmShell::kept(const Shell& sh, const std::vector<Stamp>& stamps) const {
+bool WarmShell::kept(const Shell& sh, const std::optional<std::vector<Stamp>>& stamps) const {
   // Alive: not exited (reaped or not yet).
   siginfo_t si{};
   if (::waitid(P_PID, static_cast<id_t>(sh.child.pid), &si, WEXITED | WNOHANG | WNOWAIT) != 0 || si.si_pid != 0)
@@ -147,12 +158,12 @@ bool WarmShell::kept(const Shell& sh, const std::vector<Stamp>& stamps) const {
   if (::stat(sh.key.cwd.empty() ? "/" : sh.key.cwd.c_str(), &st) != 0 || st.st_dev != sh.cwd_dev ||
       st.st_ino != sh.cwd_ino)
     return false;
-  return sh.stamps == stamps;  // else it read a profile that has changed since
+  return stamps && sh.stamps == *stamps;  // else it read a profile that has changed since
 }
 
 std::optional<SpawnedChild> WarmShell::take(const SpawnSpec& spec) {
-  // No shell is started while a command runs (the agent's loop is quiet while a short one
-  // does): the command that ends next asks for them again.
+  // No shell is started from here until a command that fits ends (the agent's loop is quiet
+  // while a short command runs, and a start then takes the CPU it needs).
   const std::optional<SpawnSpec> due = std::move(pending_);
   pending_.reset();
   if (shells_.empty()) {
@@ -177,14 +188,18 @@ std::optional<SpawnedChild> WarmShell::take(const SpawnSpec& spec) {
     }
     const std::string& cmd = spec.argv[3];
     size_t done = 0;
+    int err = 0;  // 0 with done < size: a short write
     while (done < cmd.size()) {
       const ssize_t w = ::pwrite(sh.script.get(), cmd.data() + done, cmd.size() - done, static_cast<off_t>(done));
       if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) break;
+      if (w <= 0) {
+        err = w < 0 ? errno : 0;
+        break;
+      }
       done += static_cast<size_t>(w);
     }
     if (done < cmd.size()) {
-      log_line("warm shell: command not written: %s", std::strerror(errno));
+      log_line("warm shell: command not written: %s", err != 0 ? std::strerror(err) : "short write");
       kill_group(sh.child.pid);
       continue;
     }
@@ -214,6 +229,9 @@ bool WarmShell::on_child_exit(pid_t pid) {
   for (auto it = shells_.begin(); it != shells_.end(); ++it)
     if (it->child.pid == pid) {
       shells_.erase(it);
+      // Not started again until a command of the kind ends: a profile that ends the shell
+      // (or a process that kills the waiting ones) must not have shells started in a loop.
+      pending_.reset();
       return true;
     }
   return false;
@@ -228,6 +246,7 @@ std::vector<pid_t> WarmShell::waiting() const {
 void WarmShell::drop() {
   passed_over_ = 0;
   pending_.reset();
+  target_ = 1;
   // Each one's whole group: nothing of it may outlive it. Reaped by the agent's reaper, as any
   // child.
   for (const auto& sh : shells_) kill_group(sh.child.pid);

@@ -1,5 +1,5 @@
 #pragma once
-// A login shell started ahead for the next `/bin/bash -l -c CMD` (docs/e2b.md, "A login shell
+// Login shells started ahead for the next `/bin/bash -l -c CMD` (docs/e2b.md, "Login shells
 // started ahead"). E2B's SDK runs every command that way, and under gVisor starting bash and
 // reading its profile costs more than most commands do (~25 ms of a ~45 ms command here).
 // After such a command ends, the agent starts the same shell again, with the same environment,
@@ -12,14 +12,18 @@
 // Shells are started for commands back to back too. A shell takes ~45 ms of the sandbox's CPU
 // to start, more than a short command with its round trip (~20 ms), so one started after each
 // command is not ready for a client that sends the next at once: when a command finds none
-// waiting, one shell more is kept waiting from then on (up to kMaxShells), all started at quiet
-// turns. A copy of a waiting shell made by fork would cost as much under gVisor (~50 ms a
+// waiting where one was due, or takes one started less than 100 ms before, one shell more is
+// kept waiting from then on (up to kMaxShells, back to one when they are all ended), all
+// started at quiet turns. A shell that ends before use is not started again until a command of
+// its kind ends. A copy of a waiting shell made by fork would cost as much under gVisor (~50 ms a
 // double fork, measured) and differ from `bash -l -c` ($$, traps, what the profile prints).
 //
 // A shell is used only while nothing it read at start has changed (the profile files are
 // stamped: inode, size, mtime, ctime; the directory it runs in by inode: one removed and made
-// again is another). SECONDS counts from the command, and the command paths the profile's
-// commands left hashed are forgotten, as in a shell started for the command. Shells are
+// again is another; an /etc/profile.d of more than 256 entries is not stamped, and no shell is
+// started). SECONDS counts from the command, and the command paths the profile's commands left
+// hashed are forgotten (a shell started for the command keeps them; forgetting is the safe
+// side: a command installed since is found, and `hash` lists nothing). Shells are
 // started only for a kind of command that came before among the last few, so commands whose
 // environments differ each time cost no shell started in vain; the waiting shells are left
 // alone by commands of another kind (they start the usual way) until three in a row have
@@ -53,7 +57,7 @@ class WarmShell {
   std::optional<SpawnedChild> take(const SpawnSpec& spec);
 
   /// A command that fits ended: shells for the next ones like it are to be started, if one of
-  /// the last few was of the same kind too and fewer are waiting than are wanted.
+  /// the last few was of the same kind too, and none waits or those waiting are of its kind.
   void command_ended(const SpawnSpec& spec);
   /// A shell is to be started (start_pending starts one). The agent starts it once its loop has had nothing to do for a
   /// while: the spawn holds the agent's one thread until the exec is done (~10 ms under gVisor),
@@ -100,9 +104,10 @@ class WarmShell {
 
   static SpawnSpec key_of(const SpawnSpec& spec);
   static bool same_kind(const SpawnSpec& a, const SpawnSpec& b);
-  static std::vector<Stamp> stamp_profile(const SpawnSpec& spec);
+  /// nullopt when /etc/profile.d has more entries than are stamped.
+  static std::optional<std::vector<Stamp>> stamp_profile(const SpawnSpec& spec);
   bool start(const SpawnSpec& key);
-  bool kept(const Shell& sh, const std::vector<Stamp>& stamps) const;
+  bool kept(const Shell& sh, const std::optional<std::vector<Stamp>>& stamps) const;
 
   std::deque<Shell> shells_;  // oldest first; all of one kind
   static constexpr size_t kRecent = 4;

@@ -94,8 +94,34 @@ s_warm_shell() {
   before=$(warm_shells "$id" | head -1)
   login_proc "$id" 'echo "$BASHPID:$$"'
   check warm_shell.pool_oldest_first "oldest waiting [$before], ran in [$LPID], stdout [$OUT]" [ "$OUT" = "$before:$before" ]
+  # A profile that ends the shell before the command (here while /tmp/die exists): the shells
+  # started for the next commands end at once, and are not started again in a loop while more
+  # are wanted (the pool grew above).
+  run_exec "$id" '{"cmd":"echo \"[ -e /tmp/die ] && exit 0\" >> /root/.bashrc; touch /tmp/die"}'
+  login_proc "$id" 'echo x'
+  login_proc "$id" 'echo x'
+  run_exec "$id" "$(jq -cn '{cmd: ["bash", "-c", "a=$(bash -c '"'"'echo $BASHPID'"'"'); sleep 1.5; b=$(bash -c '"'"'echo $BASHPID'"'"'); echo $((b - a))"]}')"
+  check warm_shell.dying_profile_not_restarted "pids used in 1.5 s: [$(j .stdout)]" [ "$(j .stdout)" -lt 10 ]
+  run_exec "$id" '{"cmd":"rm /tmp/die"}'
   for cmd in 'echo a' 'echo b' 'echo c'; do login_proc "$id" "$cmd" /tmp; done
   check warm_shell.passed_over_ends_all "[$(warm_shells "$id" | tr '\n' ' ')] waiting" eventually 10 one_waiting "$id"
+  # Waiting shells killed from inside are not started again in a loop: none until a command of
+  # their kind ends.
+  run_exec "$id" '{"cmd":"pkill -KILL -f \"[_]_b3os_cmd\"; sleep 1.5; pgrep -fc \"[_]_b3os_cmd\" || true"}'
+  check warm_shell.killed_not_restarted "shells waiting 1.5 s after they were killed: [$(j .stdout)]" [ "$(j .stdout)" = 0 ]
+  login_proc "$id" 'echo back' /tmp
+  check warm_shell.killed_then_command "stdout [$OUT]" [ "$OUT" = back ]
+  check warm_shell.started_again_after_a_command "no shell waiting" eventually 10 some_waiting "$id" 1
+  # An /etc/profile.d too large to watch: commands run as usual, no shell is kept waiting.
+  run_exec "$id" '{"cmd":"for i in $(seq 300); do : > /etc/profile.d/zz$i.sh; done"}'
+  login_proc "$id" 'echo many' /tmp
+  login_proc "$id" 'echo many' /tmp
+  sleep 0.5
+  check warm_shell.huge_profile_d_runs "stdout [$OUT]" [ "$OUT" = many ]
+  check warm_shell.huge_profile_d_no_shell "[$(warm_shells "$id" | tr '\n' ' ')] waiting" [ -z "$(warm_shells "$id")" ]
+  run_exec "$id" '{"cmd":"rm -f /etc/profile.d/zz*.sh"}'
+  login_proc "$id" 'echo few' /tmp
+  login_proc "$id" 'echo few' /tmp
 
   # Idle with a shell waiting; a process left behind by a command keeps it busy.
   if [ -z "$(freezer_state "$id")" ]; then
