@@ -33,17 +33,16 @@ class Agent {
  private:
   void run_once();
   int poll_timeout_ms(Clock::time_point now) const;
-  Clock::time_point last_busy_ = Clock::now();  // when poll last reported something
+  Clock::time_point last_busy_ = Clock::now();  // the end of the last turn that did something
   void handle_frame(protocol::Frame& f);
   void handle_control(protocol::Frame& f);
   void open_stream(uint32_t id, std::string_view payload);
   void drain_signals();
   void reap_children();
   void drop_all_streams(const char* why);
-  /// True when nothing but the agent (and a warm shell) is alive and no stream or relay connection is open.
+  /// True when nothing but the agent (and waiting login shells) is alive and no stream or relay connection is open.
   bool idle() const;
-  /// True when `pid` is PID 1's only child (/proc's list of its children).
-  /// True when PID 1 has children and all are among `pids`.
+  /// True when PID 1 has children and all are among `pids` (/proc's list of its children).
   static bool children_among(const std::vector<pid_t>& pids);
   /// Sends IDLE when the idle state changed since the last report (only once asked).
   void report_idle();

@@ -116,10 +116,14 @@ std::optional<std::vector<WarmShell::Stamp>> WarmShell::stamp_profile(const Spaw
   return out;
 }
 
+bool WarmShell::stat_cwd(const SpawnSpec& key, struct stat& st) {
+  return ::stat(key.cwd.empty() ? "/" : key.cwd.c_str(), &st) == 0;
+}
+
 bool WarmShell::start(const SpawnSpec& key) {
   // The directory it runs in, by inode: a directory removed and made again is another one.
   struct stat cwd_st;
-  if (::stat(key.cwd.empty() ? "/" : key.cwd.c_str(), &cwd_st) != 0) {
+  if (!stat_cwd(key, cwd_st)) {
     log_line("warm shell: not started: cwd %s: %s", key.cwd.c_str(), std::strerror(errno));
     return false;
   }
@@ -155,9 +159,7 @@ bool WarmShell::kept(const Shell& sh, const std::optional<std::vector<Stamp>>& s
   if (::waitid(P_PID, static_cast<id_t>(sh.child.pid), &si, WEXITED | WNOHANG | WNOWAIT) != 0 || si.si_pid != 0)
     return false;
   struct stat st;
-  if (::stat(sh.key.cwd.empty() ? "/" : sh.key.cwd.c_str(), &st) != 0 || st.st_dev != sh.cwd_dev ||
-      st.st_ino != sh.cwd_ino)
-    return false;
+  if (!stat_cwd(sh.key, st) || st.st_dev != sh.cwd_dev || st.st_ino != sh.cwd_ino) return false;
   return stamps && sh.stamps == *stamps;  // else it read a profile that has changed since
 }
 

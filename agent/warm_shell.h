@@ -9,8 +9,7 @@
 // shell that read the profile, as with `bash -l -c`. What it prints while reading its profile
 // stays in its pipes and reaches the command's output first, as it would have.
 //
-// Shells are started for commands back to back too. A shell takes ~45 ms of the sandbox's CPU
-// to start, more than a short command with its round trip (~20 ms), so one started after each
+// Shells are started for commands back to back too. A shell takes ~40 ms of a core to start, more than a short command with its round trip (~20 ms), so one started after each
 // command is not ready for a client that sends the next at once: when a command finds none
 // waiting where one was due, or takes one started less than 100 ms before, one shell more is
 // kept waiting from then on (up to kMaxShells, back to one when they are all ended), all
@@ -30,6 +29,7 @@
 // passed them, then ended. All are of one kind; none is a process of the table (not listed,
 // not counted) and the sandbox counts as idle while they are the only things alive.
 
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include <chrono>
@@ -59,9 +59,10 @@ class WarmShell {
   /// A command that fits ended: shells for the next ones like it are to be started, if one of
   /// the last few was of the same kind too, and none waits or those waiting are of its kind.
   void command_ended(const SpawnSpec& spec);
-  /// A shell is to be started (start_pending starts one). The agent starts it once its loop has had nothing to do for a
-  /// while: the spawn holds the agent's one thread until the exec is done (~10 ms under gVisor),
-  /// which must not delay the END of the command that just ended, or a request on its way.
+  /// A shell is to be started (start_pending starts one). The agent starts it once its loop
+  /// has had nothing to do for a while (quiet): the spawn holds the agent's one thread until
+  /// the exec is done (~10 ms under gVisor), which must not delay the END of the command that
+  /// just ended, or a request on its way.
   bool pending() const { return pending_.has_value() && shells_.size() < target_; }
   void start_pending();
   /// How long the agent must have had nothing to do before it starts one: 20 ms for the first
@@ -103,6 +104,8 @@ class WarmShell {
   };
 
   static SpawnSpec key_of(const SpawnSpec& spec);
+  /// The directory a shell of `key` runs in, by device and inode.
+  static bool stat_cwd(const SpawnSpec& key, struct stat& st);
   static bool same_kind(const SpawnSpec& a, const SpawnSpec& b);
   /// nullopt when /etc/profile.d has more entries than are stamped.
   static std::optional<std::vector<Stamp>> stamp_profile(const SpawnSpec& spec);

@@ -5,9 +5,9 @@
 //   create: Sandbox.create() then commands.run('true') | REST create then exec of ["true"];
 // with GAP_MS between calls, so that each is measured alone (what the agent does in the
 // background after a command, such as starting the next login shell, is done by then: an agent
-// driven by a model leaves seconds between commands); then the same calls back to back, each
-// kind in a burst of its own (no gap: the agent has no quiet moment to make a shell ready);
-// and prints the samples as JSON on its last line.
+// driven by a model leaves seconds between commands); then the same calls back to back: bursts
+// of 10 of each kind after a pause of a second, and 50 in a row with no pause (the agent has no
+// quiet moment to make a shell ready); and prints the samples as JSON on its last line.
 //   node bench_sdk.mjs URL ADMIN_KEY CALLS CREATES [GAP_MS]   (E2B_API_URL, E2B_SANDBOX_URL, E2B_API_KEY set)
 import { Sandbox } from 'e2b'
 import { Agent, request } from 'undici'

@@ -14,6 +14,7 @@
 #include "common/unique_fd.h"
 #include "daemon/agentlink/channel.h"
 #include "protocol/frame.h"
+#include "tests/unit/agentlink/fake_agent.h"
 
 namespace b3os::agentlink {
 namespace {
@@ -27,21 +28,13 @@ bool agent_answers_both(int fd, const std::string& ack, const std::string& end, 
   protocol::FrameParser parser(FrameType::kResync);
   bool identity = false;
   uint32_t open_stream = 0;
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  char buf[4096];
-  while (std::chrono::steady_clock::now() < deadline && !(identity && open_stream)) {
-    pollfd p{fd, POLLIN, 0};
-    if (::poll(&p, 1, 50) <= 0) continue;
-    const ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n <= 0) return false;
-    parser.feed(buf, static_cast<size_t>(n));
-    while (auto f = parser.next()) {
-      if (f->type == FrameType::kIdentity) identity = true;
-      if (f->type == FrameType::kOpen && nlohmann::json::parse(f->payload).value("op", "") == "idle_reports")
-        open_stream = f->stream;
-    }
-  }
-  if (!identity || !open_stream) return false;
+  const bool both = fake_agent::read_frames(fd, parser, limit, [&](const protocol::Frame& f) {
+    if (f.type == FrameType::kIdentity) identity = true;
+    if (f.type == FrameType::kOpen && nlohmann::json::parse(f.payload).value("op", "") == "idle_reports")
+      open_stream = f.stream;
+    return identity && open_stream != 0;
+  });
+  if (!both) return false;
   const std::string out = protocol::encode_frame(FrameType::kIdentityAck, 0, ack) +
                           protocol::encode_frame(FrameType::kEnd, open_stream, end);
   return ::write(fd, out.data(), out.size()) == static_cast<ssize_t>(out.size());

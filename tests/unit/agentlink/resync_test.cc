@@ -11,6 +11,7 @@
 #include "common/unique_fd.h"
 #include "daemon/agentlink/channel.h"
 #include "protocol/frame.h"
+#include "tests/unit/agentlink/fake_agent.h"
 
 namespace b3os::agentlink {
 namespace {
@@ -23,21 +24,15 @@ using protocol::FrameType;
 bool agent_answers(int fd, std::string cut, std::chrono::milliseconds limit) {
   protocol::FrameParser parser(FrameType::kResync);
   parser.feed(cut);
-  const auto end = std::chrono::steady_clock::now() + limit;
-  char buf[64 * 1024];
-  while (std::chrono::steady_clock::now() < end) {
-    pollfd p{fd, POLLIN, 0};
-    if (::poll(&p, 1, 50) <= 0) continue;
-    const ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n <= 0) return false;
-    parser.feed(buf, static_cast<size_t>(n));
-    while (auto f = parser.next()) {
-      if (f->type != FrameType::kResync) continue;
-      const std::string ack = protocol::encode_frame(FrameType::kResyncAck, 0, f->payload);
-      return ::write(fd, ack.data(), ack.size()) == static_cast<ssize_t>(ack.size());
-    }
-  }
-  return false;
+  std::string payload;
+  const bool got = fake_agent::read_frames(fd, parser, limit, [&](const protocol::Frame& f) {
+    if (f.type != FrameType::kResync) return false;
+    payload = f.payload;
+    return true;
+  });
+  if (!got) return false;
+  const std::string ack = protocol::encode_frame(FrameType::kResyncAck, 0, payload);
+  return ::write(fd, ack.data(), ack.size()) == static_cast<ssize_t>(ack.size());
 }
 
 class ResyncTest : public ::testing::TestWithParam<size_t> {};
