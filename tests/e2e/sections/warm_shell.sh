@@ -33,15 +33,29 @@ warm_shells() {
 one_waiting() { [ "$(warm_shells "$1" | wc -l)" = 1 ]; }
 some_waiting() { [ "$(warm_shells "$1" | wc -l)" -ge "$2" ]; }
 
-# burst ID N: N login shell commands (`true`) back to back: each started as soon as the last
-# has ended (no output read in between).
+# none_left ID PIDS: none of PIDS (one per line) is still a waiting shell.
+none_left() { ! grep -qxF -f <(printf '%s\n' "$2") <(warm_shells "$1"); }
+
+# burst ID N: N login shell commands (`true`) back to back, each started as soon as the last
+# has ended, from one client on one connection (a shell's curl and jq between calls take long
+# enough on a busy machine for a shell to be made ready at leisure).
 burst() {
-  local i p
-  for ((i = 0; i < $2; i++)); do
-    apij POST "/v1/sandboxes/$1/processes" '{"cmd":["/bin/bash","-l","-c","true"]}'
-    p=$(j .id)
-    apij POST "/v1/sandboxes/$1/processes/$p/wait" '{"timeout_ms":20000}'
-  done
+  python3 - "$URL" "$KEY" "$1" "$2" <<'PY'
+import http.client, json, sys, urllib.parse
+url, key, sbx, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+u = urllib.parse.urlsplit(url)
+c = http.client.HTTPConnection(u.hostname, u.port, timeout=30)
+h = {"Authorization": "Bearer " + key, "Content-Type": "application/json"}
+def post(path, body):
+    c.request("POST", path, json.dumps(body), h)
+    r = c.getresponse()
+    return r.status, json.loads(r.read() or b"null")
+for _ in range(n):
+    st, p = post(f"/v1/sandboxes/{sbx}/processes", {"cmd": ["/bin/bash", "-l", "-c", "true"]})
+    if st != 201:
+        sys.exit(f"start: {st} {p}")
+    post(f"/v1/sandboxes/{sbx}/processes/{p['id']}/wait", {"timeout_ms": 20000})
+PY
 }
 
 s_warm_shell() {
@@ -74,21 +88,33 @@ s_warm_shell() {
   check warm_shell.not_listed "$(snip)" okj 200 '(.data | length) == 5 and all(.data[]; .status == "exited")'
   # SECONDS counts from the command, not from the shell's start.
   check warm_shell.waits_for_seconds "no shell waiting" eventually 10 one_waiting "$id"
-  sleep 1.2
+  # bash counts SECONDS in whole seconds of the clock: 0 or 1 just after it is set, 2 or more
+  # in a shell that has waited 2.2 s.
+  sleep 2.2
   login_proc "$id" 'echo "s=$SECONDS"'
-  check warm_shell.seconds_from_command "stdout [$OUT]" [ "$OUT" = "$(printf 'from-profile\ns=0')" ]
-  # A directory removed and made again is another one: the command runs in the new one.
+  check warm_shell.seconds_from_command "stdout [$OUT]" grep -qxE 's=[01]' <<<"$(sed 1d <<<"$OUT")"
+  check warm_shell.seconds_profile_first "stdout [$OUT]" [ "$(head -1 <<<"$OUT")" = from-profile ]
+  # A directory removed and made again is another one: the command runs in the new one. Four
+  # commands in /tmp/wd: three pass the waiting shell of the other directory and end it, and one
+  # of /tmp/wd is then kept waiting (a fifth command runs in it), in the directory as it was.
   run_exec "$id" '{"cmd":"mkdir -p /tmp/wd"}'
+  for _ in 1 2 3 4; do login_proc "$id" 'pwd' /tmp/wd; done
+  check warm_shell.cwd_shell_waits "no shell waiting" eventually 10 some_waiting "$id" 1
+  waiting=$(warm_shells "$id" | head -1)
   login_proc "$id" 'pwd' /tmp/wd
-  login_proc "$id" 'pwd' /tmp/wd
-  check warm_shell.cwd_shell_waits "no shell waiting" eventually 10 one_waiting "$id"
+  check warm_shell.cwd_shell_taken "oldest waiting [$waiting], the command's pid [$LPID]" [ "$waiting" = "$LPID" ]
+  check warm_shell.cwd_shell_runs_there "stdout [$OUT]" [ "$OUT" = "$(printf 'from-profile\n/tmp/wd')" ]
+  check warm_shell.cwd_shell_waits_again "no shell waiting" eventually 10 some_waiting "$id" 1
+  waiting=$(warm_shells "$id")
   run_exec "$id" '{"cmd":"rm -rf /tmp/wd && mkdir /tmp/wd && touch /tmp/wd/made-again"}'
   login_proc "$id" 'ls' /tmp/wd
   check warm_shell.cwd_made_again "stdout [$OUT]" [ "$OUT" = "$(printf 'from-profile\nmade-again')" ]
+  check warm_shell.cwd_stale_shell_not_used "waiting [$(tr '\n' ' ' <<<"$waiting")], the command's pid [$LPID]" \
+    not grep -qxF "${LPID:-none}" <<<"$waiting"
   # Commands back to back: more shells are kept waiting for the next burst (one more each time
   # a command found none ready), all ended by a command of another kind... three in a row.
   run_exec "$id" '{"cmd":"sed -i /from-profile/d /root/.bashrc"}'
-  burst "$id" 6
+  burst "$id" 10 || fail warm_shell.burst "the burst's client failed"
   check warm_shell.burst_grows_the_pool "[$(warm_shells "$id" | tr '\n' ' ')] waiting" eventually 15 some_waiting "$id" 3
   local before
   before=$(warm_shells "$id" | head -1)
@@ -103,11 +129,18 @@ s_warm_shell() {
   run_exec "$id" "$(jq -cn '{cmd: ["bash", "-c", "a=$(bash -c '"'"'echo $BASHPID'"'"'); sleep 1.5; b=$(bash -c '"'"'echo $BASHPID'"'"'); echo $((b - a))"]}')"
   check warm_shell.dying_profile_not_restarted "pids used in 1.5 s: [$(j .stdout)]" [ "$(j .stdout)" -lt 10 ]
   run_exec "$id" '{"cmd":"rm /tmp/die"}'
+  login_proc "$id" 'echo y'
+  login_proc "$id" 'echo y'
+  check warm_shell.waits_once_the_profile_is_mended "no shell waiting" eventually 10 some_waiting "$id" 1
+  before=$(warm_shells "$id")
   for cmd in 'echo a' 'echo b' 'echo c'; do login_proc "$id" "$cmd" /tmp; done
-  check warm_shell.passed_over_ends_all "[$(warm_shells "$id" | tr '\n' ' ')] waiting" eventually 10 one_waiting "$id"
+  check warm_shell.passed_over_ends_all "waiting before [$(tr '\n' ' ' <<<"$before")], now [$(warm_shells "$id" | tr '\n' ' ')]" \
+    eventually 10 none_left "$id" "$before"
+  check warm_shell.passed_over_then_one_of_the_new_kind "[$(warm_shells "$id" | tr '\n' ' ')] waiting" eventually 10 one_waiting "$id"
   # Waiting shells killed from inside are not started again in a loop: none until a command of
-  # their kind ends.
-  run_exec "$id" '{"cmd":"pkill -KILL -f \"[_]_b3os_cmd\"; sleep 1.5; pgrep -fc \"[_]_b3os_cmd\" || true"}'
+  # their kind ends. (Killed twice: a shell being started as the first kill ran is not one
+  # started again.)
+  run_exec "$id" '{"cmd":"pkill -KILL -f \"[_]_b3os_cmd\"; sleep 0.3; pkill -KILL -f \"[_]_b3os_cmd\"; sleep 1.5; pgrep -fc \"[_]_b3os_cmd\" || true"}'
   check warm_shell.killed_not_restarted "shells waiting 1.5 s after they were killed: [$(j .stdout)]" [ "$(j .stdout)" = 0 ]
   login_proc "$id" 'echo back' /tmp
   check warm_shell.killed_then_command "stdout [$OUT]" [ "$OUT" = back ]
