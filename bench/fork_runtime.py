@@ -102,9 +102,10 @@ def main():
     ap.add_argument("--bin", default=os.path.join(os.path.dirname(__file__), "..", "build", "bin"))
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--templates", default=os.environ.get("B3OS_TEMPLATES_DIR", "/var/lib/b3os/templates"))
+    ap.add_argument("flags", nargs="*", help="more b3osd flags (after --)")
     a = ap.parse_args()
     # No spares: a busy source never has one, and their checkpoints would mix into the log.
-    with PrivateDaemon(a.bin, a.templates, ["--runsc-debug", "--fork-ahead", "0"]) as d:
+    with PrivateDaemon(a.bin, a.templates, ["--runsc-debug", "--fork-ahead", "0", *a.flags]) as d:
         c = d.client
         time.sleep(3)
         src = busy_source(c)
