@@ -539,6 +539,20 @@ int main(int argc, char** argv) {
   app.add_option("--max-exec-output", cfg.max_exec_output, "bytes of stdout and of stderr kept per exec")->capture_default_str();
   app.add_option("--max-sandboxes-per-project", cfg.max_sandboxes_per_project)->capture_default_str();
   app.add_option("--max-sandboxes-per-node", cfg.max_sandboxes_per_node)->capture_default_str();
+  app.add_option("--snapshots-max-per-project", cfg.snapshots_max_per_project,
+                 "snapshots a project may keep (429 quota_exceeded at the limit)")
+      ->check(CLI::Range(1, 10000000))
+      ->capture_default_str();
+  app.add_option("--snapshots-max-gib-per-project", cfg.snapshots_max_gib_per_project,
+                 "GiB of snapshot images a project may keep: a snapshot is refused (429 quota_exceeded) once its "
+                 "project's images hold this much")
+      ->check(CLI::Range(0.001, 1e9))
+      ->capture_default_str();
+  app.add_option("--disk-reserve-gib", cfg.disk_reserve_gib,
+                 "free space on the data disk kept for running sandboxes: a snapshot is refused (503 "
+                 "capacity_unavailable) when no more than this is free (0: none)")
+      ->check(CLI::Range(0.0, 1e9))
+      ->capture_default_str();
   app.add_option("--warm-pool", cfg.warm_pool_size, "booted base sandboxes kept ready for non-forkable creates (0: none)")->capture_default_str();
   app.add_option("--template-checkpoints", cfg.template_checkpoints,
                  "auto: creates restore the template's checkpoint when that measured faster than a boot; on: always; off: never build one")

@@ -379,6 +379,74 @@ std::vector<std::shared_ptr<LiveSandbox>> Checkpoints::claim_spares(const std::s
   return spares;
 }
 
+class Checkpoints::SnapshotSlot {
+ public:
+  SnapshotSlot(Checkpoints& c, std::string project) : c_(c), project_(std::move(project)) {}
+  ~SnapshotSlot() {
+    std::lock_guard lk(c_.quota_mu_);
+    if (--c_.snapshots_under_way_[project_] <= 0) c_.snapshots_under_way_.erase(project_);
+  }
+  SnapshotSlot(const SnapshotSlot&) = delete;
+  SnapshotSlot& operator=(const SnapshotSlot&) = delete;
+
+ private:
+  Checkpoints& c_;
+  std::string project_;
+};
+
+namespace {
+std::string gib_text(double gib) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3g GiB", gib);
+  return buf;
+}
+}  // namespace
+
+// What a snapshot may add: the project's count and bytes under their limits (429
+// quota_exceeded), and room on the data disk beyond the reserve kept for running sandboxes,
+// whose disks grow as they write (503 capacity_unavailable). The bytes are checked before the
+// image is written (its size is known after), so a project may pass its limit by one image.
+Result<std::unique_ptr<Checkpoints::SnapshotSlot>> Checkpoints::snapshot_slot(const std::string& project_id) {
+  auto used = store_.snapshot_usage(project_id);
+  if (!used) return fail(used.error());
+  const auto max_bytes = static_cast<uint64_t>(cfg_.snapshots_max_gib_per_project * double(1ull << 30));
+  if (used->bytes >= max_bytes) {
+    return fail(ErrorCode::kQuotaExceeded,
+                "this project's snapshots hold " + std::to_string(used->bytes >> 20) + " MiB, at or over its limit of " +
+                    gib_text(cfg_.snapshots_max_gib_per_project) + " (--snapshots-max-gib-per-project); delete some " +
+                    "(DELETE /v1/snapshots/{id}) to take more");
+  }
+  struct statvfs v {};
+  const std::string dir = cfg_.snapshots_dir();
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (cfg_.disk_reserve_gib > 0 && ::statvfs(dir.c_str(), &v) == 0) {
+    const uint64_t free_bytes = static_cast<uint64_t>(v.f_bavail) * v.f_frsize;
+    const auto reserve = static_cast<uint64_t>(cfg_.disk_reserve_gib * double(1ull << 30));
+    if (free_bytes <= reserve) {
+      return fail(Error{ErrorCode::kCapacityUnavailable,
+                        "the node's data disk is nearly full: " + std::to_string(free_bytes >> 20) + " MiB free in " + dir +
+                            ", which keeps " + gib_text(cfg_.disk_reserve_gib) +
+                            " for running sandboxes (--disk-reserve-gib); no snapshot was taken, the sandbox runs on",
+                        ENOSPC});
+    }
+  }
+  std::lock_guard lk(quota_mu_);
+  int& under_way = snapshots_under_way_[project_id];
+  if (used->count + under_way >= cfg_.snapshots_max_per_project) {
+    const int64_t kept = used->count;
+    const int pending = under_way;
+    if (under_way == 0) snapshots_under_way_.erase(project_id);
+    return fail(ErrorCode::kQuotaExceeded,
+                "this project keeps " + std::to_string(kept) + " snapshots" +
+                    (pending ? " and takes " + std::to_string(pending) + " more" : std::string()) + ", its limit is " +
+                    std::to_string(cfg_.snapshots_max_per_project) +
+                    " (--snapshots-max-per-project); delete some (DELETE /v1/snapshots/{id}) to take more");
+  }
+  ++under_way;
+  return std::make_unique<SnapshotSlot>(*this, project_id);
+}
+
 Result<json> Checkpoints::snapshot(const Principal& p, const std::string& id, Timing& t) {
   Stopwatch sw;
   auto sr = lifecycle_.running(p, id);
@@ -392,6 +460,8 @@ Result<json> Checkpoints::snapshot(const Principal& p, const std::string& id, Ti
   if (api_status(base.state) != "running")
     return fail(ErrorCode::kSandboxNotRunning, "sandbox " + id + " is " + std::string(api_status(base.state)) +
                                                    "; snapshots are taken of running sandboxes");
+  auto slot = snapshot_slot(p.project_id);
+  if (!slot) return fail(slot.error());
   ActiveOp busy(*src);
   Awake awake = lifecycle_.awake(*src, false);  // a snapshot leaves its source as it was
   const std::string snap_id = new_id("snp");

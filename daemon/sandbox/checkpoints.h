@@ -5,6 +5,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 
@@ -73,6 +74,13 @@ class Checkpoints {
   Pools& pools_;
   Lifecycle& lifecycle_;
   ForkAhead* fork_ahead_ = nullptr;
+
+  /// A snapshot under way counts against its project's quota until it is recorded or given
+  /// up (snapshots of one project at once could otherwise all pass the check).
+  class SnapshotSlot;
+  Result<std::unique_ptr<SnapshotSlot>> snapshot_slot(const std::string& project_id);
+  std::mutex quota_mu_;
+  std::map<std::string, int> snapshots_under_way_;  // by project
 };
 
 }  // namespace b3os::sandbox

@@ -41,6 +41,11 @@ struct Config {
   size_t max_exec_output = 1 << 20;    // per stream, then truncated
   int max_sandboxes_per_project = 64;  // 429 concurrency_limited
   int max_sandboxes_per_node = 256;    // 503 capacity_unavailable
+  /// What a project may keep as snapshots (429 quota_exceeded at the limit) and the free
+  /// space a snapshot leaves the data disk for running sandboxes (503 capacity_unavailable).
+  int snapshots_max_per_project = 1000;
+  double snapshots_max_gib_per_project = 256;
+  double disk_reserve_gib = 2;
   int warm_pool_size = 2;  // booted `base` sandboxes kept ready for non-forkable creates
   int fork_pool_size = 3;
   // The same two pools for sandboxes with a network of their own (egress public, allowlist):

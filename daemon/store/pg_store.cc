@@ -895,6 +895,23 @@ Result<std::vector<std::string>> column_of(Conn& c, const char* sql, const std::
 }
 }  // namespace
 
+Result<SnapshotUsage> PgStore::snapshot_usage(const std::string& project_id) {
+  SnapshotUsage out;
+  auto r = with_conn([&](Conn& c) -> Result<void> {
+    Params p;
+    p.bind(1, project_id);
+    // Every node's snapshots of the project: the quota is the project's, not a node's.
+    auto res = c.run("SELECT COUNT(*)::bigint, COALESCE(SUM(size_bytes), 0)::bigint FROM snapshots WHERE project_id = $1",
+                     p, "counting snapshots");
+    if (!res) return fail(res.error());
+    out.count = res->i64(0, 0);
+    out.bytes = static_cast<uint64_t>(res->i64(0, 1));
+    return {};
+  });
+  if (!r) return fail(r.error());
+  return out;
+}
+
 Result<std::vector<std::string>> PgStore::snapshot_ids() {
   std::vector<std::string> out;
   auto r = with_conn([&](Conn& c) -> Result<void> {

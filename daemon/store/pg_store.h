@@ -47,6 +47,7 @@ class PgStore final : public Store {
   Result<std::vector<SnapshotRecord>> list_snapshots(const std::string& project_id,
                                                      const std::optional<std::string>& after_id, int limit) override;
   Result<void> delete_snapshot(const std::string& project_id, const std::string& id) override;
+  Result<SnapshotUsage> snapshot_usage(const std::string& project_id) override;
   Result<std::vector<std::string>> snapshot_ids() override;
   Result<void> put_port_token(const PortTokenRecord& rec, int64_t now_ms) override;
   Result<std::optional<PortTokenRecord>> find_port_token(const std::string& token_sha256) override;

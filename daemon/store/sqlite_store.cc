@@ -742,6 +742,14 @@ Result<void> SqliteStore::delete_snapshot(const std::string& project_id, const s
   return {};
 }
 
+Result<SnapshotUsage> SqliteStore::snapshot_usage(const std::string& project_id) {
+  std::lock_guard lk(mu_);
+  Stmt st(db_, "SELECT COUNT(*), COALESCE(SUM(size_bytes), 0) FROM snapshots WHERE project_id = ?");
+  st.bind(1, project_id);
+  if (st.step() != SQLITE_ROW) return fail(db_error(db_, "counting snapshots"));
+  return SnapshotUsage{st.i64(0), static_cast<uint64_t>(st.i64(1))};
+}
+
 Result<std::vector<std::string>> SqliteStore::snapshot_ids() {
   std::lock_guard lk(mu_);
   Stmt st(db_, "SELECT id FROM snapshots");

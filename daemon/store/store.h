@@ -97,6 +97,11 @@ struct LedgerRow {
 
 /// What the sandbox module needs of the store: its records, the project's model switch and
 /// budgets. An interface, so the lifecycle can be unit-tested with tests/fakes/fake_store.h.
+struct SnapshotUsage {
+  int64_t count = 0;
+  uint64_t bytes = 0;
+};
+
 class SandboxStore {
  public:
   virtual ~SandboxStore() = default;
@@ -119,6 +124,8 @@ class SandboxStore {
   virtual Result<std::vector<SnapshotRecord>> list_snapshots(const std::string& project_id,
                                                              const std::optional<std::string>& after_id, int limit) = 0;
   virtual Result<void> delete_snapshot(const std::string& project_id, const std::string& id) = 0;
+  /// What a project's snapshots hold: how many, and their images' bytes (their quota).
+  virtual Result<SnapshotUsage> snapshot_usage(const std::string& project_id) = 0;
   /// The ids of every snapshot, all projects (used at start-up to sweep images without a record).
   virtual Result<std::vector<std::string>> snapshot_ids() = 0;
   /// The root filesystems this node's snapshots were taken on (their restores need them);
@@ -229,6 +236,7 @@ class Store : public SandboxStore, public TemplateStore {
   virtual Result<std::vector<SnapshotRecord>> list_snapshots(const std::string& project_id,
                                                      const std::optional<std::string>& after_id, int limit) = 0;
   virtual Result<void> delete_snapshot(const std::string& project_id, const std::string& id) = 0;
+  virtual Result<SnapshotUsage> snapshot_usage(const std::string& project_id) = 0;
   virtual Result<std::vector<std::string>> snapshot_ids() = 0;
   virtual Result<void> put_port_token(const PortTokenRecord& rec, int64_t now_ms) = 0;
   virtual Result<std::optional<PortTokenRecord>> find_port_token(const std::string& token_sha256) = 0;

@@ -123,6 +123,7 @@ run_section s_processes_fork
 run_section s_terminal_fork
 run_section s_pause
 run_section s_snapshot
+run_section s_snapshot_quota
 run_section s_files_big
 run_section s_warm_pool
 run_section s_template_checkpoint

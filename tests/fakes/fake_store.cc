@@ -88,6 +88,17 @@ Result<void> FakeStore::delete_snapshot(const std::string& project_id, const std
   return {};
 }
 
+Result<store::SnapshotUsage> FakeStore::snapshot_usage(const std::string& project_id) {
+  std::lock_guard lk(mu_);
+  store::SnapshotUsage out;
+  for (auto& [id, rec] : snapshots_) {
+    if (rec.project_id != project_id) continue;
+    ++out.count;
+    out.bytes += rec.size_bytes;
+  }
+  return out;
+}
+
 Result<std::vector<std::string>> FakeStore::snapshot_ids() {
   std::lock_guard lk(mu_);
   std::vector<std::string> out;

@@ -21,6 +21,7 @@ class FakeStore : public store::SandboxStore {
   Result<std::vector<store::SnapshotRecord>> list_snapshots(const std::string& project_id,
                                                             const std::optional<std::string>& after_id, int limit) override;
   Result<void> delete_snapshot(const std::string& project_id, const std::string& id) override;
+  Result<store::SnapshotUsage> snapshot_usage(const std::string& project_id) override;
   Result<std::vector<std::string>> snapshot_ids() override;
   Result<bool> project_allows_infer(const std::string&) override { return true; }
   Result<void> ensure_budget(const std::string& id, const std::string&, std::optional<Micros>) override;

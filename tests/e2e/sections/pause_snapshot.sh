@@ -96,3 +96,95 @@ s_snapshot() {
   create_sandbox '{"snapshot":"'"$snp"'"}'
   expect_error snapshot.create_from_deleted_404 404 snapshot_not_found
 }
+
+# ---- what a project may keep as snapshots ---------------------------------------------------
+
+# snapshot_dirs: the images under DATA_DIR/snapshots, one line.
+snapshot_dirs() { ls "$T/data/snapshots" 2>/dev/null | sort | tr '\n' ' '; }
+
+# restart_with FLAGS...: b3osd again with the suite's flags and these (sandboxes are reattached).
+restart_with() {
+  stop_daemon TERM
+  B3OS_E2E_DAEMON_ARGS="$SNAPQ_SAVED $*"
+  start_daemon || die "b3osd did not start with $*"
+}
+
+# A snapshot outlives its sandbox, so a project that takes them in a loop would fill the node's
+# disk: --snapshots-max-per-project and --snapshots-max-gib-per-project bound what one project
+# keeps (429 quota_exceeded), --disk-reserve-gib keeps free space for running sandboxes (503).
+# Each refusal names its limit, holds nothing (the sandbox is never paused, its process runs on)
+# and leaves no image or record; the limits are each project's own.
+s_snapshot_quota() {
+  SNAPQ_SAVED=${B3OS_E2E_DAEMON_ARGS:-}
+  restart_with --snapshots-max-per-project 2
+  create_sandbox '{"timeout_s":600}'
+  local id=$CID before kept st n201 n429 i
+  run_exec "$id" '{"cmd":"nohup sh -c \"while :; do date +%s%N > /workspace/now; sleep 0.1; done\" >/dev/null 2>&1 & sleep 0.3"}'
+  before=$(snapshot_dirs)
+  # Four at once against a limit of two: the two under way count, so two are refused.
+  for i in 1 2 3 4; do
+    curl -sS -o "$T/snapq.$i" -w '%{http_code}' -X POST -H "Authorization: Bearer $KEY" \
+      "$URL/v1/sandboxes/$id/snapshot" >"$T/snapq.$i.st" 2>/dev/null &
+  done
+  wait
+  n201=0 n429=0
+  for i in 1 2 3 4; do
+    st=$(cat "$T/snapq.$i.st")
+    [ "$st" = 201 ] && n201=$((n201 + 1))
+    [ "$st" = 429 ] && [ "$(jq -r .error.code "$T/snapq.$i")" = quota_exceeded ] && n429=$((n429 + 1))
+  done
+  check snapquota.count_held_at_once "4 at once, limit 2: $n201 x 201, $n429 x 429 quota_exceeded ($(cat "$T"/snapq.*.st | tr '\n' ' '))" \
+    test "$n201:$n429" = "2:2"
+  kept=$(jq -r 'select(.id) | .id' "$T"/snapq.[1-4] | sort | tr '\n' ' ')
+  api POST "/v1/sandboxes/$id/snapshot"
+  expect_error snapquota.count_429 429 quota_exceeded "--snapshots-max-per-project"
+  check snapquota.count_message "$(j .error.message)" grep -q "keeps 2 snapshots" "$RESP"
+  api GET /v1/snapshots
+  check snapquota.count_listed "listed: $(j '[.data[].id] | sort | join(" ")'), kept: $kept" \
+    test "$(j '[.data[].id] | sort | join(" ")') " = "$kept"
+  check snapquota.count_no_image "images: $(snapshot_dirs), before: $before, kept: $kept" \
+    test "$(snapshot_dirs)" = "$(printf '%s\n' $before $kept | sort -u | tr '\n' ' ')"
+  api GET "/v1/sandboxes/$id"
+  check snapquota.count_not_paused "$(snip)" okj 200 '.status == "running"'
+  # The limit is the project's: another project's sandbox is not refused.
+  KEY=$OTHER create_sandbox '{}'
+  local other=$CID
+  KEY=$OTHER api POST "/v1/sandboxes/$other/snapshot"
+  check snapquota.other_project "$(snip)" okj 201 '.object == "snapshot"'
+  local other_snp
+  other_snp=$(j .id)
+  # Deleting one makes room for one.
+  api DELETE "/v1/snapshots/${kept%% *}"
+  api POST "/v1/sandboxes/$id/snapshot"
+  check snapquota.room_after_delete "$(snip)" okj 201 '.object == "snapshot"'
+
+  # Bytes: a limit of 1 MiB, which the kept images already pass.
+  restart_with --snapshots-max-gib-per-project 0.001
+  before=$(snapshot_dirs)
+  api POST "/v1/sandboxes/$id/snapshot"
+  expect_error snapquota.bytes_429 429 quota_exceeded "--snapshots-max-gib-per-project"
+  check snapquota.bytes_no_image "images: $(snapshot_dirs), before: $before" test "$(snapshot_dirs)" = "$before"
+
+  # The disk's reserve: more than any disk has free.
+  restart_with --disk-reserve-gib 1000000
+  api GET /v1/snapshots
+  local listed
+  listed=$(j '[.data[].id] | sort | join(" ")')
+  api POST "/v1/sandboxes/$id/snapshot"
+  expect_error snapquota.reserve_503 503 capacity_unavailable "--disk-reserve-gib"
+  check snapquota.reserve_retry_after "Retry-After: '$(header Retry-After)'" test -n "$(header Retry-After)"
+  check snapquota.reserve_no_image "images: $(snapshot_dirs), before: $before" test "$(snapshot_dirs)" = "$before"
+  api GET /v1/snapshots
+  check snapquota.reserve_no_record "listed: $(j '[.data[].id] | sort | join(" ")'), before: $listed" \
+    test "$(j '[.data[].id] | sort | join(" ")')" = "$listed"
+  run_exec "$id" '{"cmd":"a=$(cat /workspace/now); for i in $(seq 50); do sleep 0.1; b=$(cat /workspace/now); [ \"$a\" != \"$b\" ] && { echo ticking; break; }; done"}'
+  check snapquota.sandbox_runs_on "$(snip)" okj 200 '.stdout == "ticking\n"'
+
+  restart_with
+  api GET /v1/snapshots
+  for i in $(j -r '.data[].id'); do api DELETE "/v1/snapshots/$i"; done
+  KEY=$OTHER api DELETE "/v1/snapshots/$other_snp"
+  check snapquota.all_deleted "images: $(snapshot_dirs)" test -z "$(snapshot_dirs)"
+  KEY=$OTHER delete_sandbox "$other" || true
+  delete_sandbox "$id" || true
+}

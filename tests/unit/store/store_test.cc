@@ -460,6 +460,39 @@ TEST_P(StoreTest, SandboxesAndSnapshotsKeepTheirTemplateId) {
   EXPECT_EQ(*roots, std::vector<std::string>{"/r"});
 }
 
+// A project's snapshot quota counts its own snapshots and their images' bytes, no one else's,
+// and a deleted snapshot no longer counts.
+TEST_P(StoreTest, SnapshotUsageIsEachProjectsOwn) {
+  auto empty = store_->snapshot_usage("prj_a");
+  ASSERT_TRUE(empty);
+  EXPECT_EQ(empty->count, 0);
+  EXPECT_EQ(empty->bytes, 0u);
+  const uint64_t big = 5ull << 30;  // past 32 bits
+  int n = 0;
+  for (const auto& [project, bytes] : std::vector<std::pair<std::string, uint64_t>>{
+           {"prj_a", big}, {"prj_a", 7}, {"prj_b", 100}}) {
+    SnapshotRecord s;
+    s.id = "snp_" + std::to_string(++n);
+    s.project_id = project;
+    s.sandbox_id = "sbx_1";
+    s.rootfs = "/r";
+    s.size_bytes = bytes;
+    ASSERT_TRUE(store_->put_snapshot(s));
+  }
+  auto a = store_->snapshot_usage("prj_a");
+  ASSERT_TRUE(a);
+  EXPECT_EQ(a->count, 2);
+  EXPECT_EQ(a->bytes, big + 7);
+  auto b = store_->snapshot_usage("prj_b");
+  ASSERT_TRUE(b);
+  EXPECT_EQ(b->count, 1);
+  EXPECT_EQ(b->bytes, 100u);
+  ASSERT_TRUE(store_->delete_snapshot("prj_a", "snp_1"));
+  a = store_->snapshot_usage("prj_a");
+  ASSERT_TRUE(a);
+  EXPECT_EQ(a->count, 1);
+  EXPECT_EQ(a->bytes, 7u);
+}
 
 // Two routers racing one Idempotency-Key: of 16 claims from two processes exactly one runs.
 TEST_P(PgStoreTest, RacingClaimsOfOneKeyLetExactlyOneRun) {
