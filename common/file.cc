@@ -1,11 +1,32 @@
 #include "common/file.h"
 
 #include <fcntl.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 
 namespace b3os {
+
+std::optional<uint64_t> free_disk_bytes(const std::string& path) {
+  struct statvfs v {};
+  if (::statvfs(path.c_str(), &v) != 0) return std::nullopt;
+  return static_cast<uint64_t>(v.f_bavail) * v.f_frsize;
+}
+
+std::optional<Error> disk_reserve_error(const std::string& dir, double reserve_gib, const std::string& refused) {
+  if (reserve_gib <= 0) return std::nullopt;
+  const auto free_bytes = free_disk_bytes(dir);
+  const auto reserve = static_cast<uint64_t>(reserve_gib * double(1ull << 30));
+  if (!free_bytes || *free_bytes > reserve) return std::nullopt;
+  char gib[32];
+  std::snprintf(gib, sizeof gib, "%.3g GiB", reserve_gib);
+  return Error{ErrorCode::kCapacityUnavailable,
+               "the node's data disk is nearly full: " + std::to_string(*free_bytes >> 20) + " MiB free in " + dir +
+                   ", which keeps " + gib + " for running sandboxes (--disk-reserve-gib); " + refused,
+               ENOSPC};
+}
 
 std::optional<std::string> read_small_file(const std::string& path, size_t max) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);

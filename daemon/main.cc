@@ -549,8 +549,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.001, 1e9))
       ->capture_default_str();
   app.add_option("--disk-reserve-gib", cfg.disk_reserve_gib,
-                 "free space on the data disk kept for running sandboxes: a snapshot is refused (503 "
-                 "capacity_unavailable) when no more than this is free (0: none)")
+                 "free space on the data disk kept for running sandboxes: a snapshot, a template build or a "
+                 "template upload is refused (503 capacity_unavailable) when no more than this is free (0: none)")
       ->check(CLI::Range(0.0, 1e9))
       ->capture_default_str();
   app.add_option("--warm-pool", cfg.warm_pool_size, "booted base sandboxes kept ready for non-forkable creates (0: none)")->capture_default_str();
@@ -611,6 +611,11 @@ int main(int argc, char** argv) {
   app.add_option("--template-max-per-project", tcfg.max_templates_per_project,
                  "templates a project may hold (429 quota_exceeded above)")
       ->check(CLI::Range(1, 100000))
+      ->capture_default_str();
+  app.add_option("--template-max-gib-per-project", tcfg.max_gib_per_project,
+                 "GiB the roots of a project's templates may hold on the node: a new build is refused (429 "
+                 "quota_exceeded) once they hold this much")
+      ->check(CLI::Range(0.001, 1e9))
       ->capture_default_str();
   app.add_option("--template-max-versions", tcfg.max_versions,
                  "builds kept per template, its newest ready one besides; older ones are deleted")
@@ -941,6 +946,7 @@ int main(int argc, char** argv) {
   std::unique_ptr<tpl::TemplateService> templates;
   if (templates_mode == "on") {
     tcfg.data_dir = cfg.data_dir;
+    tcfg.disk_reserve_gib = cfg.disk_reserve_gib;
     tcfg.templates_dir = cfg.templates_dir();
     tcfg.image_paths = image_paths;
     if (!apt_sources_file.empty()) {

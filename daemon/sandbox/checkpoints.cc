@@ -1,7 +1,6 @@
 #include "daemon/sandbox/checkpoints.h"
 
 #include <fcntl.h>
-#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -11,6 +10,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/clock.h"
+#include "common/file.h"
 #include "common/ids.h"
 #include "common/scope_exit.h"
 #include "common/unique_fd.h"
@@ -114,10 +114,9 @@ Result<void> sync_image(const std::string& dir) {
 // partial files are still there when this runs, so a filesystem with (almost) nothing free is
 // what stopped it. 503 capacity_unavailable: the node has no room for the image.
 std::optional<Error> out_of_space(const std::string& dir) {
-  struct statvfs v {};
-  if (::statvfs(dir.c_str(), &v) != 0) return std::nullopt;
-  const uint64_t free_bytes = static_cast<uint64_t>(v.f_bavail) * v.f_frsize;
-  if (free_bytes >= (64ull << 20)) return std::nullopt;
+  const auto free = free_disk_bytes(dir);
+  if (!free || *free >= (64ull << 20)) return std::nullopt;
+  const uint64_t free_bytes = *free;
   return Error{ErrorCode::kCapacityUnavailable,
                "the node's data disk is full: the checkpoint image could not be written to " +
                    fs::path(dir).parent_path().string() + " (" + std::to_string(free_bytes >> 10) +
@@ -416,21 +415,11 @@ Result<std::unique_ptr<Checkpoints::SnapshotSlot>> Checkpoints::snapshot_slot(co
                     gib_text(cfg_.snapshots_max_gib_per_project) + " (--snapshots-max-gib-per-project); delete some " +
                     "(DELETE /v1/snapshots/{id}) to take more");
   }
-  struct statvfs v {};
   const std::string dir = cfg_.snapshots_dir();
   std::error_code ec;
   fs::create_directories(dir, ec);
-  if (cfg_.disk_reserve_gib > 0 && ::statvfs(dir.c_str(), &v) == 0) {
-    const uint64_t free_bytes = static_cast<uint64_t>(v.f_bavail) * v.f_frsize;
-    const auto reserve = static_cast<uint64_t>(cfg_.disk_reserve_gib * double(1ull << 30));
-    if (free_bytes <= reserve) {
-      return fail(Error{ErrorCode::kCapacityUnavailable,
-                        "the node's data disk is nearly full: " + std::to_string(free_bytes >> 20) + " MiB free in " + dir +
-                            ", which keeps " + gib_text(cfg_.disk_reserve_gib) +
-                            " for running sandboxes (--disk-reserve-gib); no snapshot was taken, the sandbox runs on",
-                        ENOSPC});
-    }
-  }
+  if (auto full = disk_reserve_error(dir, cfg_.disk_reserve_gib, "no snapshot was taken, the sandbox runs on"))
+    return fail(*full);
   std::lock_guard lk(quota_mu_);
   int& under_way = snapshots_under_way_[project_id];
   if (used->count + under_way >= cfg_.snapshots_max_per_project) {

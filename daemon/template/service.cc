@@ -391,6 +391,29 @@ Result<json> TemplateService::create(const sandbox::Principal& p, const json& bo
     return fail(ErrorCode::kConcurrencyLimited, "too many template builds waiting (" + std::to_string(queued_project) +
                                                     " of this project, " + std::to_string(queued_node) +
                                                     " on the node); wait for some to finish");
+  // What the project's templates hold on the node's disk (a root shared by several of its
+  // versions counted once), and the disk's reserve for running sandboxes. A build whose spec
+  // was built before serves that root again and adds nothing.
+  bool reuses = false;
+  for (auto& [id, b] : builds_)
+    reuses = reuses || (!b.deleted_ms && b.project_id == p.project_id && b.status == "ready" && b.content_hash == content_hash);
+  if (!reuses) {
+    if (auto full = disk_reserve_error(cfg_.data_dir, cfg_.disk_reserve_gib, "no build was queued")) return fail(*full);
+    std::map<std::string, uint64_t> roots;
+    for (auto& [id, b] : builds_)
+      if (!b.deleted_ms && b.project_id == p.project_id && b.status == "ready" && !b.artifact.empty())
+        roots[b.artifact] = b.doc.value("size_bytes", uint64_t{0});
+    uint64_t held = 0;
+    for (auto& [artifact, bytes] : roots) held += bytes;
+    const auto max_bytes = static_cast<uint64_t>(cfg_.max_gib_per_project * double(1ull << 30));
+    if (held >= max_bytes) {
+      char gib[32];
+      std::snprintf(gib, sizeof gib, "%.3g GiB", cfg_.max_gib_per_project);
+      return fail(ErrorCode::kQuotaExceeded, "this project's templates hold " + std::to_string(held >> 20) +
+                                                 " MiB, at or over its limit of " + gib +
+                                                 " (--template-max-gib-per-project); delete templates or versions to build more");
+    }
+  }
 
   // The template: the project's own of that name, or a new one.
   std::string template_id;
@@ -526,6 +549,7 @@ Result<json> TemplateService::upload(const sandbox::Principal& p, const sandbox:
       return fail(ErrorCode::kConcurrencyLimited, "this project holds " + std::to_string(cfg_.max_uploads_per_project) +
                                                       " uploads no finished build has used; they expire an hour after upload");
   }
+  if (auto full = disk_reserve_error(cfg_.data_dir, cfg_.disk_reserve_gib, "the upload was not taken")) return fail(*full);
   Upload u;
   u.id = new_id("upl");
   u.project_id = p.project_id;

@@ -57,6 +57,10 @@ struct Config {
   /// Projects (names or ids) whose keys may publish node-wide templates (`"public": true`).
   std::set<std::string> publisher_projects;
   int max_templates_per_project = 64;
+  /// What a project's ready template roots may hold (429 quota_exceeded for a new build at it),
+  /// and the free space on the data disk builds and uploads leave to running sandboxes (503).
+  double max_gib_per_project = 256;
+  double disk_reserve_gib = 2;
   int max_versions = 20;       // builds kept per template (and its newest ready one)
   int max_warm_pool = 4;       // a spec's warm_pool at most
   int warm_pool_node_cap = 8;  // members of all templates' pools together

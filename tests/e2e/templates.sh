@@ -930,6 +930,63 @@ s_killed_mid_build() {
   check killed.delete_after "$(snip)" test "$ST" = 200
 }
 
+# ---- 9. what a project may keep -------------------------------------------------------------------
+
+# restart_with FLAGS...: b3osd again with the suite's flags and these.
+restart_with() {
+  stop_daemon TERM
+  B3OS_E2E_DAEMON_ARGS="$QUOTA_SAVED $*"
+  start_daemon || die "b3osd did not start with $*"
+}
+
+# Ready roots stay on the node's disk: past --template-max-gib-per-project a project's new build
+# is 429 quota_exceeded (a spec built before is reused, adds nothing and is not refused; another
+# project is not affected); with no more than --disk-reserve-gib free, builds and uploads are 503.
+# A refusal makes no template, build or upload.
+s_quotas() {
+  QUOTA_SAVED=${B3OS_E2E_DAEMON_ARGS:-}
+  local held
+  submit '{"name": "q-small", "env": {"Q": "1"}}'
+  check quota.small_202 "$(snip)" test "$ST" = 202
+  wait_build q-small "$BLD" 300
+  check quota.small_ready "$(snip)" test "$BST" = ready
+  api GET /v1/templates
+  held=$(j '[.data[] | select((.public | not) and (.id | startswith("tpl_"))) | .size_bytes // 0] | add // 0')
+  if [ "$held" -lt $((1 << 20)) ]; then
+    skip quota.bytes "this project's templates hold $held bytes, under the smallest limit (1 MiB)"
+  else
+    restart_with --template-max-gib-per-project 0.001
+    submit '{"name": "q-new", "env": {"Q": "2"}}'
+    expect_error quota.bytes_429 429 quota_exceeded "--template-max-gib-per-project"
+    api GET /v1/templates/q-new
+    expect_error quota.bytes_made_nothing 404 template_not_found
+    submit '{"name": "q-small", "env": {"Q": "1"}}'
+    check quota.reuse_not_refused "$(snip)" okj 202 '.build.status == "ready"'
+    KEY=$OTHER submit '{"name": "q-other", "env": {"Q": "3"}}'
+    check quota.other_project_202 "$(snip)" test "$ST" = 202
+    KEY=$OTHER wait_build q-other "$BLD" 300
+    check quota.other_project_ready "$(snip)" test "$BST" = ready
+    KEY=$OTHER api DELETE /v1/templates/q-other
+  fi
+  restart_with --disk-reserve-gib 1000000
+  local uploads_before
+  uploads_before=$(ls "$T/data/template-uploads" 2>/dev/null | sort | tr '\n' ' ')
+  submit '{"name": "q-new", "env": {"Q": "2"}}'
+  expect_error quota.reserve_build_503 503 capacity_unavailable "--disk-reserve-gib"
+  check quota.reserve_retry_after "Retry-After: '$(header Retry-After)'" test -n "$(header Retry-After)"
+  api GET /v1/templates/q-new
+  expect_error quota.reserve_made_nothing 404 template_not_found
+  # (The other project: this one holds its 4 uploads, which are refused first.)
+  printf 'x' >"$T/q.tar"
+  KEY=$OTHER api POST /v1/templates/uploads -H 'Content-Type: application/x-tar' --data-binary "@$T/q.tar"
+  expect_error quota.reserve_upload_503 503 capacity_unavailable "--disk-reserve-gib"
+  check quota.reserve_no_upload_file "uploads: $(ls "$T/data/template-uploads" 2>/dev/null | tr '\n' ' '), before: $uploads_before" \
+    test "$(ls "$T/data/template-uploads" 2>/dev/null | sort | tr '\n' ' ')" = "$uploads_before"
+  restart_with
+  api DELETE /v1/templates/q-small
+  check quota.cleanup "$(snip)" test "$ST" = 200
+}
+
 # ---- run ---------------------------------------------------------------------------------------
 
 # Images first (the sandbox steps wait on builds anyway), then builds queued in an order that
@@ -956,6 +1013,7 @@ run_section s_projects
 run_section s_images_good
 run_section s_delete
 run_section s_killed_mid_build
+run_section s_quotas
 # from: debian:bookworm makes a fresh minbase with mmdebstrap from a Debian mirror, which no
 # test may reach (docs/templates.md, "How it is tested").
 skip templates.from_debian_bookworm "needs a Debian mirror for mmdebstrap; tests reach none (built by hand, docs/templates.md)"
