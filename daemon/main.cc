@@ -548,6 +548,14 @@ int main(int argc, char** argv) {
                  "project's images hold this much")
       ->check(CLI::Range(0.001, 1e9))
       ->capture_default_str();
+  app.add_option("--ended-retention-hours", cfg.ended_retention_hours,
+                 "hours an ended (stopped or failed) sandbox stays listed and readable before its record is forgotten")
+      ->check(CLI::Range(0.0001, 1e6))
+      ->capture_default_str();
+  app.add_option("--ended-max-per-project", cfg.ended_max_per_project,
+                 "ended sandboxes a project keeps listed at most (its newest; older records are forgotten)")
+      ->check(CLI::Range(1, 100000000))
+      ->capture_default_str();
   app.add_option("--disk-reserve-gib", cfg.disk_reserve_gib,
                  "free space on the data disk kept for running sandboxes: a snapshot, a template build or a "
                  "template upload is refused (503 capacity_unavailable) when no more than this is free (0: none)")

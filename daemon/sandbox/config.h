@@ -46,6 +46,10 @@ struct Config {
   int snapshots_max_per_project = 1000;
   double snapshots_max_gib_per_project = 256;
   double disk_reserve_gib = 2;
+  /// Ended (stopped, failed) sandboxes stay listed and readable this long, and a project keeps at
+  /// most this many of them (its newest); older records are forgotten (404 after).
+  double ended_retention_hours = 168;
+  int ended_max_per_project = 10000;
   int warm_pool_size = 2;  // booted `base` sandboxes kept ready for non-forkable creates
   int fork_pool_size = 3;
   // The same two pools for sandboxes with a network of their own (egress public, allowlist):

@@ -844,6 +844,18 @@ void Lifecycle::collect_rootfs_cache() {
   ::b3os::sandbox::collect_rootfs_cache(cfg_, in_use, 3600 * 1000);
 }
 
+void Lifecycle::forget_ended() {
+  const auto retention_ms = static_cast<int64_t>(cfg_.ended_retention_hours * 3600.0 * 1000.0);
+  auto n = store_.forget_ended_sandboxes(now_unix_ms() - retention_ms, cfg_.ended_max_per_project);
+  if (!n) {
+    spdlog::warn("forgetting ended sandboxes: {}", n.error().message);
+    return;
+  }
+  if (*n > 0)
+    spdlog::info("forgot {} ended sandboxes (ended over {:g} h ago, or past their project's newest {})", *n,
+                 cfg_.ended_retention_hours, cfg_.ended_max_per_project);
+}
+
 void Lifecycle::collect_object_store() {
   if (!cfg_.object_store) return;
   auto stale = store_.stale_object_roots(cfg_.object_root_grace_ms);

@@ -83,6 +83,10 @@ class Lifecycle {
   /// refers to and no node asked for in --object-store-grace (the reaper's collector thread).
   void collect_object_store();
   int64_t collect_every_ms() const { return cfg_.collect_every_ms; }
+  /// Forgets the records of ended sandboxes past --ended-retention-hours and, in each project,
+  /// past its newest --ended-max-per-project (the reaper's thread, soon after start and then
+  /// every minute): creating and deleting sandboxes for ever must not grow the database.
+  void forget_ended();
 
   // ---- for the other parts of the module ----
 

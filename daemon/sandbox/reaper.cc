@@ -13,11 +13,18 @@ using namespace std::chrono_literals;
 void Reaper::start() {
   thread_ = std::thread([this] {
     std::unique_lock lk(mu_);
+    int64_t forgot_ms = 0;
     while (!stopping_) {
       cv_.wait_for(lk, 500ms);
       if (stopping_) break;
       lk.unlock();
-      sweep(now_unix_ms());
+      const int64_t now = now_unix_ms();
+      sweep(now);
+      // Ended sandboxes' records: soon after start, then every minute (one statement).
+      if (now - forgot_ms >= 60'000) {
+        lifecycle_.forget_ended();
+        forgot_ms = now;
+      }
       lk.lock();
     }
   });

@@ -820,6 +820,22 @@ Result<std::vector<SandboxRecord>> PgStore::active_sandboxes() {
   return out;
 }
 
+Result<int64_t> PgStore::forget_ended_sandboxes(int64_t ended_before_ms, int keep_per_project) {
+  // Every node's: an ended record is no node's to keep (any node may forget it; doing it twice
+  // is harmless).
+  int64_t forgotten = 0;
+  auto r = with_conn([&](Conn& c) -> Result<void> {
+    Params p;
+    p.bind(1, ended_before_ms).bind(2, static_cast<int64_t>(keep_per_project));
+    auto res = c.run(codec::kForgetEndedSql, p, "forgetting ended sandboxes");
+    if (!res) return fail(res.error());
+    forgotten = res->affected();
+    return {};
+  });
+  if (!r) return fail(r.error());
+  return forgotten;
+}
+
 Result<void> PgStore::put_snapshot(const SnapshotRecord& rec) {
   static const std::string sql = upsert_sql("snapshots", snapshot_columns().c_str());
   static const int node_col = column_count(kSnapshotColumns) + 1;

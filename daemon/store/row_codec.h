@@ -33,6 +33,16 @@ const std::string kSandboxColumnsNow = std::string(kSandboxColumnsV3) + B3OS_V6_
 const std::string kSnapshotColumnsNow = std::string(kSnapshotColumnsV3) + B3OS_V6_COLUMNS;
 #undef B3OS_V6_COLUMNS
 const char* const kSandboxColumns = kSandboxColumnsNow.c_str();
+
+// Ended sandboxes' records that are past their time ($1: ended before, in Unix ms) or past their
+// project's newest $2 ended ones (ended last first, ids breaking ties). SQLite takes $N as ?N;
+// both have window functions (SQLite since 3.25, bookworm's is 3.40).
+constexpr const char* kForgetEndedSql =
+    "DELETE FROM sandboxes WHERE state IN ('stopped', 'failed') AND ("
+    "COALESCE(stopped_ms, created_ms) < $1 OR id IN ("
+    "SELECT id FROM (SELECT id, ROW_NUMBER() OVER (PARTITION BY project_id "
+    "ORDER BY COALESCE(stopped_ms, created_ms) DESC, id DESC) AS n "
+    "FROM sandboxes WHERE state IN ('stopped', 'failed')) AS ended WHERE n > $2))";
 const char* const kSnapshotColumns = kSnapshotColumnsNow.c_str();
 
 inline std::string placeholders(const char* columns) {

@@ -698,6 +698,14 @@ Result<std::vector<SandboxRecord>> SqliteStore::active_sandboxes() {
   return all_of<SandboxRecord>(db_, st, "listing active sandboxes", sandbox_from<Stmt>);
 }
 
+Result<int64_t> SqliteStore::forget_ended_sandboxes(int64_t ended_before_ms, int keep_per_project) {
+  std::lock_guard lk(mu_);
+  Stmt st(db_, codec::kForgetEndedSql);
+  st.bind(1, ended_before_ms).bind(2, static_cast<int64_t>(keep_per_project));
+  if (st.step() != SQLITE_DONE) return fail(db_error(db_, "forgetting ended sandboxes"));
+  return static_cast<int64_t>(sqlite3_changes(db_));
+}
+
 Result<void> SqliteStore::put_snapshot(const SnapshotRecord& rec) {
   static const std::string sql = std::string("INSERT OR REPLACE INTO snapshots(") + kSnapshotColumns + ") VALUES (" +
                                  placeholders(kSnapshotColumns) + ")";

@@ -131,6 +131,7 @@ run_section s_disk_limit
 run_section s_disk_big
 run_section s_idle_freeze
 run_section s_warm_shell
+run_section s_forget_ended
 delete_sandbox "$SBX" || fail delete.main "$(snip)"
 run_section s_leaks
 

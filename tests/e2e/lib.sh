@@ -362,6 +362,15 @@ stop_daemon() {
   rm -f "$T/daemon.pid"
 }
 
+# restart_with FLAGS...: b3osd again (SIGTERM, then started: sandboxes are reattached) with the
+# suite's own flags, as they were at the first call, and these.
+restart_with() {
+  : "${E2E_BASE_ARGS=${B3OS_E2E_DAEMON_ARGS:-}}"
+  stop_daemon TERM
+  B3OS_E2E_DAEMON_ARGS="$E2E_BASE_ARGS $*"
+  start_daemon || die "b3osd did not start with: $*"
+}
+
 # start_private_daemon: a free port ($PORT, $URL), the run's directories, b3osd started (the
 # suite dies with the log's tail when it does not come up), and its admin key in $ADMIN,
 # $KEY and $ALL_KEYS.

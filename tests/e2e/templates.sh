@@ -932,19 +932,11 @@ s_killed_mid_build() {
 
 # ---- 9. what a project may keep -------------------------------------------------------------------
 
-# restart_with FLAGS...: b3osd again with the suite's flags and these.
-restart_with() {
-  stop_daemon TERM
-  B3OS_E2E_DAEMON_ARGS="$QUOTA_SAVED $*"
-  start_daemon || die "b3osd did not start with $*"
-}
-
 # Ready roots stay on the node's disk: past --template-max-gib-per-project a project's new build
 # is 429 quota_exceeded (a spec built before is reused, adds nothing and is not refused; another
 # project is not affected); with no more than --disk-reserve-gib free, builds and uploads are 503.
 # A refusal makes no template, build or upload.
 s_quotas() {
-  QUOTA_SAVED=${B3OS_E2E_DAEMON_ARGS:-}
   local held
   submit '{"name": "q-small", "env": {"Q": "1"}}'
   check quota.small_202 "$(snip)" test "$ST" = 202

@@ -1,5 +1,9 @@
 #include "tests/fakes/fake_store.h"
 
+#include <algorithm>
+#include <functional>
+#include <vector>
+
 namespace b3os::fakes {
 
 using store::SandboxRecord;
@@ -53,6 +57,24 @@ Result<std::vector<SandboxRecord>> FakeStore::active_sandboxes() {
   for (auto& [id, r] : sandboxes_)
     if (!r.ended()) out.push_back(r);
   return out;
+}
+
+Result<int64_t> FakeStore::forget_ended_sandboxes(int64_t ended_before_ms, int keep_per_project) {
+  std::lock_guard lk(mu_);
+  // The stores' rule: past its time, or past its project's newest keep_per_project ended ones.
+  std::map<std::string, std::vector<std::pair<int64_t, std::string>>> ended;  // project -> (ended at, id)
+  for (auto& [id, r] : sandboxes_)
+    if (r.ended()) ended[r.project_id].emplace_back(r.stopped_ms.value_or(r.created_ms), id);
+  int64_t n = 0;
+  for (auto& [project, list] : ended) {
+    std::sort(list.begin(), list.end(), std::greater<>());
+    for (size_t i = 0; i < list.size(); ++i)
+      if (list[i].first < ended_before_ms || i >= static_cast<size_t>(keep_per_project)) {
+        sandboxes_.erase(list[i].second);
+        ++n;
+      }
+  }
+  return n;
 }
 
 Result<void> FakeStore::put_snapshot(const SnapshotRecord& rec) {

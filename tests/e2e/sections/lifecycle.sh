@@ -137,3 +137,52 @@ s_delete() {
   api GET "/v1/sandboxes/$id"
   check delete.record_stays "$(snip)" [ "$ST" = 200 -a "$(j .status)" = stopped -a "$(j .stop_reason)" = deleted ]
 }
+
+# ---- ended sandboxes are forgotten in time ---------------------------------------------------
+
+# status_of ID [KEY]: the sandbox's status, or the HTTP status when it is not 200.
+status_of() {
+  local key=${2:-$KEY}
+  KEY=$key api GET "/v1/sandboxes/$1"
+  if [ "$ST" = 200 ]; then j .status; else echo "$ST $(j .error.code)"; fi
+}
+
+# Creating and deleting sandboxes for ever must not grow the database: a project keeps its
+# --ended-max-per-project newest ended sandboxes, each for --ended-retention-hours; older records
+# are forgotten (404 sandbox_not_found after), running ones never, and each project counts its own.
+s_forget_ended() {
+  local a b c r o id
+  for id in a b c; do
+    create_sandbox '{}'
+    printf -v "$id" '%s' "$CID"
+  done
+  create_sandbox '{}'
+  r=$CID
+  KEY=$OTHER create_sandbox '{}'
+  o=$CID
+  for id in "$a" "$b" "$c"; do delete_sandbox "$id" >/dev/null; done
+  KEY=$OTHER delete_sandbox "$o" >/dev/null
+  restart_with --ended-max-per-project 2
+  check forget.oldest_past_the_count "$a: $(status_of "$a")" eventually 10 bash -c "[ \"\$(curl -s -o /dev/null -w '%{http_code}' -H 'Authorization: Bearer $KEY' '$URL/v1/sandboxes/$a')\" = 404 ]"
+  api GET "/v1/sandboxes/$a"
+  expect_error forget.get_404 404 sandbox_not_found
+  api DELETE "/v1/sandboxes/$a"
+  expect_error forget.delete_404 404 sandbox_not_found
+  check forget.newest_two_kept "$b: $(status_of "$b"), $c: $(status_of "$c")" \
+    test "$(status_of "$b") $(status_of "$c")" = "stopped stopped"
+  check forget.running_kept "$r: $(status_of "$r")" test "$(status_of "$r")" = running
+  check forget.other_project_own_count "$o: $(status_of "$o" "$OTHER")" test "$(status_of "$o" "$OTHER")" = stopped
+  check forget.logged "$(grep -o 'forgot [0-9]* ended sandboxes[^"]*' "$T/daemon.log" | tail -n1)" \
+    grep -q 'forgot [0-9]* ended sandboxes' "$T/daemon.log"
+  # A retention of about a second: every ended one goes, the running one stays.
+  restart_with --ended-retention-hours 0.0003
+  check forget.past_their_time "$b: $(status_of "$b"), $c: $(status_of "$c"), other's $o: $(status_of "$o" "$OTHER")" \
+    eventually 10 bash -c "for u in '$b' '$c'; do [ \"\$(curl -s -o /dev/null -w '%{http_code}' -H 'Authorization: Bearer $KEY' '$URL/v1/sandboxes/'\$u)\" = 404 ] || exit 1; done; [ \"\$(curl -s -o /dev/null -w '%{http_code}' -H 'Authorization: Bearer $OTHER' '$URL/v1/sandboxes/$o')\" = 404 ]"
+  api GET '/v1/sandboxes?status=stopped&limit=100'
+  check forget.none_listed "$(snip)" okj 200 '.data == []'
+  check forget.running_kept_always "$r: $(status_of "$r")" test "$(status_of "$r")" = running
+  run_exec "$r" '{"cmd":"echo alive"}'
+  check forget.running_runs "$(snip)" jt '.stdout == "alive\n"'
+  restart_with
+  delete_sandbox "$r" || true
+}

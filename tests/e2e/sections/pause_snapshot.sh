@@ -102,20 +102,12 @@ s_snapshot() {
 # snapshot_dirs: the images under DATA_DIR/snapshots, one line.
 snapshot_dirs() { ls "$T/data/snapshots" 2>/dev/null | sort | tr '\n' ' '; }
 
-# restart_with FLAGS...: b3osd again with the suite's flags and these (sandboxes are reattached).
-restart_with() {
-  stop_daemon TERM
-  B3OS_E2E_DAEMON_ARGS="$SNAPQ_SAVED $*"
-  start_daemon || die "b3osd did not start with $*"
-}
-
 # A snapshot outlives its sandbox, so a project that takes them in a loop would fill the node's
 # disk: --snapshots-max-per-project and --snapshots-max-gib-per-project bound what one project
 # keeps (429 quota_exceeded), --disk-reserve-gib keeps free space for running sandboxes (503).
 # Each refusal names its limit, holds nothing (the sandbox is never paused, its process runs on)
 # and leaves no image or record; the limits are each project's own.
 s_snapshot_quota() {
-  SNAPQ_SAVED=${B3OS_E2E_DAEMON_ARGS:-}
   restart_with --snapshots-max-per-project 2
   create_sandbox '{"timeout_s":600}'
   local id=$CID before kept st n201 n429 i

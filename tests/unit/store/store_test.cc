@@ -494,6 +494,43 @@ TEST_P(StoreTest, SnapshotUsageIsEachProjectsOwn) {
   EXPECT_EQ(a->bytes, 7u);
 }
 
+// Ended records go past their time or past their project's newest N; running and paused ones
+// never, however old; each project's count is its own.
+TEST_P(StoreTest, EndedSandboxesAreForgottenByAgeAndByCount) {
+  auto put = [&](const std::string& id, const std::string& project, State state, std::optional<int64_t> stopped) {
+    SandboxRecord r;
+    r.id = id;
+    r.project_id = project;
+    r.state = state;
+    r.created_ms = 1;
+    r.stopped_ms = stopped;
+    if (stopped) r.stop_reason = StopReason::kDeleted;
+    ASSERT_TRUE(store_->put_sandbox(r));
+  };
+  put("sbx_run", "prj_a", State::kRunning, std::nullopt);
+  put("sbx_paused", "prj_a", State::kPaused, std::nullopt);
+  put("sbx_old", "prj_a", State::kStopped, 100);
+  put("sbx_a1", "prj_a", State::kStopped, 1000);
+  put("sbx_a2", "prj_a", State::kFailed, 2000);
+  put("sbx_a3", "prj_a", State::kStopped, 3000);
+  put("sbx_b1", "prj_b", State::kStopped, 1000);
+  // Nothing past its time, at most 10 each: nothing goes.
+  EXPECT_EQ(*store_->forget_ended_sandboxes(0, 10), 0);
+  // Ended before 500: the old one.
+  EXPECT_EQ(*store_->forget_ended_sandboxes(500, 10), 1);
+  EXPECT_FALSE(*store_->get_sandbox("prj_a", "sbx_old"));
+  // Two per project: prj_a's oldest ended (a1) goes; prj_b's one stays.
+  EXPECT_EQ(*store_->forget_ended_sandboxes(500, 2), 1);
+  EXPECT_FALSE(*store_->get_sandbox("prj_a", "sbx_a1"));
+  for (const char* id : {"sbx_run", "sbx_paused", "sbx_a2", "sbx_a3"}) EXPECT_TRUE(*store_->get_sandbox("prj_a", id)) << id;
+  EXPECT_TRUE(*store_->get_sandbox("prj_b", "sbx_b1"));
+  // Everything ended is past its time: the running and paused ones stay.
+  EXPECT_EQ(*store_->forget_ended_sandboxes(1'000'000, 100), 3);
+  EXPECT_TRUE(*store_->get_sandbox("prj_a", "sbx_run"));
+  EXPECT_TRUE(*store_->get_sandbox("prj_a", "sbx_paused"));
+  EXPECT_EQ(store_->active_sandboxes()->size(), 2u);
+}
+
 // Two routers racing one Idempotency-Key: of 16 claims from two processes exactly one runs.
 TEST_P(PgStoreTest, RacingClaimsOfOneKeyLetExactlyOneRun) {
   auto other = another("router-b");
