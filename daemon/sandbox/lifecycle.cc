@@ -145,6 +145,7 @@ Error Lifecycle::explain(LiveSandbox& s, Error e) {
 
 bool Lifecycle::finish(const std::shared_ptr<LiveSandbox>& s, Transition end, store::StopReason reason,
                        const std::string& message) {
+  std::string project;
   {
     std::lock_guard lk(s->mu);
     auto next = next_state(s->rec.state, end, s->id);
@@ -154,6 +155,11 @@ bool Lifecycle::finish(const std::shared_ptr<LiveSandbox>& s, Transition end, st
     s->rec.stop_reason = reason;
     s->rec.stop_message = message;
     s->rec.stopped_ms = now;
+    project = s->rec.project_id;
+  }
+  {
+    std::lock_guard lk(ended_mu_);  // its project's count is looked at in forget_ended's next turn
+    ended_in_.insert(project);
   }
   // Recorded before anything is released: a crash mid-release leaves a stopped record, and the
   // next start sweeps what is left of it. The end is decided, so a store locked by another
@@ -845,14 +851,53 @@ void Lifecycle::collect_rootfs_cache() {
 }
 
 void Lifecycle::forget_ended() {
-  const auto retention_ms = static_cast<int64_t>(cfg_.ended_retention_hours * 3600.0 * 1000.0);
-  auto n = store_.forget_ended_sandboxes(now_unix_ms() - retention_ms, cfg_.ended_max_per_project);
-  if (!n) {
-    spdlog::warn("forgetting ended sandboxes: {}", n.error().message);
-    return;
+  // A statement per 5,000 records (the store's lock is held for one), at most 20 a turn: a
+  // backlog goes over a few turns, never in one long hold. The count is looked at for the
+  // projects a sandbox ended in since the last turn (all of them at the first).
+  constexpr int kBatch = 5000, kBatchesPerTurn = 20;
+  std::vector<std::string> projects;
+  {
+    std::lock_guard lk(ended_mu_);
+    if (!ended_projects_known_) {
+      auto all = store_.ended_projects();
+      if (!all) {
+        spdlog::warn("forgetting ended sandboxes: {}", all.error().message);
+        return;
+      }
+      ended_in_.insert(all->begin(), all->end());
+      ended_projects_known_ = true;
+    }
+    projects.assign(ended_in_.begin(), ended_in_.end());
+    ended_in_.clear();
   }
-  if (*n > 0)
-    spdlog::info("forgot {} ended sandboxes (ended over {:g} h ago, or past their project's newest {})", *n,
+  const auto retention_ms = static_cast<int64_t>(cfg_.ended_retention_hours * 3600.0 * 1000.0);
+  const int64_t before = now_unix_ms() - retention_ms;
+  int64_t total = 0;
+  int batches = 0;
+  auto run = [&](const std::function<Result<int64_t>()>& statement) {
+    while (batches < kBatchesPerTurn) {
+      ++batches;
+      auto n = statement();
+      if (!n) {
+        spdlog::warn("forgetting ended sandboxes: {}", n.error().message);
+        return false;
+      }
+      total += *n;
+      if (*n < kBatch) return true;
+    }
+    return false;  // more than a turn's share: the rest next turn
+  };
+  bool done = run([&] { return store_.forget_ended_before(before, kBatch); });
+  for (size_t i = 0; i < projects.size(); ++i) {
+    if (!done || !run([&] { return store_.forget_ended_past(projects[i], cfg_.ended_max_per_project, kBatch); })) {
+      // Not finished: those projects are looked at again next turn.
+      std::lock_guard lk(ended_mu_);
+      ended_in_.insert(projects.begin() + static_cast<std::ptrdiff_t>(i), projects.end());
+      break;
+    }
+  }
+  if (total > 0)
+    spdlog::info("forgot {} ended sandboxes (ended over {:g} h ago, or past their project's newest {})", total,
                  cfg_.ended_retention_hours, cfg_.ended_max_per_project);
 }
 

@@ -84,8 +84,9 @@ class Lifecycle {
   void collect_object_store();
   int64_t collect_every_ms() const { return cfg_.collect_every_ms; }
   /// Forgets the records of ended sandboxes past --ended-retention-hours and, in each project,
-  /// past its newest --ended-max-per-project (the reaper's thread, soon after start and then
-  /// every minute): creating and deleting sandboxes for ever must not grow the database.
+  /// past its newest --ended-max-per-project (the reaper's collector thread, a second after
+  /// start and then every minute, 5,000 a statement): creating and deleting sandboxes for ever
+  /// must not grow the database.
   void forget_ended();
 
   // ---- for the other parts of the module ----
@@ -157,6 +158,11 @@ class Lifecycle {
   /// Orphans the last pass removed, which the next pass removes once more (orphans()).
   std::mutex orphans_mu_;
   std::set<std::string> released_last_;
+  /// Projects a sandbox ended in since forget_ended's last turn (every project with ended
+  /// records before its first).
+  std::mutex ended_mu_;
+  std::set<std::string> ended_in_;
+  bool ended_projects_known_ = false;
 };
 
 /// b3os_sandbox_failures_total{kind}: a sandbox failed (kinds in docs/operations.md).

@@ -1,5 +1,6 @@
 #include "daemon/sandbox/reaper.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include <spdlog/spdlog.h>
@@ -13,31 +14,39 @@ using namespace std::chrono_literals;
 void Reaper::start() {
   thread_ = std::thread([this] {
     std::unique_lock lk(mu_);
-    int64_t forgot_ms = 0;
     while (!stopping_) {
       cv_.wait_for(lk, 500ms);
       if (stopping_) break;
       lk.unlock();
-      const int64_t now = now_unix_ms();
-      sweep(now);
-      // Ended sandboxes' records: soon after start, then every minute (one statement).
-      if (now - forgot_ms >= 60'000) {
-        lifecycle_.forget_ended();
-        forgot_ms = now;
-      }
+      sweep(now_unix_ms());
       lk.lock();
     }
   });
-  // Roots fetched from the object store that nothing uses any more, and the object store's
-  // own (a cluster's nodes; nothing to do on a single node).
+  // Ended sandboxes' records past their time (a second after start, then every minute); roots
+  // fetched from the object store that nothing uses any more, and the object store's own (a
+  // cluster's nodes; nothing to do on a single node), every collect_every_ms.
   collector_ = std::thread([this] {
     std::unique_lock lk(mu_);
+    const int64_t every = lifecycle_.collect_every_ms();
+    int64_t collected = now_unix_ms(), forgot = 0;
+    std::chrono::milliseconds wait = 1s;
     while (!stopping_) {
-      cv_.wait_for(lk, std::chrono::milliseconds(lifecycle_.collect_every_ms()));
+      cv_.wait_for(lk, wait);
       if (stopping_) break;
       lk.unlock();
-      lifecycle_.collect_rootfs_cache();
-      lifecycle_.collect_object_store();
+      int64_t now = now_unix_ms();
+      if (now - forgot >= 60'000) {
+        lifecycle_.forget_ended();
+        forgot = now;
+      }
+      if (now - collected >= every) {
+        lifecycle_.collect_rootfs_cache();
+        lifecycle_.collect_object_store();
+        collected = now;
+      }
+      now = now_unix_ms();
+      wait = std::chrono::milliseconds(std::max<int64_t>(
+          1, std::min(forgot + 60'000 - now, collected + every - now)));
       lk.lock();
     }
   });

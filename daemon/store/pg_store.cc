@@ -492,6 +492,10 @@ ALTER TABLE ledger ADD COLUMN hold_id TEXT UNIQUE;
 )sql"},
     {5, "sandboxes.open_ports: every port served without a token (E2B's public traffic)", R"sql(
 ALTER TABLE sandboxes ADD COLUMN open_ports BIGINT NOT NULL DEFAULT 0;
+)sql"},
+    {6, "indexes of the ended sandboxes (the periodic forgetting of ended records reads them)", R"sql(
+CREATE INDEX sandboxes_ended_at ON sandboxes(state, stopped_ms);
+CREATE INDEX sandboxes_ended ON sandboxes(project_id, state, stopped_ms);
 )sql"}
 };
 
@@ -820,20 +824,45 @@ Result<std::vector<SandboxRecord>> PgStore::active_sandboxes() {
   return out;
 }
 
-Result<int64_t> PgStore::forget_ended_sandboxes(int64_t ended_before_ms, int keep_per_project) {
-  // Every node's: an ended record is no node's to keep (any node may forget it; doing it twice
-  // is harmless).
+// Every node's: an ended record is no node's to keep (any node may forget it; twice is harmless).
+Result<int64_t> PgStore::forget_ended_before(int64_t ended_before_ms, int most) {
   int64_t forgotten = 0;
   auto r = with_conn([&](Conn& c) -> Result<void> {
     Params p;
-    p.bind(1, ended_before_ms).bind(2, static_cast<int64_t>(keep_per_project));
-    auto res = c.run(codec::kForgetEndedSql, p, "forgetting ended sandboxes");
+    p.bind(1, ended_before_ms).bind(2, static_cast<int64_t>(most));
+    auto res = c.run(codec::kForgetEndedBeforeSql, p, "forgetting ended sandboxes");
     if (!res) return fail(res.error());
     forgotten = res->affected();
     return {};
   });
   if (!r) return fail(r.error());
   return forgotten;
+}
+
+Result<int64_t> PgStore::forget_ended_past(const std::string& project_id, int keep, int most) {
+  int64_t forgotten = 0;
+  auto r = with_conn([&](Conn& c) -> Result<void> {
+    Params p;
+    p.bind(1, project_id).bind(2, static_cast<int64_t>(keep)).bind(3, static_cast<int64_t>(most));
+    auto res = c.run(codec::kForgetEndedPastSql, p, "forgetting ended sandboxes");
+    if (!res) return fail(res.error());
+    forgotten = res->affected();
+    return {};
+  });
+  if (!r) return fail(r.error());
+  return forgotten;
+}
+
+Result<std::vector<std::string>> PgStore::ended_projects() {
+  std::vector<std::string> out;
+  auto r = with_conn([&](Conn& c) -> Result<void> {
+    auto res = c.run(codec::kEndedProjectsSql, Params{}, "listing projects with ended sandboxes");
+    if (!res) return fail(res.error());
+    for (int i = 0; i < res->rows(); ++i) out.push_back(res->text(i, 0));
+    return {};
+  });
+  if (!r) return fail(r.error());
+  return out;
 }
 
 Result<void> PgStore::put_snapshot(const SnapshotRecord& rec) {

@@ -42,7 +42,9 @@ class PgStore final : public Store {
   Result<std::optional<SandboxRecord>> get_sandbox(const std::string& project_id, const std::string& id) override;
   Result<std::vector<SandboxRecord>> list_sandboxes(const SandboxQuery& q) override;
   Result<std::vector<SandboxRecord>> active_sandboxes() override;
-  Result<int64_t> forget_ended_sandboxes(int64_t ended_before_ms, int keep_per_project) override;
+  Result<int64_t> forget_ended_before(int64_t ended_before_ms, int most) override;
+  Result<int64_t> forget_ended_past(const std::string& project_id, int keep, int most) override;
+  Result<std::vector<std::string>> ended_projects() override;
   Result<void> put_snapshot(const SnapshotRecord& rec) override;
   Result<std::optional<SnapshotRecord>> get_snapshot(const std::string& project_id, const std::string& id) override;
   Result<std::vector<SnapshotRecord>> list_snapshots(const std::string& project_id,

@@ -34,15 +34,19 @@ const std::string kSnapshotColumnsNow = std::string(kSnapshotColumnsV3) + B3OS_V
 #undef B3OS_V6_COLUMNS
 const char* const kSandboxColumns = kSandboxColumnsNow.c_str();
 
-// Ended sandboxes' records that are past their time ($1: ended before, in Unix ms) or past their
-// project's newest $2 ended ones (ended last first, ids breaking ties). SQLite takes $N as ?N;
-// both have window functions (SQLite since 3.25, bookworm's is 3.40).
-constexpr const char* kForgetEndedSql =
-    "DELETE FROM sandboxes WHERE state IN ('stopped', 'failed') AND ("
-    "COALESCE(stopped_ms, created_ms) < $1 OR id IN ("
-    "SELECT id FROM (SELECT id, ROW_NUMBER() OVER (PARTITION BY project_id "
-    "ORDER BY COALESCE(stopped_ms, created_ms) DESC, id DESC) AS n "
-    "FROM sandboxes WHERE state IN ('stopped', 'failed')) AS ended WHERE n > $2))";
+// Ended sandboxes' records (both stores; SQLite runs them with ?N for $N).
+// Each reads an index by state and stopped_ms (sandboxes_ended_at; sandboxes_ended with the
+// project first: schema version 8 in SQLite, 6 in Postgres).
+// Those that ended before $1, at most $2.
+constexpr const char* kForgetEndedBeforeSql =
+    "DELETE FROM sandboxes WHERE id IN (SELECT id FROM sandboxes WHERE state IN ('stopped', 'failed') "
+    "AND stopped_ms < $1 LIMIT $2)";
+// Project $1's past its $2 newest ended ones (ended last first, ids breaking ties), at most $3.
+constexpr const char* kForgetEndedPastSql =
+    "DELETE FROM sandboxes WHERE id IN (SELECT id FROM sandboxes WHERE project_id = $1 AND state IN "
+    "('stopped', 'failed') ORDER BY stopped_ms DESC, id DESC LIMIT $3 OFFSET $2)";
+constexpr const char* kEndedProjectsSql =
+    "SELECT DISTINCT project_id FROM sandboxes WHERE state IN ('stopped', 'failed')";
 const char* const kSnapshotColumns = kSnapshotColumnsNow.c_str();
 
 inline std::string placeholders(const char* columns) {

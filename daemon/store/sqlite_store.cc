@@ -214,6 +214,17 @@ Result<void> open_ports_v7(sqlite3* db) {
   return exec_sql(db, "ALTER TABLE sandboxes ADD COLUMN open_ports INTEGER NOT NULL DEFAULT 0;");
 }
 
+/// Version 8: indexes of the sandboxes by state and when they ended, and by project too, which
+/// the periodic forgetting of ended records reads (a scan of every ended record each minute held
+/// the store's lock ~1 ms per 1,000 of them; bench/forget_ended.py). Not partial indexes: the
+/// planner took the index on state alone over them.
+Result<void> ended_indexes_v8(sqlite3* db) {
+  return exec_sql(db, R"sql(
+CREATE INDEX sandboxes_ended_at ON sandboxes(state, stopped_ms);
+CREATE INDEX sandboxes_ended ON sandboxes(project_id, state, stopped_ms);
+)sql");
+}
+
 struct Migration {
   int version;         // the user_version after this step
   const char* what;    // for errors and logs
@@ -228,6 +239,7 @@ constexpr Migration kMigrations[] = {
     {5, "when each API key was last used", key_last_use_v5},
     {6, "templates users build", template_builds_v6},
     {7, "sandboxes with every port open", open_ports_v7},
+    {8, "indexes of the ended sandboxes", ended_indexes_v8},
 };
 
 constexpr bool versions_are_consecutive() {
@@ -698,12 +710,43 @@ Result<std::vector<SandboxRecord>> SqliteStore::active_sandboxes() {
   return all_of<SandboxRecord>(db_, st, "listing active sandboxes", sandbox_from<Stmt>);
 }
 
-Result<int64_t> SqliteStore::forget_ended_sandboxes(int64_t ended_before_ms, int keep_per_project) {
+namespace {
+// A statement both stores run, with Postgres's $N made SQLite's ?N (SQLite numbers $N in order
+// of appearance, not by N).
+std::string numbered(std::string_view sql) {
+  std::string out(sql);
+  for (size_t i = 0; i + 1 < out.size(); ++i)
+    if (out[i] == '$' && std::isdigit(static_cast<unsigned char>(out[i + 1]))) out[i] = '?';
+  return out;
+}
+}  // namespace
+
+Result<int64_t> SqliteStore::forget_ended_before(int64_t ended_before_ms, int most) {
   std::lock_guard lk(mu_);
-  Stmt st(db_, codec::kForgetEndedSql);
-  st.bind(1, ended_before_ms).bind(2, static_cast<int64_t>(keep_per_project));
+  static const std::string sql = numbered(codec::kForgetEndedBeforeSql);
+  Stmt st(db_, sql.c_str());
+  st.bind(1, ended_before_ms).bind(2, static_cast<int64_t>(most));
   if (st.step() != SQLITE_DONE) return fail(db_error(db_, "forgetting ended sandboxes"));
   return static_cast<int64_t>(sqlite3_changes(db_));
+}
+
+Result<int64_t> SqliteStore::forget_ended_past(const std::string& project_id, int keep, int most) {
+  std::lock_guard lk(mu_);
+  static const std::string sql = numbered(codec::kForgetEndedPastSql);
+  Stmt st(db_, sql.c_str());
+  st.bind(1, project_id).bind(2, static_cast<int64_t>(keep)).bind(3, static_cast<int64_t>(most));
+  if (st.step() != SQLITE_DONE) return fail(db_error(db_, "forgetting ended sandboxes"));
+  return static_cast<int64_t>(sqlite3_changes(db_));
+}
+
+Result<std::vector<std::string>> SqliteStore::ended_projects() {
+  std::lock_guard lk(mu_);
+  Stmt st(db_, codec::kEndedProjectsSql);
+  std::vector<std::string> out;
+  int rc;
+  while ((rc = st.step()) == SQLITE_ROW) out.push_back(st.text(0));
+  if (rc != SQLITE_DONE) return fail(db_error(db_, "listing projects with ended sandboxes"));
+  return out;
 }
 
 Result<void> SqliteStore::put_snapshot(const SnapshotRecord& rec) {

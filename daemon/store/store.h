@@ -117,10 +117,14 @@ class SandboxStore {
   virtual Result<std::vector<SandboxRecord>> list_sandboxes(const SandboxQuery& q) = 0;
   /// Every sandbox that is running or paused, all projects (used at start-up).
   virtual Result<std::vector<SandboxRecord>> active_sandboxes() = 0;
-  /// Forgets ended (stopped or failed) sandboxes' records: those that ended before
-  /// `ended_before_ms`, and in each project all but its `keep_per_project` newest ended ones.
-  /// Running and paused ones are never touched. Returns how many were forgotten.
-  virtual Result<int64_t> forget_ended_sandboxes(int64_t ended_before_ms, int keep_per_project) = 0;
+  /// Forgets ended (stopped or failed) sandboxes' records, at most `most` in one call, and says
+  /// how many: those that ended before `ended_before_ms`; or those of `project_id` past its
+  /// `keep` newest ended ones. Running and paused ones are never touched. Each is one
+  /// statement on an index of the ended records.
+  virtual Result<int64_t> forget_ended_before(int64_t ended_before_ms, int most) = 0;
+  virtual Result<int64_t> forget_ended_past(const std::string& project_id, int keep, int most) = 0;
+  /// The projects that have ended sandboxes.
+  virtual Result<std::vector<std::string>> ended_projects() = 0;
 
   virtual Result<void> put_snapshot(const SnapshotRecord& rec) = 0;
   virtual Result<std::optional<SnapshotRecord>> get_snapshot(const std::string& project_id, const std::string& id) = 0;
@@ -234,7 +238,9 @@ class Store : public SandboxStore, public TemplateStore {
   virtual Result<std::optional<SandboxRecord>> get_sandbox(const std::string& project_id, const std::string& id) = 0;
   virtual Result<std::vector<SandboxRecord>> list_sandboxes(const SandboxQuery& q) = 0;
   virtual Result<std::vector<SandboxRecord>> active_sandboxes() = 0;
-  virtual Result<int64_t> forget_ended_sandboxes(int64_t ended_before_ms, int keep_per_project) = 0;
+  virtual Result<int64_t> forget_ended_before(int64_t ended_before_ms, int most) = 0;
+  virtual Result<int64_t> forget_ended_past(const std::string& project_id, int keep, int most) = 0;
+  virtual Result<std::vector<std::string>> ended_projects() = 0;
 
   virtual Result<void> put_snapshot(const SnapshotRecord& rec) = 0;
   virtual Result<std::optional<SnapshotRecord>> get_snapshot(const std::string& project_id, const std::string& id) = 0;

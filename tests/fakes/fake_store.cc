@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <set>
 #include <vector>
 
 namespace b3os::fakes {
@@ -59,22 +60,37 @@ Result<std::vector<SandboxRecord>> FakeStore::active_sandboxes() {
   return out;
 }
 
-Result<int64_t> FakeStore::forget_ended_sandboxes(int64_t ended_before_ms, int keep_per_project) {
+Result<int64_t> FakeStore::forget_ended_before(int64_t ended_before_ms, int most) {
   std::lock_guard lk(mu_);
-  // The stores' rule: past its time, or past its project's newest keep_per_project ended ones.
-  std::map<std::string, std::vector<std::pair<int64_t, std::string>>> ended;  // project -> (ended at, id)
-  for (auto& [id, r] : sandboxes_)
-    if (r.ended()) ended[r.project_id].emplace_back(r.stopped_ms.value_or(r.created_ms), id);
   int64_t n = 0;
-  for (auto& [project, list] : ended) {
-    std::sort(list.begin(), list.end(), std::greater<>());
-    for (size_t i = 0; i < list.size(); ++i)
-      if (list[i].first < ended_before_ms || i >= static_cast<size_t>(keep_per_project)) {
-        sandboxes_.erase(list[i].second);
-        ++n;
-      }
+  for (auto it = sandboxes_.begin(); it != sandboxes_.end() && n < most;) {
+    if (it->second.ended() && it->second.stopped_ms && *it->second.stopped_ms < ended_before_ms) {
+      it = sandboxes_.erase(it);
+      ++n;
+    } else {
+      ++it;
+    }
   }
   return n;
+}
+
+Result<int64_t> FakeStore::forget_ended_past(const std::string& project_id, int keep, int most) {
+  std::lock_guard lk(mu_);
+  std::vector<std::pair<int64_t, std::string>> ended;  // (ended at, id), newest first after the sort
+  for (auto& [id, r] : sandboxes_)
+    if (r.ended() && r.project_id == project_id) ended.emplace_back(r.stopped_ms.value_or(0), id);
+  std::sort(ended.begin(), ended.end(), std::greater<>());
+  int64_t n = 0;
+  for (size_t i = static_cast<size_t>(keep); i < ended.size() && n < most; ++i, ++n) sandboxes_.erase(ended[i].second);
+  return n;
+}
+
+Result<std::vector<std::string>> FakeStore::ended_projects() {
+  std::lock_guard lk(mu_);
+  std::set<std::string> out;
+  for (auto& [id, r] : sandboxes_)
+    if (r.ended()) out.insert(r.project_id);
+  return std::vector<std::string>(out.begin(), out.end());
 }
 
 Result<void> FakeStore::put_snapshot(const SnapshotRecord& rec) {

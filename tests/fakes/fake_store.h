@@ -16,7 +16,9 @@ class FakeStore : public store::SandboxStore {
   Result<std::optional<store::SandboxRecord>> get_sandbox(const std::string& project_id, const std::string& id) override;
   Result<std::vector<store::SandboxRecord>> list_sandboxes(const store::SandboxQuery& q) override;
   Result<std::vector<store::SandboxRecord>> active_sandboxes() override;
-  Result<int64_t> forget_ended_sandboxes(int64_t ended_before_ms, int keep_per_project) override;
+  Result<int64_t> forget_ended_before(int64_t ended_before_ms, int most) override;
+  Result<int64_t> forget_ended_past(const std::string& project_id, int keep, int most) override;
+  Result<std::vector<std::string>> ended_projects() override;
   Result<void> put_snapshot(const store::SnapshotRecord& rec) override;
   Result<std::optional<store::SnapshotRecord>> get_snapshot(const std::string& project_id, const std::string& id) override;
   Result<std::vector<store::SnapshotRecord>> list_snapshots(const std::string& project_id,

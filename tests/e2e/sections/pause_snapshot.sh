@@ -100,7 +100,7 @@ s_snapshot() {
 # ---- what a project may keep as snapshots ---------------------------------------------------
 
 # snapshot_dirs: the images under DATA_DIR/snapshots, one line.
-snapshot_dirs() { ls "$T/data/snapshots" 2>/dev/null | sort | tr '\n' ' '; }
+snapshot_dirs() { { ls "$T/data/snapshots" 2>/dev/null || true; } | sort | tr '\n' ' '; }
 
 # A snapshot outlives its sandbox, so a project that takes them in a loop would fill the node's
 # disk: --snapshots-max-per-project and --snapshots-max-gib-per-project bound what one project

@@ -4,9 +4,10 @@
 
 #include <sqlite3.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <cstdlib>
-#include <atomic>
 #include <filesystem>
 #include <thread>
 
@@ -514,20 +515,30 @@ TEST_P(StoreTest, EndedSandboxesAreForgottenByAgeAndByCount) {
   put("sbx_a2", "prj_a", State::kFailed, 2000);
   put("sbx_a3", "prj_a", State::kStopped, 3000);
   put("sbx_b1", "prj_b", State::kStopped, 1000);
-  // Nothing past its time, at most 10 each: nothing goes.
-  EXPECT_EQ(*store_->forget_ended_sandboxes(0, 10), 0);
+  auto projects = *store_->ended_projects();
+  std::sort(projects.begin(), projects.end());
+  EXPECT_EQ(projects, (std::vector<std::string>{"prj_a", "prj_b"}));
+  // Nothing past its time, or past 10: nothing goes.
+  EXPECT_EQ(*store_->forget_ended_before(0, 100), 0);
+  EXPECT_EQ(*store_->forget_ended_past("prj_a", 10, 100), 0);
   // Ended before 500: the old one.
-  EXPECT_EQ(*store_->forget_ended_sandboxes(500, 10), 1);
+  EXPECT_EQ(*store_->forget_ended_before(500, 100), 1);
   EXPECT_FALSE(*store_->get_sandbox("prj_a", "sbx_old"));
-  // Two per project: prj_a's oldest ended (a1) goes; prj_b's one stays.
-  EXPECT_EQ(*store_->forget_ended_sandboxes(500, 2), 1);
+  // Two per project: prj_a's oldest ended (a1) goes; prj_b is not asked about.
+  EXPECT_EQ(*store_->forget_ended_past("prj_a", 2, 100), 1);
   EXPECT_FALSE(*store_->get_sandbox("prj_a", "sbx_a1"));
   for (const char* id : {"sbx_run", "sbx_paused", "sbx_a2", "sbx_a3"}) EXPECT_TRUE(*store_->get_sandbox("prj_a", id)) << id;
   EXPECT_TRUE(*store_->get_sandbox("prj_b", "sbx_b1"));
-  // Everything ended is past its time: the running and paused ones stay.
-  EXPECT_EQ(*store_->forget_ended_sandboxes(1'000'000, 100), 3);
+  // None kept, at most one at a time: one of the two goes.
+  EXPECT_EQ(*store_->forget_ended_past("prj_a", 0, 1), 1);
+  EXPECT_NE(store_->get_sandbox("prj_a", "sbx_a2")->has_value(), store_->get_sandbox("prj_a", "sbx_a3")->has_value());
+  // Everything ended is past its time, one at a time: the running and paused ones stay.
+  EXPECT_EQ(*store_->forget_ended_before(1'000'000, 1), 1);
+  EXPECT_EQ(*store_->forget_ended_before(1'000'000, 1), 1);
+  EXPECT_EQ(*store_->forget_ended_before(1'000'000, 1), 0);
   EXPECT_TRUE(*store_->get_sandbox("prj_a", "sbx_run"));
   EXPECT_TRUE(*store_->get_sandbox("prj_a", "sbx_paused"));
+  EXPECT_TRUE(store_->ended_projects()->empty());
   EXPECT_EQ(store_->active_sandboxes()->size(), 2u);
 }
 
