@@ -15,10 +15,12 @@ namespace b3os {
 /// f_bavail), or nullopt when it cannot be asked.
 std::optional<uint64_t> free_disk_bytes(const std::string& path);
 
-/// 503 capacity_unavailable (with ENOSPC) when the filesystem of `dir` has no more than
-/// `reserve_gib` free, the space kept for running sandboxes' disks (--disk-reserve-gib; 0:
-/// none); `refused` says what was not done ("no snapshot was taken").
-std::optional<Error> disk_reserve_error(const std::string& dir, double reserve_gib, const std::string& refused);
+/// 503 capacity_unavailable (with ENOSPC) when writing `expected_bytes` to the filesystem of
+/// `dir` would leave no more than `reserve_gib` free, the space kept for running sandboxes'
+/// disks (--disk-reserve-gib; 0: none); `refused` says what was not done ("no snapshot was
+/// taken").
+std::optional<Error> disk_reserve_error(const std::string& dir, double reserve_gib, const std::string& refused,
+                                        uint64_t expected_bytes = 0);
 
 /// The first `max` bytes of `path`, or nullopt when it cannot be opened or read.
 std::optional<std::string> read_small_file(const std::string& path, size_t max = 1 << 20);

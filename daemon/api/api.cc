@@ -190,7 +190,9 @@ void Api::send(Call& c, Reply r) {
     sandbox::record_operation(c.operation, "rest", c.timing, total, sandbox::outcome_of(r.status));
   std::string body = dump_json(r.body);
   if (c.idempotency_key) {
-    auto done = r.status < 500
+    // A 429 (a rate, a concurrency or a quota limit) ends when the limit frees: a retry with the
+    // same key runs again rather than replaying the refusal for a day.
+    auto done = r.status < 500 && r.status != 429
                     ? store_.idempotency_finish(c.principal.project_id, *c.idempotency_key, r.status, "application/json", body)
                     : store_.idempotency_abort(c.principal.project_id, *c.idempotency_key);
     if (!done) spdlog::warn("idempotency: {}", done.error().message);

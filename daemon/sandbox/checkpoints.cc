@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <optional>
 #include <thread>
@@ -380,10 +381,12 @@ std::vector<std::shared_ptr<LiveSandbox>> Checkpoints::claim_spares(const std::s
 
 class Checkpoints::SnapshotSlot {
  public:
-  SnapshotSlot(Checkpoints& c, std::string project) : c_(c), project_(std::move(project)) {}
+  SnapshotSlot(Checkpoints& c, std::string project, uint64_t bytes) : c_(c), project_(std::move(project)), bytes_(bytes) {}
   ~SnapshotSlot() {
     std::lock_guard lk(c_.quota_mu_);
-    if (--c_.snapshots_under_way_[project_] <= 0) c_.snapshots_under_way_.erase(project_);
+    auto& [count, bytes] = c_.snapshots_under_way_[project_];
+    bytes -= std::min(bytes, bytes_);
+    if (--count <= 0) c_.snapshots_under_way_.erase(project_);
   }
   SnapshotSlot(const SnapshotSlot&) = delete;
   SnapshotSlot& operator=(const SnapshotSlot&) = delete;
@@ -391,6 +394,7 @@ class Checkpoints::SnapshotSlot {
  private:
   Checkpoints& c_;
   std::string project_;
+  uint64_t bytes_;
 };
 
 namespace {
@@ -402,38 +406,53 @@ std::string gib_text(double gib) {
 }  // namespace
 
 // What a snapshot may add: the project's count and bytes under their limits (429
-// quota_exceeded), and room on the data disk beyond the reserve kept for running sandboxes,
-// whose disks grow as they write (503 capacity_unavailable). The bytes are checked before the
-// image is written (its size is known after), so a project may pass its limit by one image.
-Result<std::unique_ptr<Checkpoints::SnapshotSlot>> Checkpoints::snapshot_slot(const std::string& project_id) {
-  auto used = store_.snapshot_usage(project_id);
-  if (!used) return fail(used.error());
-  const auto max_bytes = static_cast<uint64_t>(cfg_.snapshots_max_gib_per_project * double(1ull << 30));
-  if (used->bytes >= max_bytes) {
-    return fail(ErrorCode::kQuotaExceeded,
-                "this project's snapshots hold " + std::to_string(used->bytes >> 20) + " MiB, at or over its limit of " +
-                    gib_text(cfg_.snapshots_max_gib_per_project) + " (--snapshots-max-gib-per-project); delete some " +
-                    "(DELETE /v1/snapshots/{id}) to take more");
-  }
+// quota_exceeded), and room for its image on the data disk beyond the reserve kept for running
+// sandboxes, whose disks grow as they write (503 capacity_unavailable). An image's size is
+// known once written: until then it counts as the sandbox's memory_mib (what its memory file
+// holds at most), so snapshots taken at once cannot all pass the limit; one written larger
+// than that may take the project past it by the difference. Snapshots under way are this
+// node's (in a cluster, each node counts its own besides every node's recorded ones).
+Result<std::unique_ptr<Checkpoints::SnapshotSlot>> Checkpoints::snapshot_slot(const std::string& project_id,
+                                                                               int memory_mib) {
+  const uint64_t estimate = static_cast<uint64_t>(std::max(memory_mib, 0)) << 20;
   const std::string dir = cfg_.snapshots_dir();
   std::error_code ec;
   fs::create_directories(dir, ec);
-  if (auto full = disk_reserve_error(dir, cfg_.disk_reserve_gib, "no snapshot was taken, the sandbox runs on"))
+  if (auto full = disk_reserve_error(dir, cfg_.disk_reserve_gib, "no snapshot was taken, the sandbox runs on", estimate))
     return fail(*full);
+  // The recorded snapshots are read under the lock, so that one recorded meanwhile is seen
+  // either there or still under way (its slot is given back after its record is written).
   std::lock_guard lk(quota_mu_);
-  int& under_way = snapshots_under_way_[project_id];
-  if (used->count + under_way >= cfg_.snapshots_max_per_project) {
+  auto used = store_.snapshot_usage(project_id);
+  if (!used) return fail(used.error());
+  auto& [count, bytes] = snapshots_under_way_[project_id];
+  auto forget_if_none = [&] {
+    if (count == 0) snapshots_under_way_.erase(project_id);
+  };
+  const auto max_bytes = static_cast<uint64_t>(cfg_.snapshots_max_gib_per_project * double(1ull << 30));
+  if (used->bytes + bytes + estimate > max_bytes) {
+    const uint64_t kept = used->bytes, pending = bytes;
+    forget_if_none();
+    return fail(ErrorCode::kQuotaExceeded,
+                "this project's snapshots hold " + std::to_string(kept >> 20) + " MiB" +
+                    (pending ? " and " + std::to_string(pending >> 20) + " MiB more are being taken" : std::string()) +
+                    "; this one of up to " + std::to_string(estimate >> 20) + " MiB would pass its limit of " +
+                    gib_text(cfg_.snapshots_max_gib_per_project) +
+                    " (--snapshots-max-gib-per-project); delete some (DELETE /v1/snapshots/{id}) to take more");
+  }
+  if (used->count + count >= cfg_.snapshots_max_per_project) {
     const int64_t kept = used->count;
-    const int pending = under_way;
-    if (under_way == 0) snapshots_under_way_.erase(project_id);
+    const int pending = count;
+    forget_if_none();
     return fail(ErrorCode::kQuotaExceeded,
                 "this project keeps " + std::to_string(kept) + " snapshots" +
                     (pending ? " and takes " + std::to_string(pending) + " more" : std::string()) + ", its limit is " +
                     std::to_string(cfg_.snapshots_max_per_project) +
                     " (--snapshots-max-per-project); delete some (DELETE /v1/snapshots/{id}) to take more");
   }
-  ++under_way;
-  return std::make_unique<SnapshotSlot>(*this, project_id);
+  ++count;
+  bytes += estimate;
+  return std::make_unique<SnapshotSlot>(*this, project_id, estimate);
 }
 
 Result<json> Checkpoints::snapshot(const Principal& p, const std::string& id, Timing& t) {
@@ -449,7 +468,7 @@ Result<json> Checkpoints::snapshot(const Principal& p, const std::string& id, Ti
   if (api_status(base.state) != "running")
     return fail(ErrorCode::kSandboxNotRunning, "sandbox " + id + " is " + std::string(api_status(base.state)) +
                                                    "; snapshots are taken of running sandboxes");
-  auto slot = snapshot_slot(p.project_id);
+  auto slot = snapshot_slot(p.project_id, base.memory_mib);
   if (!slot) return fail(slot.error());
   ActiveOp busy(*src);
   Awake awake = lifecycle_.awake(*src, false);  // a snapshot leaves its source as it was

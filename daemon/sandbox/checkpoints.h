@@ -78,9 +78,13 @@ class Checkpoints {
   /// A snapshot under way counts against its project's quota until it is recorded or given
   /// up (snapshots of one project at once could otherwise all pass the check).
   class SnapshotSlot;
-  Result<std::unique_ptr<SnapshotSlot>> snapshot_slot(const std::string& project_id);
+  Result<std::unique_ptr<SnapshotSlot>> snapshot_slot(const std::string& project_id, int memory_mib);
+  struct UnderWay {
+    int count = 0;
+    uint64_t bytes = 0;  // each counted as its sandbox's memory_mib until its image is recorded
+  };
   std::mutex quota_mu_;
-  std::map<std::string, int> snapshots_under_way_;  // by project
+  std::map<std::string, UnderWay> snapshots_under_way_;  // by project
 };
 
 }  // namespace b3os::sandbox

@@ -157,10 +157,6 @@ bool Lifecycle::finish(const std::shared_ptr<LiveSandbox>& s, Transition end, st
     s->rec.stopped_ms = now;
     project = s->rec.project_id;
   }
-  {
-    std::lock_guard lk(ended_mu_);  // its project's count is looked at in forget_ended's next turn
-    ended_in_.insert(project);
-  }
   // Recorded before anything is released: a crash mid-release leaves a stopped record, and the
   // next start sweeps what is left of it. The end is decided, so a store locked by another
   // process (503 after its busy timeout) is waited out, up to a minute: given up at once, a
@@ -173,6 +169,7 @@ bool Lifecycle::finish(const std::shared_ptr<LiveSandbox>& s, Transition end, st
     std::this_thread::sleep_for(200ms);
   }
   if (!saved) spdlog::error("sandbox {}: {}", s->id, saved.error().message);
+  note_ended(project);
   registry_.remove(s->id);
   // Its minted preview URLs die with it (public ones are derived, and the host is gone).
   if (auto r = store_.delete_port_tokens(s->id); !r) spdlog::warn("sandbox {}: {}", s->id, r.error().message);
@@ -850,23 +847,31 @@ void Lifecycle::collect_rootfs_cache() {
   ::b3os::sandbox::collect_rootfs_cache(cfg_, in_use, 3600 * 1000);
 }
 
+// Its project's count of ended sandboxes is looked at in forget_ended's next turn (after the
+// record is written, so that the turn sees it).
+void Lifecycle::note_ended(const std::string& project_id) {
+  std::lock_guard lk(ended_mu_);
+  ended_in_.insert(project_id);
+}
+
 void Lifecycle::forget_ended() {
   // A statement per 5,000 records (the store's lock is held for one), at most 20 a turn: a
   // backlog goes over a few turns, never in one long hold. The count is looked at for the
   // projects a sandbox ended in since the last turn (all of them at the first).
   constexpr int kBatch = 5000, kBatchesPerTurn = 20;
   std::vector<std::string> projects;
+  if (!ended_projects_known_) {  // only this thread reads or sets it
+    auto all = store_.ended_projects();  // outside ended_mu_: finish() must not wait on the store
+    if (!all) {
+      spdlog::warn("forgetting ended sandboxes: {}", all.error().message);
+      return;
+    }
+    std::lock_guard lk(ended_mu_);
+    ended_in_.insert(all->begin(), all->end());
+    ended_projects_known_ = true;
+  }
   {
     std::lock_guard lk(ended_mu_);
-    if (!ended_projects_known_) {
-      auto all = store_.ended_projects();
-      if (!all) {
-        spdlog::warn("forgetting ended sandboxes: {}", all.error().message);
-        return;
-      }
-      ended_in_.insert(all->begin(), all->end());
-      ended_projects_known_ = true;
-    }
     projects.assign(ended_in_.begin(), ended_in_.end());
     ended_in_.clear();
   }
@@ -991,6 +996,7 @@ Result<void> Lifecycle::restore_moved(const store::SandboxRecord& rec, const std
   ended.stopped_ms = now_unix_ms();
   ended.stop_message = "moving it to another node failed, and so did restoring it here: " + s.error().message;
   if (auto r = store_.put_sandbox(ended); !r) spdlog::error("sandbox {}: {}", rec.id, r.error().message);
+  note_ended(rec.project_id);
   // Its minted preview URLs end with it, as finish() does for every sandbox.
   if (auto r = store_.delete_port_tokens(rec.id); !r) spdlog::warn("sandbox {}: {}", rec.id, r.error().message);
   return fail(s.error());

@@ -88,6 +88,7 @@ class Lifecycle {
   /// start and then every minute, 5,000 a statement): creating and deleting sandboxes for ever
   /// must not grow the database.
   void forget_ended();
+  void note_ended(const std::string& project_id);
 
   // ---- for the other parts of the module ----
 
@@ -162,7 +163,7 @@ class Lifecycle {
   /// records before its first).
   std::mutex ended_mu_;
   std::set<std::string> ended_in_;
-  bool ended_projects_known_ = false;
+  bool ended_projects_known_ = false;  // forget_ended's own (one thread)
 };
 
 /// b3os_sandbox_failures_total{kind}: a sandbox failed (kinds in docs/operations.md).

@@ -25,28 +25,27 @@ void Reaper::start() {
   // Ended sandboxes' records past their time (a second after start, then every minute); roots
   // fetched from the object store that nothing uses any more, and the object store's own (a
   // cluster's nodes; nothing to do on a single node), every collect_every_ms.
+  // Each timer counts from the end of its last pass (a slow object store never makes its passes
+  // run back to back), on the steady clock (a clock set back stops neither).
   collector_ = std::thread([this] {
     std::unique_lock lk(mu_);
     const int64_t every = lifecycle_.collect_every_ms();
-    int64_t collected = now_unix_ms(), forgot = 0;
-    std::chrono::milliseconds wait = 1s;
+    int64_t collected = steady_ms(), forgot = collected - 60'000 + 1'000;  // forgetting first after 1 s
     while (!stopping_) {
-      cv_.wait_for(lk, wait);
+      const int64_t now = steady_ms();
+      cv_.wait_for(lk, std::chrono::milliseconds(
+                           std::max<int64_t>(100, std::min(forgot + 60'000 - now, collected + every - now))));
       if (stopping_) break;
       lk.unlock();
-      int64_t now = now_unix_ms();
-      if (now - forgot >= 60'000) {
+      if (steady_ms() - forgot >= 60'000) {
         lifecycle_.forget_ended();
-        forgot = now;
+        forgot = steady_ms();
       }
-      if (now - collected >= every) {
+      if (steady_ms() - collected >= every) {
         lifecycle_.collect_rootfs_cache();
         lifecycle_.collect_object_store();
-        collected = now;
+        collected = steady_ms();
       }
-      now = now_unix_ms();
-      wait = std::chrono::milliseconds(std::max<int64_t>(
-          1, std::min(forgot + 60'000 - now, collected + every - now)));
       lk.lock();
     }
   });

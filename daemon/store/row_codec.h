@@ -41,10 +41,11 @@ const char* const kSandboxColumns = kSandboxColumnsNow.c_str();
 constexpr const char* kForgetEndedBeforeSql =
     "DELETE FROM sandboxes WHERE id IN (SELECT id FROM sandboxes WHERE state IN ('stopped', 'failed') "
     "AND stopped_ms < $1 LIMIT $2)";
-// Project $1's past its $2 newest ended ones (ended last first, ids breaking ties), at most $3.
+// Project $1's past its $2 newest ended ones (ended last first, a record with no end time as the
+// oldest, ids breaking ties), at most $3.
 constexpr const char* kForgetEndedPastSql =
     "DELETE FROM sandboxes WHERE id IN (SELECT id FROM sandboxes WHERE project_id = $1 AND state IN "
-    "('stopped', 'failed') ORDER BY stopped_ms DESC, id DESC LIMIT $3 OFFSET $2)";
+    "('stopped', 'failed') ORDER BY COALESCE(stopped_ms, 0) DESC, id DESC LIMIT $3 OFFSET $2)";
 constexpr const char* kEndedProjectsSql =
     "SELECT DISTINCT project_id FROM sandboxes WHERE state IN ('stopped', 'failed')";
 const char* const kSnapshotColumns = kSnapshotColumnsNow.c_str();

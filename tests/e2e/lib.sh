@@ -366,7 +366,14 @@ stop_daemon() {
 # suite's own flags, as they were at the first call, and these.
 restart_with() {
   : "${E2E_BASE_ARGS=${B3OS_E2E_DAEMON_ARGS:-}}"
+  local pid
+  pid=$(daemon_pid)
   stop_daemon TERM
+  # stop_daemon waits 5 s; a loaded machine may need longer, and two b3osd must never overlap.
+  if [ -n "$pid" ] && ! eventually 30 not kill -0 "$pid" 2>/dev/null; then
+    kill -KILL "$pid" 2>/dev/null || true
+    eventually 10 not kill -0 "$pid" 2>/dev/null || die "b3osd $pid did not stop"
+  fi
   B3OS_E2E_DAEMON_ARGS="$E2E_BASE_ARGS $*"
   start_daemon || die "b3osd did not start with: $*"
 }

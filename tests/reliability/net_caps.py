@@ -169,11 +169,11 @@ def upstream(a):
     os.rename(a.port_file + ".tmp", a.port_file)
     while True:
         packet, ancillary, _, peer = s.recvmsg(4096, socket.CMSG_SPACE(16))
-        at = time.monotonic()
+        at, wall = time.monotonic(), time.time()  # read together: their difference is the clocks'
         for level, kind, data in ancillary:
             if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(data) >= 16:
                 sec, nsec = struct.unpack("qq", data[:16])
-                at -= time.time() - (sec + nsec / 1e9)  # back to the monotonic clock
+                at -= wall - (sec + nsec / 1e9)  # back to the monotonic clock
         q = question_of(packet)
         if not q:
             continue

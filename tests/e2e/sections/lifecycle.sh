@@ -151,17 +151,23 @@ status_of() {
 # --ended-max-per-project newest ended sandboxes, each for --ended-retention-hours; older records
 # are forgotten (404 sandbox_not_found after), running ones never, and each project counts its own.
 s_forget_ended() {
-  local a b c r o id
+  local a b c r o id forget forget2
+  # Two projects of their own: no other section's sandbox ends in them meanwhile.
+  forget=$("$B3OS_BIN/b3os" keys create --project forget --data-dir "$T/data" 2>/dev/null)
+  forget2=$("$B3OS_BIN/b3os" keys create --project forget2 --data-dir "$T/data" 2>/dev/null)
+  [[ $forget == b3os_sk_* && $forget2 == b3os_sk_* ]] || die "could not create the forget projects' keys"
+  ALL_KEYS+=("$forget" "$forget2")
+  local KEY=$forget
   for id in a b c; do
     create_sandbox '{}'
     printf -v "$id" '%s' "$CID"
   done
   create_sandbox '{}'
   r=$CID
-  KEY=$OTHER create_sandbox '{}'
+  KEY=$forget2 create_sandbox '{}'
   o=$CID
   for id in "$a" "$b" "$c"; do delete_sandbox "$id" >/dev/null; done
-  KEY=$OTHER delete_sandbox "$o" >/dev/null
+  KEY=$forget2 delete_sandbox "$o" >/dev/null
   restart_with --ended-max-per-project 2
   check forget.oldest_past_the_count "$a: $(status_of "$a")" eventually 10 bash -c "[ \"\$(curl -s -o /dev/null -w '%{http_code}' -H 'Authorization: Bearer $KEY' '$URL/v1/sandboxes/$a')\" = 404 ]"
   api GET "/v1/sandboxes/$a"
@@ -171,13 +177,13 @@ s_forget_ended() {
   check forget.newest_two_kept "$b: $(status_of "$b"), $c: $(status_of "$c")" \
     test "$(status_of "$b") $(status_of "$c")" = "stopped stopped"
   check forget.running_kept "$r: $(status_of "$r")" test "$(status_of "$r")" = running
-  check forget.other_project_own_count "$o: $(status_of "$o" "$OTHER")" test "$(status_of "$o" "$OTHER")" = stopped
+  check forget.other_project_own_count "$o: $(status_of "$o" "$forget2")" test "$(status_of "$o" "$forget2")" = stopped
   check forget.logged "$(grep -o 'forgot [0-9]* ended sandboxes[^"]*' "$T/daemon.log" | tail -n1)" \
     grep -q 'forgot [0-9]* ended sandboxes' "$T/daemon.log"
   # A retention of about a second: every ended one goes, the running one stays.
   restart_with --ended-retention-hours 0.0003
-  check forget.past_their_time "$b: $(status_of "$b"), $c: $(status_of "$c"), other's $o: $(status_of "$o" "$OTHER")" \
-    eventually 10 bash -c "for u in '$b' '$c'; do [ \"\$(curl -s -o /dev/null -w '%{http_code}' -H 'Authorization: Bearer $KEY' '$URL/v1/sandboxes/'\$u)\" = 404 ] || exit 1; done; [ \"\$(curl -s -o /dev/null -w '%{http_code}' -H 'Authorization: Bearer $OTHER' '$URL/v1/sandboxes/$o')\" = 404 ]"
+  check forget.past_their_time "$b: $(status_of "$b"), $c: $(status_of "$c"), the other project's $o: $(status_of "$o" "$forget2")" \
+    eventually 10 bash -c "for u in '$b' '$c'; do [ \"\$(curl -s -o /dev/null -w '%{http_code}' -H 'Authorization: Bearer $KEY' '$URL/v1/sandboxes/'\$u)\" = 404 ] || exit 1; done; [ \"\$(curl -s -o /dev/null -w '%{http_code}' -H 'Authorization: Bearer $forget2' '$URL/v1/sandboxes/$o')\" = 404 ]"
   api GET '/v1/sandboxes?status=stopped&limit=100'
   check forget.none_listed "$(snip)" okj 200 '.data == []'
   check forget.running_kept_always "$r: $(status_of "$r")" test "$(status_of "$r")" = running

@@ -145,10 +145,14 @@ s_snapshot_quota() {
   check snapquota.other_project "$(snip)" okj 201 '.object == "snapshot"'
   local other_snp
   other_snp=$(j .id)
-  # Deleting one makes room for one.
+  # Deleting one makes room for one; a refusal is not kept for its Idempotency-Key (the retry
+  # runs again once there is room).
+  api POST "/v1/sandboxes/$id/snapshot" -H "Idempotency-Key: snapq-$id"
+  expect_error snapquota.keyed_429 429 quota_exceeded
   api DELETE "/v1/snapshots/${kept%% *}"
-  api POST "/v1/sandboxes/$id/snapshot"
+  api POST "/v1/sandboxes/$id/snapshot" -H "Idempotency-Key: snapq-$id"
   check snapquota.room_after_delete "$(snip)" okj 201 '.object == "snapshot"'
+  check snapquota.refusal_not_replayed "Idempotent-Replayed: '$(header Idempotent-Replayed)'" test -z "$(header Idempotent-Replayed)"
 
   # Bytes: a limit of 1 MiB, which the kept images already pass.
   restart_with --snapshots-max-gib-per-project 0.001
