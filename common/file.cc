@@ -15,18 +15,24 @@ std::optional<uint64_t> free_disk_bytes(const std::string& path) {
   return static_cast<uint64_t>(v.f_bavail) * v.f_frsize;
 }
 
+uint64_t gib_bytes(double gib) { return gib <= 0 ? 0 : static_cast<uint64_t>(gib * double(1ull << 30)); }
+
+std::string gib_text(double gib) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3g GiB", gib);
+  return buf;
+}
+
 std::optional<Error> disk_reserve_error(const std::string& dir, double reserve_gib, const std::string& refused,
                                         uint64_t expected_bytes) {
   if (reserve_gib <= 0) return std::nullopt;
   const auto free_bytes = free_disk_bytes(dir);
-  const auto reserve = static_cast<uint64_t>(reserve_gib * double(1ull << 30));
-  if (!free_bytes || *free_bytes > reserve + expected_bytes) return std::nullopt;
-  char gib[32];
-  std::snprintf(gib, sizeof gib, "%.3g GiB", reserve_gib);
+  if (!free_bytes || *free_bytes > gib_bytes(reserve_gib) + expected_bytes) return std::nullopt;
   return Error{ErrorCode::kCapacityUnavailable,
                "the node's data disk is nearly full: " + std::to_string(*free_bytes >> 20) + " MiB free in " + dir +
                    (expected_bytes ? " for up to " + std::to_string(expected_bytes >> 20) + " MiB" : std::string()) +
-                   ", and it keeps " + gib + " for running sandboxes (--disk-reserve-gib); " + refused,
+                   ", and it keeps " + gib_text(reserve_gib) + " for running sandboxes (--disk-reserve-gib); " +
+                   refused,
                ENOSPC};
 }
 

@@ -15,6 +15,10 @@ namespace b3os {
 /// f_bavail), or nullopt when it cannot be asked.
 std::optional<uint64_t> free_disk_bytes(const std::string& path);
 
+/// A size given in GiB (a flag's), in bytes; and written for a message ("2 GiB", "0.001 GiB").
+uint64_t gib_bytes(double gib);
+std::string gib_text(double gib);
+
 /// 503 capacity_unavailable (with ENOSPC) when writing `expected_bytes` to the filesystem of
 /// `dir` would leave no more than `reserve_gib` free, the space kept for running sandboxes'
 /// disks (--disk-reserve-gib; 0: none); `refused` says what was not done ("no snapshot was

@@ -115,12 +115,11 @@ Result<void> sync_image(const std::string& dir) {
 // partial files are still there when this runs, so a filesystem with (almost) nothing free is
 // what stopped it. 503 capacity_unavailable: the node has no room for the image.
 std::optional<Error> out_of_space(const std::string& dir) {
-  const auto free = free_disk_bytes(dir);
-  if (!free || *free >= (64ull << 20)) return std::nullopt;
-  const uint64_t free_bytes = *free;
+  const auto free_bytes = free_disk_bytes(dir);
+  if (!free_bytes || *free_bytes >= (64ull << 20)) return std::nullopt;
   return Error{ErrorCode::kCapacityUnavailable,
                "the node's data disk is full: the checkpoint image could not be written to " +
-                   fs::path(dir).parent_path().string() + " (" + std::to_string(free_bytes >> 10) +
+                   fs::path(dir).parent_path().string() + " (" + std::to_string(*free_bytes >> 10) +
                    " KiB free); the sandbox runs on, nothing was kept",
                ENOSPC};
 }
@@ -384,9 +383,9 @@ class Checkpoints::SnapshotSlot {
   SnapshotSlot(Checkpoints& c, std::string project, uint64_t bytes) : c_(c), project_(std::move(project)), bytes_(bytes) {}
   ~SnapshotSlot() {
     std::lock_guard lk(c_.quota_mu_);
-    auto& [count, bytes] = c_.snapshots_under_way_[project_];
-    bytes -= std::min(bytes, bytes_);
-    if (--count <= 0) c_.snapshots_under_way_.erase(project_);
+    UnderWay& mine = c_.snapshots_under_way_[project_];
+    mine.bytes -= bytes_;
+    if (--mine.count == 0) c_.snapshots_under_way_.erase(project_);
   }
   SnapshotSlot(const SnapshotSlot&) = delete;
   SnapshotSlot& operator=(const SnapshotSlot&) = delete;
@@ -396,14 +395,6 @@ class Checkpoints::SnapshotSlot {
   std::string project_;
   uint64_t bytes_;
 };
-
-namespace {
-std::string gib_text(double gib) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.3g GiB", gib);
-  return buf;
-}
-}  // namespace
 
 // What a snapshot may add: the project's count and bytes under their limits (429
 // quota_exceeded), and room for its image on the data disk beyond the reserve kept for running
@@ -425,33 +416,27 @@ Result<std::unique_ptr<Checkpoints::SnapshotSlot>> Checkpoints::snapshot_slot(co
   std::lock_guard lk(quota_mu_);
   auto used = store_.snapshot_usage(project_id);
   if (!used) return fail(used.error());
-  auto& [count, bytes] = snapshots_under_way_[project_id];
-  auto forget_if_none = [&] {
-    if (count == 0) snapshots_under_way_.erase(project_id);
-  };
-  const auto max_bytes = static_cast<uint64_t>(cfg_.snapshots_max_gib_per_project * double(1ull << 30));
-  if (used->bytes + bytes + estimate > max_bytes) {
-    const uint64_t kept = used->bytes, pending = bytes;
-    forget_if_none();
+  const auto it = snapshots_under_way_.find(project_id);
+  const UnderWay pending = it == snapshots_under_way_.end() ? UnderWay{} : it->second;
+  if (used->bytes + pending.bytes + estimate > gib_bytes(cfg_.snapshots_max_gib_per_project)) {
     return fail(ErrorCode::kQuotaExceeded,
-                "this project's snapshots hold " + std::to_string(kept >> 20) + " MiB" +
-                    (pending ? " and " + std::to_string(pending >> 20) + " MiB more are being taken" : std::string()) +
+                "this project's snapshots hold " + std::to_string(used->bytes >> 20) + " MiB" +
+                    (pending.bytes ? " and " + std::to_string(pending.bytes >> 20) + " MiB more are being taken"
+                                   : std::string()) +
                     "; this one of up to " + std::to_string(estimate >> 20) + " MiB would pass its limit of " +
                     gib_text(cfg_.snapshots_max_gib_per_project) +
                     " (--snapshots-max-gib-per-project); delete some (DELETE /v1/snapshots/{id}) to take more");
   }
-  if (used->count + count >= cfg_.snapshots_max_per_project) {
-    const int64_t kept = used->count;
-    const int pending = count;
-    forget_if_none();
+  if (used->count + pending.count >= cfg_.snapshots_max_per_project) {
     return fail(ErrorCode::kQuotaExceeded,
-                "this project keeps " + std::to_string(kept) + " snapshots" +
-                    (pending ? " and takes " + std::to_string(pending) + " more" : std::string()) + ", its limit is " +
-                    std::to_string(cfg_.snapshots_max_per_project) +
+                "this project keeps " + std::to_string(used->count) + " snapshots" +
+                    (pending.count ? " and takes " + std::to_string(pending.count) + " more" : std::string()) +
+                    ", its limit is " + std::to_string(cfg_.snapshots_max_per_project) +
                     " (--snapshots-max-per-project); delete some (DELETE /v1/snapshots/{id}) to take more");
   }
-  ++count;
-  bytes += estimate;
+  UnderWay& mine = snapshots_under_way_[project_id];
+  ++mine.count;
+  mine.bytes += estimate;
   return std::make_unique<SnapshotSlot>(*this, project_id, estimate);
 }
 

@@ -394,25 +394,21 @@ Result<json> TemplateService::create(const sandbox::Principal& p, const json& bo
   // What the project's templates hold on the node's disk (a root shared by several of its
   // versions counted once), and the disk's reserve for running sandboxes. A build whose spec
   // was built before serves that root again and adds nothing.
-  bool reuses = false;
-  for (auto& [id, b] : builds_)
-    reuses = reuses || (!b.deleted_ms && b.project_id == p.project_id && b.status == "ready" && b.content_hash == content_hash);
-  if (!reuses) {
+  const TemplateBuildRecord* reused = nullptr;  // an identical spec on the same parent, built
+  std::map<std::string, uint64_t> roots;         // the project's ready roots: artifact -> bytes
+  for (auto& [id, b] : builds_) {
+    if (b.deleted_ms || b.project_id != p.project_id || b.status != "ready") continue;
+    if (!reused && b.content_hash == content_hash) reused = &b;
+    if (!b.artifact.empty()) roots[b.artifact] = b.doc.value("size_bytes", uint64_t{0});
+  }
+  if (!reused) {
     if (auto full = disk_reserve_error(cfg_.data_dir, cfg_.disk_reserve_gib, "no build was queued")) return fail(*full);
-    std::map<std::string, uint64_t> roots;
-    for (auto& [id, b] : builds_)
-      if (!b.deleted_ms && b.project_id == p.project_id && b.status == "ready" && !b.artifact.empty())
-        roots[b.artifact] = b.doc.value("size_bytes", uint64_t{0});
     uint64_t held = 0;
     for (auto& [artifact, bytes] : roots) held += bytes;
-    const auto max_bytes = static_cast<uint64_t>(cfg_.max_gib_per_project * double(1ull << 30));
-    if (held >= max_bytes) {
-      char gib[32];
-      std::snprintf(gib, sizeof gib, "%.3g GiB", cfg_.max_gib_per_project);
+    if (held >= gib_bytes(cfg_.max_gib_per_project))
       return fail(ErrorCode::kQuotaExceeded, "this project's templates hold " + std::to_string(held >> 20) +
-                                                 " MiB, at or over its limit of " + gib +
+                                                 " MiB, at or over its limit of " + gib_text(cfg_.max_gib_per_project) +
                                                  " (--template-max-gib-per-project); delete templates or versions to build more");
-    }
   }
 
   // The template: the project's own of that name, or a new one.
@@ -465,17 +461,16 @@ Result<json> TemplateService::create(const sandbox::Principal& p, const json& bo
                         {"disk_gib", s.build_disk_gib.value_or(cfg_.build_disk_gib)},
                         {"egress", {{"mode", s.build_egress.mode}, {"allow", s.build_egress.allow}}}}}};
   // An identical spec on the same parent: what was built serves again, at once.
-  for (auto& [id, b] : builds_)
-    if (!b.deleted_ms && b.project_id == p.project_id && b.status == "ready" && b.content_hash == content_hash) {
-      rec.status = "ready";
-      rec.artifact = b.artifact;
-      rec.started_ms = rec.finished_ms = rec.created_ms;
-      rec.doc["reused_from"] = b.id;
-      rec.doc["defaults"] = b.doc.value("defaults", defaults);
-      for (const char* k : {"images", "size_bytes", "steps"})
-        if (b.doc.contains(k) && (own(b) || std::string(k) != "images")) rec.doc[k] = b.doc[k];
-      break;
-    }
+  if (reused) {
+    const TemplateBuildRecord& b = *reused;
+    rec.status = "ready";
+    rec.artifact = b.artifact;
+    rec.started_ms = rec.finished_ms = rec.created_ms;
+    rec.doc["reused_from"] = b.id;
+    rec.doc["defaults"] = b.doc.value("defaults", defaults);
+    for (const char* k : {"images", "size_bytes", "steps"})
+      if (b.doc.contains(k) && (own(b) || std::string(k) != "images")) rec.doc[k] = b.doc[k];
+  }
   if (auto r = store_.put_template_build(rec); !r) return fail(r.error());
   builds_[rec.id] = rec;
   // A template keeps its newest versions (and its newest ready one); older ones are deleted

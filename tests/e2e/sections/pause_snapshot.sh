@@ -154,12 +154,25 @@ s_snapshot_quota() {
   check snapquota.room_after_delete "$(snip)" okj 201 '.object == "snapshot"'
   check snapquota.refusal_not_replayed "Idempotent-Replayed: '$(header Idempotent-Replayed)'" test -z "$(header Idempotent-Replayed)"
 
-  # Bytes: a limit of 1 MiB, which the kept images already pass.
-  restart_with --snapshots-max-gib-per-project 0.001
+  # Bytes: a limit that a new image (counted as the sandbox's memory_mib until written) fits
+  # alone, but not beside half of what the kept images hold: refused while they are kept,
+  # taken once they are deleted.
+  local mem kept_bytes limit
+  api GET "/v1/sandboxes/$id"
+  mem=$(j .memory_mib)
+  api GET /v1/snapshots
+  kept_bytes=$(j '[.data[].size_bytes] | add')
+  limit=$(python3 -c "import sys; print((int(sys.argv[1]) * 2**20 + int(sys.argv[2]) // 2) / 2**30)" "$mem" "$kept_bytes")
+  restart_with --snapshots-max-gib-per-project "$limit"
   before=$(snapshot_dirs)
   api POST "/v1/sandboxes/$id/snapshot"
   expect_error snapquota.bytes_429 429 quota_exceeded "--snapshots-max-gib-per-project"
   check snapquota.bytes_no_image "images: $(snapshot_dirs), before: $before" test "$(snapshot_dirs)" = "$before"
+  api GET /v1/snapshots
+  for i in $(j -r '.data[].id'); do api DELETE "/v1/snapshots/$i"; done
+  api POST "/v1/sandboxes/$id/snapshot"
+  check snapquota.bytes_room_after_delete "limit $limit GiB, kept $kept_bytes bytes before: $(snip)" okj 201 '.object == "snapshot"'
+  before=$(snapshot_dirs)
 
   # The disk's reserve: more than any disk has free.
   restart_with --disk-reserve-gib 1000000
