@@ -9,8 +9,9 @@
 // shell that read the profile, as with `bash -l -c`. What it prints while reading its profile
 // stays in its pipes and reaches the command's output first, as it would have.
 //
-// Shells are started for commands back to back too. A shell takes ~40 ms of a core to start, more than a short command with its round trip (~20 ms), so one started after each
-// command is not ready for a client that sends the next at once: when a command finds none
+// Shells are started for commands back to back too. A shell takes ~40 ms of a core to start,
+// more than a short command with its round trip (~20 ms), so one started after each command is
+// not ready for a client that sends the next at once: when a command finds none
 // waiting where one was due, or takes one started less than 100 ms before, one shell more is
 // kept waiting from then on (up to kMaxShells, back to one when they are all ended), all
 // started at quiet turns. A shell that ends before use is not started again until a command of
