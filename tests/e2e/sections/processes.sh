@@ -466,7 +466,8 @@ s_cli_processes() {
   check cli_processes.snapshot_rm "$out" bash -c "grep -q 'deleted' <<<'$out'"
   for f in $forks; do delete_sandbox "$f" || true; done
   delete_sandbox "$src" || true
-  local left
-  left=$(runsc_list | grep -F "$forks" | tr '\n' ' ' || true)
-  check cli_processes.forks_deleted "runsc still lists: [$left]" test -z "$left"
+  # A deleted sandbox is released behind the answer (delete.container_gone): wait for it.
+  forks_listed() { [ -n "$(runsc_list | grep -F "$forks")" ]; }
+  check cli_processes.forks_deleted "runsc still lists: [$(runsc_list | grep -F "$forks" | tr '\n' ' ')]" \
+    eventually 15 not forks_listed
 }
