@@ -73,8 +73,10 @@ s_fork() {
   # Deleted sandboxes are released behind the answer (delete.container_gone): wait for them.
   containers_back() { [ "$(runsc_list | wc -l)" = "$before" ]; }
   dirs_back() { [ "$(ls "$T/run/sandboxes" | wc -l)" = "$before" ]; }
-  check fork.twenty_no_containers_left "$(runsc_list | wc -l) containers, want $before" eventually 15 containers_back
-  check fork.twenty_no_dirs_left "$(ls "$T/run/sandboxes" | wc -l) dirs" eventually 15 dirs_back
+  eventually 15 containers_back || true
+  eventually 15 dirs_back || true
+  check fork.twenty_no_containers_left "$(runsc_list | wc -l) containers, want $before" containers_back
+  check fork.twenty_no_dirs_left "$(ls "$T/run/sandboxes" | wc -l) dirs" dirs_back
   run_exec "$src" '{"cmd":"cat /workspace/f"}'
   check fork.source_alive_after_twenty "$(snip)" jt '.stdout == "before\n"'
   # Two fork requests of one source at once: both are made, and once both images are gone the
@@ -98,9 +100,15 @@ s_fork() {
   lim=$(memory_limit "$src")
   check fork.concurrent_limit_set_back "$lim, want $want" test "$lim" = "$want"
   for id in $src $forks $grand $plain; do delete_sandbox "$id" || true; done
-  local left=0
-  for id in $src $forks $grand $plain; do runsc_has "$id" && left=$((left + 1)); [ -n "$(cgroup_dirs "$id")" ] && left=$((left + 1)); done
-  check fork.delete_leaves_nothing "$left containers or cgroups left" test "$left" = 0
+  # Released behind each delete's answer: wait for it.
+  leftovers() {
+    local id n=0
+    for id in $src $forks $grand $plain; do runsc_has "$id" && n=$((n + 1)); [ -n "$(cgroup_dirs "$id")" ] && n=$((n + 1)); done
+    echo "$n"
+  }
+  none_left() { [ "$(leftovers)" = 0 ]; }
+  eventually 15 none_left || true
+  check fork.delete_leaves_nothing "$(leftovers) containers or cgroups left" none_left
   check fork.no_images_left "$(ls "$T/data/fork-images" 2>/dev/null)" test -z "$(ls "$T/data/fork-images" 2>/dev/null)"
 }
 
