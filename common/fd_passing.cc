@@ -32,7 +32,7 @@ Error fd_error(const std::string& path, std::string_view what, int err) {
 
 }  // namespace
 
-Result<UniqueFd> receive_fd(const std::string& socket_path) {
+Result<std::vector<UniqueFd>> receive_fds(const std::string& socket_path) {
   const auto deadline = std::chrono::steady_clock::now() + kTimeout;
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
@@ -73,16 +73,21 @@ Result<UniqueFd> receive_fd(const std::string& socket_path) {
   }
 
   auto fds = received_fds(msg);
-  UniqueFd received = fds.empty() ? UniqueFd() : std::move(fds.front());  // extras close with `fds`
-  if (n == 0 && !received) {
+  if (n == 0 && fds.empty()) {
     return fail(ErrorCode::kInternal,
                 "receive fd from " + socket_path + ": closed without sending an fd");
   }
-  if ((msg.msg_flags & MSG_CTRUNC) != 0 || !received || byte != kMessage) {
+  if ((msg.msg_flags & MSG_CTRUNC) != 0 || fds.empty() || byte != kMessage) {
     return fail(ErrorCode::kInternal,
                 "receive fd from " + socket_path + ": unexpected message from the holder");
   }
-  return received;
+  return fds;
+}
+
+Result<UniqueFd> receive_fd(const std::string& socket_path) {
+  auto fds = receive_fds(socket_path);
+  if (!fds) return fail(fds.error());
+  return std::move(fds->front());  // the others close with the vector
 }
 
 std::vector<UniqueFd> received_fds(msghdr& msg) {
@@ -99,21 +104,22 @@ std::vector<UniqueFd> received_fds(msghdr& msg) {
   return fds;
 }
 
-Result<void> send_fd(int sock, int fd) {
+Result<void> send_fds(int sock, const int* fds, size_t count) {
+  if (count == 0 || count > kMaxFds) return fail(ErrorCode::kInternal, "send fd: one to four fds");
   char byte = kMessage;
   iovec iov{&byte, 1};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxFds)];
   std::memset(control, 0, sizeof(control));
   msghdr msg{};
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;
   msg.msg_control = control;
-  msg.msg_controllen = sizeof(control);
+  msg.msg_controllen = CMSG_SPACE(sizeof(int) * count);
   cmsghdr* c = CMSG_FIRSTHDR(&msg);
   c->cmsg_level = SOL_SOCKET;
   c->cmsg_type = SCM_RIGHTS;
-  c->cmsg_len = CMSG_LEN(sizeof(int));
-  std::memcpy(CMSG_DATA(c), &fd, sizeof(int));
+  c->cmsg_len = CMSG_LEN(sizeof(int) * count);
+  std::memcpy(CMSG_DATA(c), fds, sizeof(int) * count);
   ssize_t n;
   do {
     n = ::sendmsg(sock, &msg, MSG_NOSIGNAL);
@@ -123,5 +129,7 @@ Result<void> send_fd(int sock, int fd) {
   }
   return {};
 }
+
+Result<void> send_fd(int sock, int fd) { return send_fds(sock, &fd, 1); }
 
 }  // namespace b3os

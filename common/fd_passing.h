@@ -12,15 +12,23 @@
 
 namespace b3os {
 
-/// Connects to the unix socket at `socket_path` and receives the fd its owner sends
-/// (the one-byte message "F" with one SCM_RIGHTS fd). Gives up after 2 seconds.
+/// Connects to the unix socket at `socket_path` and receives the fds its owner sends (the
+/// one-byte message "F" with one to four SCM_RIGHTS fds), in the order sent. Gives up after 2
+/// seconds.
+Result<std::vector<UniqueFd>> receive_fds(const std::string& socket_path);
+
+/// receive_fds(), keeping only the first fd.
 Result<UniqueFd> receive_fd(const std::string& socket_path);
 
 /// Every fd a received message carried (SCM_RIGHTS), owned: those the caller does not keep are
 /// closed when the vector goes.
 std::vector<UniqueFd> received_fds(msghdr& msg);
 
-/// Sends `fd` over the connected unix socket `sock` as the one-byte message "F".
+/// Sends `count` fds (one to four) over the connected unix socket `sock` as the one-byte
+/// message "F". Allocates nothing (b3os-shim calls it in its loop).
+Result<void> send_fds(int sock, const int* fds, size_t count);
+
+/// send_fds() of one fd.
 Result<void> send_fd(int sock, int fd);
 
 }  // namespace b3os

@@ -1,5 +1,6 @@
 // b3os-shim: holds the daemon's end of one sandbox's agent channel (inherited as fd 3) so that
-// the channel outlives a b3osd restart, and hands it to whoever connects to SOCKET_PATH.
+// the channel outlives a b3osd restart, and hands it (with the log pipe below, while open) to
+// whoever connects to SOCKET_PATH.
 // With LOG_PATH it also drains the sandbox's stderr (a pipe inherited as fd 4: runsc's own
 // messages and whatever is written to /proc/1/fd/2 inside) into LOG_PATH, which never grows
 // past kLogCap (it rotates once to LOG_PATH.1), at no more than kLogRate bytes a second, so
@@ -137,10 +138,13 @@ bool peer_allowed(int conn) {
   return cred.uid == ::geteuid();
 }
 
-void serve(int conn) {
+// Hands over the channel and, while it is still open, the log pipe's read end: b3osd keeps a
+// copy of both, so that it can start a new shim if this one is killed.
+void serve(int conn, int log_fd) {
   timeval tv{2, 0};
   ::setsockopt(conn, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-  if (peer_allowed(conn)) (void)b3os::send_fd(conn, kChannelFd);
+  const int fds[2] = {kChannelFd, log_fd};
+  if (peer_allowed(conn)) (void)b3os::send_fds(conn, fds, log_fd >= 0 ? 2 : 1);
   ::close(conn);
 }
 
@@ -223,7 +227,7 @@ int main(int argc, char** argv) {
     }
     if (pfds[0].revents != 0) {
       const int conn = ::accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
-      if (conn >= 0) serve(conn);
+      if (conn >= 0) serve(conn, log_fd);
     }
     if (pfds[2].revents != 0 && !log.pump(log_fd)) {
       ::close(log_fd);  // every writer is gone: the sandbox has stopped

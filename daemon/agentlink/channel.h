@@ -137,6 +137,9 @@ class AgentChannel : public std::enable_shared_from_this<AgentChannel> {
   /// Stops the reader and closes the fd (without calling on_close).
   void shutdown();
   bool closed() const { return closed_.load(); }
+  /// The channel's socket, for a new shim to hold a copy of (Launcher::keep_shim); it is closed
+  /// only when the channel is destroyed.
+  int socket_fd() const { return fd_.get(); }
   const std::string& name() const { return name_; }
 
  private:

@@ -134,8 +134,17 @@ class Shims {
   virtual void stop(const std::string& dir, pid_t pid) = 0;
   /// The pid recorded in `dir` (-1 when none).
   virtual pid_t recorded_pid(const std::string& dir) = 0;
-  /// Takes a copy of the channel's fd back from the holder in `dir` (after a restart).
-  virtual Result<UniqueFd> reclaim(const std::string& dir) = 0;
+  /// What a holder hands back: a copy of the channel's fd and, while the sandbox's stderr pipe
+  /// has writers, of that pipe's read end (invalid when it has none, or the holder is older).
+  struct Held {
+    UniqueFd channel;
+    UniqueFd log;
+  };
+  /// Takes copies of what the holder in `dir` holds (after a restart).
+  virtual Result<Held> reclaim(const std::string& dir) = 0;
+  /// A pidfd of the holder `pid` (or, when pid <= 0, whichever serves `dir`), readable once it
+  /// is gone, so that b3osd can start another; invalid when there is none to watch.
+  virtual UniqueFd watch(const std::string& dir, pid_t pid) = 0;
 };
 
 }  // namespace b3os::runtime

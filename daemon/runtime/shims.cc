@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -27,25 +28,29 @@ bool is_shim_process(pid_t pid) {
   return cmd && cmd->find("b3os-shim") != std::string::npos;
 }
 
-// The shim serving `dir`, found by its command line (b3os-shim DIR/shim.sock ...): for a shim
-// whose pid was never recorded, as when b3osd was killed between starting it and writing
-// shim.pid (seen with a fork's three launches cut short). -1 if there is none.
+// Whether `pid` is a b3os-shim serving `dir` (its command line: b3os-shim DIR/shim.sock ...).
+bool serves(pid_t pid, const std::string& dir) {
+  auto cmd = read_small_file("/proc/" + std::to_string(pid) + "/cmdline", 4096);
+  if (!cmd) return false;
+  const size_t end0 = cmd->find('\0');
+  if (end0 == std::string::npos) return false;
+  const std::string argv0 = cmd->substr(0, end0);
+  const size_t end1 = cmd->find('\0', end0 + 1);
+  const std::string argv1 = cmd->substr(end0 + 1, end1 == std::string::npos ? std::string::npos : end1 - end0 - 1);
+  return argv1 == dir + "/shim.sock" && argv0.size() >= 9 && argv0.compare(argv0.size() - 9, 9, "b3os-shim") == 0;
+}
+
+// The shim serving `dir`, found by its command line: for a shim whose pid was never recorded,
+// as when b3osd was killed between starting it and writing shim.pid (seen with a fork's three
+// launches cut short). -1 if there is none.
 pid_t find_shim(const std::string& dir) {
-  const std::string sock = dir + "/shim.sock";
   std::error_code ec;
   for (auto it = std::filesystem::directory_iterator("/proc", ec); !ec && it != std::filesystem::directory_iterator();
        it.increment(ec)) {
     const std::string name = it->path().filename().string();
     if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
-    auto cmd = read_small_file("/proc/" + name + "/cmdline", 4096);
-    if (!cmd) continue;
-    const size_t end0 = cmd->find('\0');
-    if (end0 == std::string::npos) continue;
-    const std::string argv0 = cmd->substr(0, end0);
-    const size_t end1 = cmd->find('\0', end0 + 1);
-    const std::string argv1 = cmd->substr(end0 + 1, end1 == std::string::npos ? std::string::npos : end1 - end0 - 1);
-    if (argv1 == sock && argv0.size() >= 9 && argv0.compare(argv0.size() - 9, 9, "b3os-shim") == 0)
-      return static_cast<pid_t>(std::strtol(name.c_str(), nullptr, 10));
+    const auto pid = static_cast<pid_t>(std::strtol(name.c_str(), nullptr, 10));
+    if (serves(pid, dir)) return pid;
   }
   return -1;
 }
@@ -97,6 +102,23 @@ pid_t ShimProcesses::recorded_pid(const std::string& dir) {
   return end != text->c_str() && pid > 0 ? static_cast<pid_t>(pid) : -1;
 }
 
-Result<UniqueFd> ShimProcesses::reclaim(const std::string& dir) { return receive_fd(dir + "/shim.sock"); }
+Result<Shims::Held> ShimProcesses::reclaim(const std::string& dir) {
+  auto fds = receive_fds(dir + "/shim.sock");
+  if (!fds) return fail(fds.error());
+  Held held;
+  held.channel = std::move((*fds)[0]);
+  if (fds->size() > 1) held.log = std::move((*fds)[1]);
+  return held;
+}
+
+UniqueFd ShimProcesses::watch(const std::string& dir, pid_t pid) {
+  if (pid <= 0) pid = find_shim(dir);
+  if (pid <= 0) return {};
+  UniqueFd fd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
+  // Opened first, then checked: the pidfd names that process even if the pid is reused later,
+  // and a pid already reused by something else is not a shim of `dir`.
+  if (!fd || !serves(pid, dir)) return {};
+  return fd;
+}
 
 }  // namespace b3os::runtime

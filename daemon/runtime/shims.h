@@ -14,7 +14,8 @@ class ShimProcesses : public Shims {
   Result<pid_t> start(const std::string& dir, int fd, int log_fd = -1) override;
   void stop(const std::string& dir, pid_t pid) override;
   pid_t recorded_pid(const std::string& dir) override;
-  Result<UniqueFd> reclaim(const std::string& dir) override;
+  Result<Held> reclaim(const std::string& dir) override;
+  UniqueFd watch(const std::string& dir, pid_t pid) override;
 
  private:
   std::string shim_path_;

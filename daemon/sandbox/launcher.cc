@@ -1,6 +1,7 @@
 #include "daemon/sandbox/launcher.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 
@@ -10,8 +11,10 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "common/clock.h"
 #include "common/ids.h"
 #include "daemon/sandbox/freezer.h"
+#include "daemon/sys/process.h"
 
 namespace b3os::sandbox {
 
@@ -125,23 +128,59 @@ Launcher::~Launcher() {
   for (auto& t : cleaners_) t.join();  // what is queued is released first
 }
 
+pid_t Launcher::take_shim(LiveSandbox& s) {
+  std::lock_guard lk(s.shim_mu);
+  s.shim_released = true;
+  s.shim_watch.reset();
+  s.log_rd.reset();
+  return s.shim_pid;
+}
+
+std::optional<bool> Launcher::keep_shim(LiveSandbox& s) {
+  std::lock_guard lk(s.shim_mu);
+  if (s.shim_released || !s.shim_watch || !s.channel || s.channel->closed()) return std::nullopt;
+  pollfd pfd{s.shim_watch.get(), POLLIN, 0};
+  if (::poll(&pfd, 1, 0) != 1) return std::nullopt;  // it lives
+  if (steady_ms() < s.shim_retry_ms) return std::nullopt;
+  if (s.shim_pid > 0) {
+    sys::try_reap(s.shim_pid);  // when it was this b3osd's child
+    spdlog::warn("sandbox {}: its shim (pid {}) is gone; starting another", s.id, s.shim_pid);
+    s.shim_pid = -1;  // reaped: the number may be another process's from now on
+  }
+  const std::string dir = dir_of(s.id);
+  auto pid = shims_.start(dir, s.channel->socket_fd(), s.log_rd ? s.log_rd.get() : -1);
+  if (!pid) {
+    s.shim_retry_ms = steady_ms() + 5000;
+    spdlog::warn("sandbox {}: a new shim did not start: {}; trying again in 5 s", s.id, pid.error().message);
+    return false;
+  }
+  spdlog::info("sandbox {}: a new shim holds its channel (pid {}){}", s.id, *pid,
+               s.log_rd ? "" : ", without its log (b3osd had no copy of the pipe)");
+  s.shim_pid = *pid;
+  s.shim_watch = shims_.watch(dir, *pid);
+  ++s.shim_restarts;
+  return true;
+}
+
 void Launcher::discard(LiveSandbox& s) {
+  const pid_t shim = take_shim(s);
   if (s.channel) s.channel->shutdown();
-  release(s.id, s.shim_pid);
+  release(s.id, shim);
 }
 
 void Launcher::end(LiveSandbox& s) {
+  const pid_t shim = take_shim(s);
   if (s.channel) s.channel->shutdown();
   rt_.set_frozen(s.id, true);
   {
     std::lock_guard lk(clean_mu_);
     if (to_release_.size() < kHardBacklog) {
-      to_release_.emplace_back(s.id, s.shim_pid);
+      to_release_.emplace_back(s.id, shim);
       clean_cv_.notify_one();
       return;
     }
   }
-  release(s.id, s.shim_pid);  // only when launches did not wait (see wait_for_room)
+  release(s.id, shim);  // only when launches did not wait (see wait_for_room)
 }
 
 void Launcher::wait_for_room() {
@@ -210,10 +249,12 @@ Result<Precreated> Launcher::precreate(const LaunchRequest& l, Timing& t, Stopwa
   // that code inside could grow through /proc/1/fd/2.
   int lp[2];
   if (::pipe2(lp, O_CLOEXEC) != 0) return undo(errno_error(ErrorCode::kInternal, "pipe", errno));
-  UniqueFd log_rd(lp[0]), log_wr(lp[1]);
-  auto shim = shims_.start(dir, pc.daemon_end.get(), log_rd.get());
+  s->log_rd.reset(lp[0]);  // b3osd keeps a copy, for a new shim should this one be killed
+  UniqueFd log_wr(lp[1]);
+  auto shim = shims_.start(dir, pc.daemon_end.get(), s->log_rd.get());
   if (!shim) return undo(shim.error());
   s->shim_pid = *shim;
+  s->shim_watch = shims_.watch(dir, *shim);
   t.lap("prepare", sw);
 
   runtime::ContainerSpec cs;
@@ -226,7 +267,7 @@ Result<Precreated> Launcher::precreate(const LaunchRequest& l, Timing& t, Stopwa
   cs.memory_mib = l.memory_mib;
   cs.log_path = dir + "/sandbox.log";
   cs.log_fd = log_wr.get();
-  cs.log_drain_fd = log_rd.get();
+  cs.log_drain_fd = s->log_rd.get();
   s->hostname = cs.hostname;
   s->rec.hostname = cs.hostname;
   // The root overlay's writable layer goes on a disk of the sandbox's own: made before the

@@ -98,6 +98,12 @@ class Launcher {
   /// Releases the host resources of `id` (container, disk, shim, directory); `shim_pid` <= 0:
   /// the one recorded in its directory.
   void release(const std::string& id, pid_t shim_pid);
+  /// Starts a new shim for `s` when its own is gone (killed by hand, or by the kernel's OOM
+  /// killer): b3osd still holds the channel and the log pipe, and hands copies to the new one,
+  /// so the sandbox outlives the next restart of b3osd and its log is drained. Nothing when
+  /// there was nothing to do, else whether the new one started (tried again 5 s later when
+  /// not). For the reaper's sweep; cheap when the shim lives (a poll of its pidfd).
+  std::optional<bool> keep_shim(LiveSandbox& s);
   std::string dir_of(const std::string& id) const { return cfg_.sandboxes_dir() + "/" + id; }
   net::Network* network() const { return network_; }
   /// Sets a networked sandbox's egress (and remembers it in `s`, so a claim that wants what
@@ -114,6 +120,8 @@ class Launcher {
   void clean();
   /// Holds a launch back (up to kRoomWait) while kMaxBacklog releases are waiting.
   void wait_for_room();
+  /// Marks `s`'s shim as being released (keep_shim starts none any more) and returns its pid.
+  pid_t take_shim(LiveSandbox& s);
 
   const Config& cfg_;
   runtime::Runtime& rt_;

@@ -618,6 +618,16 @@ void count_reconnect(bool ok) {
   m_reconnects.with({ok ? "ok" : "failed"}).inc();
 }
 
+static auto& m_shim_restarts = metrics::metrics().counter(
+    "b3os_shim_restarts_total",
+    "shims (the holders of a sandbox's agent channel and drains of its log) found gone and started again, by "
+    "outcome (ok; failed: tried again 5 s later)",
+    {"outcome"});
+
+void count_shim_restart(bool ok) {
+  m_shim_restarts.with({ok ? "ok" : "failed"}).inc();
+}
+
 namespace {
 // "Killed" for 9; thread-safe, unlike strsignal, and never null.
 std::string signal_text(int sig) {
@@ -751,10 +761,12 @@ void Lifecycle::reattach(const store::SandboxRecord& row) {
     why = "its container was gone when b3osd restarted";
   } else if (paused && !rt_.resume(row.id)) {
     why = "its paused container could not be thawed after b3osd restarted";
-  } else if (auto fd = shims_.reclaim(dir); !fd) {
-    why = "its agent channel could not be recovered after b3osd restarted (" + fd.error().message + ")";
+  } else if (auto held = shims_.reclaim(dir); !held) {
+    why = "its agent channel could not be recovered after b3osd restarted (" + held.error().message + ")";
   } else {
-    s->channel = launcher_.attach(std::move(*fd), s);
+    s->log_rd = std::move(held->log);
+    s->shim_watch = shims_.watch(dir, s->shim_pid);
+    s->channel = launcher_.attach(std::move(held->channel), s);
     if (auto r = s->channel->resync(3s, /*cut_frame=*/true); !r) {
       why = "its agent did not answer after b3osd restarted (" + r.error().message + ")";
     } else {
@@ -849,6 +861,10 @@ void Lifecycle::collect_rootfs_cache() {
 
 // Its project's count of ended sandboxes is looked at in forget_ended's next turn (after the
 // record is written, so that the turn sees it).
+void Lifecycle::keep_shim(LiveSandbox& s) {
+  if (auto r = launcher_.keep_shim(s)) count_shim_restart(*r);
+}
+
 void Lifecycle::note_ended(const std::string& project_id) {
   std::lock_guard lk(ended_mu_);
   ended_in_.insert(project_id);

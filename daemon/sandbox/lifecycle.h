@@ -89,6 +89,8 @@ class Lifecycle {
   /// must not grow the database.
   void forget_ended();
   void note_ended(const std::string& project_id);
+  /// Starts a new shim for `s` when its own is gone (Launcher::keep_shim; the reaper's sweep).
+  void keep_shim(LiveSandbox& s);
 
   // ---- for the other parts of the module ----
 
@@ -170,5 +172,7 @@ class Lifecycle {
 void count_failure(std::string_view kind);
 /// b3os_channel_reconnects_total{outcome}: a channel taken back after a restart.
 void count_reconnect(bool ok);
+/// Counts a shim started again after its own was gone.
+void count_shim_restart(bool ok);
 
 }  // namespace b3os::sandbox

@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 
+#include "common/unique_fd.h"
 #include "daemon/agentlink/channel.h"
 #include "daemon/net/network.h"
 #include "daemon/store/records.h"
@@ -25,14 +26,26 @@ namespace b3os::sandbox {
 /// leaves below all of these. LiveSandbox::freeze_mu (freezer.cc) is taken alone or before
 /// mu, never while holding another lock of the module, and is held across the cgroup write
 /// that freezes or thaws this sandbox (nothing else: no runsc CLI, store or channel wait).
+/// LiveSandbox::shim_mu is taken alone, and held across starting a shim (a process spawn and
+/// its "ready" line) and nothing else.
 struct LiveSandbox {
   // Set at launch, before the sandbox is shared; read without a lock afterwards.
   std::string id;
   std::string hostname;
-  pid_t shim_pid = -1;
   int disk_gib = 0;  // the size of its container's disk; 0: its root overlay is in memory
   bool networked = false;  // it has a network namespace of its own (net::Network)
   std::shared_ptr<agentlink::AgentChannel> channel;
+
+  // Its b3os-shim (holding a copy of the channel, draining the sandbox's stderr pipe into its
+  // log): set at launch; afterwards guarded by shim_mu, which is taken alone and held across
+  // starting a new shim when this one is gone (Launcher::keep_shim).
+  std::mutex shim_mu;
+  pid_t shim_pid = -1;
+  UniqueFd shim_watch;          // a pidfd of the shim, readable once it is gone
+  UniqueFd log_rd;              // a copy of the read end of the stderr pipe, for a new shim
+  bool shim_released = false;   // being released: no new shim is started for it
+  int64_t shim_retry_ms = 0;    // steady ms: no new shim is tried before (after one failed)
+  uint64_t shim_restarts = 0;
 
   // Guarded by mu: the record (state included) and the count of checkpoints in flight.
   mutable std::mutex mu;

@@ -87,6 +87,7 @@ bool Reaper::alive(const std::shared_ptr<LiveSandbox>& s) {
 
 void Reaper::sweep(int64_t now_ms) {
   for (auto& s : registry_.all()) {
+    lifecycle_.keep_shim(*s);  // in every state: the next restart of b3osd needs it
     State state;
     int64_t timeout_ms;
     bool pause;

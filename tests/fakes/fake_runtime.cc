@@ -1,6 +1,7 @@
 #include "tests/fakes/fake_runtime.h"
 
 #include <fcntl.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <fstream>
@@ -275,8 +276,11 @@ Result<pid_t> FakeShims::start(const std::string& dir, int fd, int /*log_fd*/) {
   }
   int copy = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
   if (copy < 0) return b3os::fail(errno_error(ErrorCode::kInternal, "dup", errno));
+  UniqueFd gone(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!gone) return b3os::fail(errno_error(ErrorCode::kInternal, "eventfd", errno));
   const pid_t pid = ++next_pid_;
-  held_[dir] = {pid, UniqueFd(copy)};
+  held_[dir] = {pid, UniqueFd(copy), std::move(gone)};
+  ++started_;
   return pid;
 }
 
@@ -288,16 +292,39 @@ void FakeShims::stop(const std::string& dir, pid_t) {
 pid_t FakeShims::recorded_pid(const std::string& dir) {
   std::lock_guard lk(mu_);
   auto it = held_.find(dir);
-  return it == held_.end() ? -1 : it->second.first;
+  return it == held_.end() ? -1 : it->second.pid;
 }
 
-Result<UniqueFd> FakeShims::reclaim(const std::string& dir) {
+Result<runtime::Shims::Held> FakeShims::reclaim(const std::string& dir) {
   std::lock_guard lk(mu_);
   auto it = held_.find(dir);
   if (it == held_.end()) return b3os::fail(ErrorCode::kInternal, "no shim holds " + dir);
-  int copy = ::fcntl(it->second.second.get(), F_DUPFD_CLOEXEC, 0);
+  int copy = ::fcntl(it->second.channel.get(), F_DUPFD_CLOEXEC, 0);
   if (copy < 0) return b3os::fail(errno_error(ErrorCode::kInternal, "dup", errno));
-  return UniqueFd(copy);
+  Held held;
+  held.channel.reset(copy);
+  return held;
+}
+
+UniqueFd FakeShims::watch(const std::string& dir, pid_t /*pid*/) {
+  std::lock_guard lk(mu_);
+  auto it = held_.find(dir);
+  if (it == held_.end()) return {};
+  return UniqueFd(::fcntl(it->second.gone.get(), F_DUPFD_CLOEXEC, 0));
+}
+
+void FakeShims::kill(const std::string& dir) {
+  std::lock_guard lk(mu_);
+  auto it = held_.find(dir);
+  if (it == held_.end()) return;
+  const uint64_t one = 1;
+  (void)!::write(it->second.gone.get(), &one, sizeof one);
+  held_.erase(it);
+}
+
+int FakeShims::started() const {
+  std::lock_guard lk(mu_);
+  return started_;
 }
 
 std::set<std::string> FakeShims::held() const {

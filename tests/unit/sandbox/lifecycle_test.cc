@@ -366,6 +366,36 @@ TEST_F(LifecycleTest, ARestartReattachesPausedAndRunningSandboxes) {
   EXPECT_EQ(status(b), "paused");
 }
 
+TEST_F(LifecycleTest, AKilledShimIsStartedAgainSoTheSandboxOutlivesTheNextRestart) {
+  start();
+  const std::string id = create();
+  const std::string dir = cfg_.sandboxes_dir() + "/" + id;
+  const pid_t first = shims_.recorded_pid(dir);
+  ASSERT_GT(first, 0);
+  const int started = shims_.started();
+  shims_.kill(dir);  // while b3osd runs: the reaper's sweep (every 500 ms) starts another
+  for (int i = 0; i < 300 && !shims_.held().count(dir); ++i) std::this_thread::sleep_for(10ms);
+  ASSERT_TRUE(shims_.held().count(dir));
+  EXPECT_NE(shims_.recorded_pid(dir), first);
+  EXPECT_EQ(shims_.started(), started + 1);
+  std::this_thread::sleep_for(700ms);  // one is enough: a live shim is left alone
+  EXPECT_EQ(shims_.started(), started + 1);
+  svc_.reset();
+  start();  // the new shim hands the channel over
+  EXPECT_EQ(status(id), "running");
+  ExecSpec e;
+  e.argv = {"true"};
+  Timing t;
+  EXPECT_TRUE(svc_->exec(p_, id, e, t, nullptr));
+  // Once its sandbox is deleted, a shim is not started again.
+  ASSERT_TRUE(svc_->remove(p_, id, t));
+  svc_->settle();
+  shims_.kill(dir);
+  std::this_thread::sleep_for(700ms);
+  EXPECT_FALSE(shims_.held().count(dir));
+  expect_only({});
+}
+
 TEST_F(LifecycleTest, ACheckpointHoldsOffAPauseWithAClearConflict) {
   start();
   SandboxSpec spec;
