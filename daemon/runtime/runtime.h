@@ -130,8 +130,10 @@ class Shims {
   /// sandbox's stderr pipe) it also drains that pipe into `dir`/sandbox.log, capped in size
   /// and rate.
   virtual Result<pid_t> start(const std::string& dir, int fd, int log_fd = -1) = 0;
-  /// Stops the holder (`pid`, or the one recorded in `dir` when pid <= 0).
-  virtual void stop(const std::string& dir, pid_t pid) = 0;
+  /// Stops the holder: through `watch` (its pidfd, from watch()) when valid, which also reaps
+  /// it if it is this process's child; else `pid`, or when pid <= 0 the one recorded in or
+  /// found serving `dir`, if its command line says it serves `dir`.
+  virtual void stop(const std::string& dir, pid_t pid, int watch = -1) = 0;
   /// The pid recorded in `dir` (-1 when none).
   virtual pid_t recorded_pid(const std::string& dir) = 0;
   /// What a holder hands back: a copy of the channel's fd and, while the sandbox's stderr pipe
@@ -142,9 +144,17 @@ class Shims {
   };
   /// Takes copies of what the holder in `dir` holds (after a restart).
   virtual Result<Held> reclaim(const std::string& dir) = 0;
-  /// A pidfd of the holder `pid` (or, when pid <= 0, whichever serves `dir`), readable once it
-  /// is gone, so that b3osd can start another; invalid when there is none to watch.
-  virtual UniqueFd watch(const std::string& dir, pid_t pid) = 0;
+  /// A holder being watched: a pidfd, readable once it is gone, and its pid.
+  struct Watched {
+    UniqueFd fd;
+    pid_t pid = -1;
+  };
+  /// Watches the holder `child`, just returned by start() (its pid is its own until this
+  /// process reaps it), or when child <= 0 the one recorded in or found serving `dir` (checked
+  /// by its command line once the pidfd is open). An invalid fd when there is none.
+  virtual Watched watch(const std::string& dir, pid_t child = -1) = 0;
+  /// Reaps a holder that is gone through its pidfd, if it was this process's child.
+  virtual void reap(int watch, pid_t pid) = 0;
 };
 
 }  // namespace b3os::runtime

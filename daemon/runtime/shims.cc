@@ -22,10 +22,12 @@ using namespace std::chrono_literals;
 
 namespace {
 
-// A pid file can outlive its process and the pid be reused: only a b3os-shim is signalled.
-bool is_shim_process(pid_t pid) {
-  auto cmd = read_small_file("/proc/" + std::to_string(pid) + "/cmdline", 4096);
-  return cmd && cmd->find("b3os-shim") != std::string::npos;
+UniqueFd pidfd_of(pid_t pid) { return UniqueFd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0))); }
+
+// Whether the process behind `pidfd` has exited, waiting up to `wait`.
+bool gone_within(int pidfd, std::chrono::milliseconds wait) {
+  pollfd pfd{pidfd, POLLIN, 0};
+  return ::poll(&pfd, 1, static_cast<int>(wait.count())) == 1;
 }
 
 // Whether `pid` is a b3os-shim serving `dir` (its command line: b3os-shim DIR/shim.sock ...).
@@ -81,10 +83,20 @@ Result<pid_t> ShimProcesses::start(const std::string& dir, int fd, int log_fd) {
   return *pid;
 }
 
-void ShimProcesses::stop(const std::string& dir, pid_t pid) {
+void ShimProcesses::stop(const std::string& dir, pid_t pid, int watch) {
+  if (watch >= 0) {  // the process itself, whatever has its number by now
+    (void)::syscall(SYS_pidfd_send_signal, watch, SIGTERM, nullptr, 0);
+    if (!gone_within(watch, 1000ms)) {
+      (void)::syscall(SYS_pidfd_send_signal, watch, SIGKILL, nullptr, 0);
+      (void)gone_within(watch, 1000ms);
+    }
+    reap(watch, pid);
+    return;
+  }
   if (pid <= 0) pid = recorded_pid(dir);
   if (pid <= 0) pid = find_shim(dir);
-  if (pid <= 0 || !is_shim_process(pid)) return;
+  // A pid file can outlive its process and the pid be reused: only a shim of `dir` is signalled.
+  if (pid <= 0 || !serves(pid, dir)) return;
   ::kill(pid, SIGTERM);
   for (int i = 0; i < 200; ++i) {
     if (sys::try_reap(pid) && ::kill(pid, 0) != 0) return;  // reaped, or not our child and gone
@@ -111,14 +123,27 @@ Result<Shims::Held> ShimProcesses::reclaim(const std::string& dir) {
   return held;
 }
 
-UniqueFd ShimProcesses::watch(const std::string& dir, pid_t pid) {
-  if (pid <= 0) pid = find_shim(dir);
-  if (pid <= 0) return {};
-  UniqueFd fd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
-  // Opened first, then checked: the pidfd names that process even if the pid is reused later,
-  // and a pid already reused by something else is not a shim of `dir`.
-  if (!fd || !serves(pid, dir)) return {};
-  return fd;
+Shims::Watched ShimProcesses::watch(const std::string& dir, pid_t child) {
+  Watched w;
+  if (child > 0) {
+    w.fd = pidfd_of(child);
+    if (w.fd) w.pid = child;
+    return w;
+  }
+  // Opened first, then checked: the pidfd names that process even if its pid is reused later,
+  // and a pid already reused by something else does not serve `dir`.
+  auto take = [&](pid_t pid) {
+    if (pid <= 0) return false;
+    UniqueFd fd = pidfd_of(pid);
+    if (!fd || !serves(pid, dir)) return false;
+    w.fd = std::move(fd);
+    w.pid = pid;
+    return true;
+  };
+  if (!take(recorded_pid(dir))) take(find_shim(dir));  // the /proc scan only when needed
+  return w;
 }
+
+void ShimProcesses::reap(int watch, pid_t pid) { sys::reap_pidfd(watch, pid); }
 
 }  // namespace b3os::runtime

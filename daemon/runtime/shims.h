@@ -12,10 +12,11 @@ class ShimProcesses : public Shims {
  public:
   explicit ShimProcesses(std::string shim_path) : shim_path_(std::move(shim_path)) {}
   Result<pid_t> start(const std::string& dir, int fd, int log_fd = -1) override;
-  void stop(const std::string& dir, pid_t pid) override;
+  void stop(const std::string& dir, pid_t pid, int watch = -1) override;
   pid_t recorded_pid(const std::string& dir) override;
   Result<Held> reclaim(const std::string& dir) override;
-  UniqueFd watch(const std::string& dir, pid_t pid) override;
+  Watched watch(const std::string& dir, pid_t child = -1) override;
+  void reap(int watch, pid_t pid) override;
 
  private:
   std::string shim_path_;

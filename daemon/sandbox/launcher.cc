@@ -79,7 +79,7 @@ void Launcher::note_idle_reports(LiveSandbox& s, const Result<bool>& r) {
     spdlog::info("sandbox {}: its agent does not report idleness (older than this b3osd); it is never frozen", s.id);
 }
 
-void Launcher::release(const std::string& id, pid_t shim_pid) {
+void Launcher::release(const std::string& id, pid_t shim_pid, int shim_watch) {
   if (auto r = rt_.destroy(id); !r) spdlog::warn("sandbox {}: {}", id, r.error().message);
   // After the container: its sentry holds the overlay's file on the disk until it is gone. A
   // disk whose container could not be destroyed is detached and freed when that one ends.
@@ -87,7 +87,7 @@ void Launcher::release(const std::string& id, pid_t shim_pid) {
   // After the container too: its sandbox process holds the namespace until it is gone.
   if (network_) network_->release(id);
   const std::string dir = dir_of(id);
-  shims_.stop(dir, shim_pid);
+  shims_.stop(dir, shim_pid, shim_watch);
   std::error_code ec;
   fs::remove_all(dir, ec);
   if (ec) spdlog::warn("sandbox {}: removing {}: {}", id, dir, ec.message());
@@ -128,59 +128,76 @@ Launcher::~Launcher() {
   for (auto& t : cleaners_) t.join();  // what is queued is released first
 }
 
-pid_t Launcher::take_shim(LiveSandbox& s) {
+Launcher::ShimRef Launcher::take_shim(LiveSandbox& s) {
   std::lock_guard lk(s.shim_mu);
   s.shim_released = true;
-  s.shim_watch.reset();
   s.log_rd.reset();
-  return s.shim_pid;
+  return {s.shim_pid, std::move(s.shim_watch)};
 }
 
 std::optional<bool> Launcher::keep_shim(LiveSandbox& s) {
   std::lock_guard lk(s.shim_mu);
   if (s.shim_released || !s.shim_watch || !s.channel || s.channel->closed()) return std::nullopt;
+  const int64_t now = steady_ms();
+  if (now < s.shim_retry_ms) return std::nullopt;
   pollfd pfd{s.shim_watch.get(), POLLIN, 0};
   if (::poll(&pfd, 1, 0) != 1) return std::nullopt;  // it lives
-  if (steady_ms() < s.shim_retry_ms) return std::nullopt;
-  if (s.shim_pid > 0) {
-    sys::try_reap(s.shim_pid);  // when it was this b3osd's child
-    spdlog::warn("sandbox {}: its shim (pid {}) is gone; starting another", s.id, s.shim_pid);
-    s.shim_pid = -1;  // reaped: the number may be another process's from now on
-  }
   const std::string dir = dir_of(s.id);
+  if (s.shim_pid > 0) {
+    shims_.reap(s.shim_watch.get(), s.shim_pid);  // when it was this b3osd's child
+    spdlog::warn("sandbox {}: its shim (pid {}) is gone; starting another", s.id, s.shim_pid);
+    s.shim_pid = -1;  // the number may be another process's from now on
+    ::unlink((dir + "/shim.pid").c_str());
+  }
+  // At most one start a second: a shim killed over and over is not restarted in a loop.
+  if (now < s.shim_started_ms + 1000) {
+    s.shim_retry_ms = s.shim_started_ms + 1000;
+    return std::nullopt;
+  }
   auto pid = shims_.start(dir, s.channel->socket_fd(), s.log_rd ? s.log_rd.get() : -1);
   if (!pid) {
-    s.shim_retry_ms = steady_ms() + 5000;
-    spdlog::warn("sandbox {}: a new shim did not start: {}; trying again in 5 s", s.id, pid.error().message);
+    if (++s.shim_failures >= kShimTries) {
+      // Given up: nothing holds the channel for the next b3osd, and the pipe is let go (a
+      // writer then finds it broken rather than waiting for ever).
+      spdlog::error("sandbox {}: no new shim started in {} tries ({}); it runs on, but will not survive a restart "
+                    "of b3osd and its stderr is no longer logged", s.id, kShimTries, pid.error().message);
+      s.shim_watch.reset();
+      s.log_rd.reset();
+    } else {
+      s.shim_retry_ms = now + 5000;
+      spdlog::warn("sandbox {}: a new shim did not start: {}; trying again in 5 s", s.id, pid.error().message);
+    }
     return false;
   }
+  s.shim_failures = 0;
+  s.shim_pid = *pid;
+  s.shim_started_ms = steady_ms();
+  s.shim_watch = shims_.watch(dir, *pid).fd;
+  if (!s.shim_watch) s.log_rd.reset();  // not replaced again: the pipe is the shim's alone
   spdlog::info("sandbox {}: a new shim holds its channel (pid {}){}", s.id, *pid,
                s.log_rd ? "" : ", without its log (b3osd had no copy of the pipe)");
-  s.shim_pid = *pid;
-  s.shim_watch = shims_.watch(dir, *pid);
-  ++s.shim_restarts;
   return true;
 }
 
 void Launcher::discard(LiveSandbox& s) {
-  const pid_t shim = take_shim(s);
+  auto shim = take_shim(s);
   if (s.channel) s.channel->shutdown();
-  release(s.id, shim);
+  release(s.id, shim.pid, shim.watch.get());
 }
 
 void Launcher::end(LiveSandbox& s) {
-  const pid_t shim = take_shim(s);
+  auto shim = take_shim(s);
   if (s.channel) s.channel->shutdown();
   rt_.set_frozen(s.id, true);
   {
     std::lock_guard lk(clean_mu_);
     if (to_release_.size() < kHardBacklog) {
-      to_release_.emplace_back(s.id, shim);
+      to_release_.push_back({s.id, std::move(shim)});
       clean_cv_.notify_one();
       return;
     }
   }
-  release(s.id, shim);  // only when launches did not wait (see wait_for_room)
+  release(s.id, shim.pid, shim.watch.get());  // only when launches did not wait (see wait_for_room)
 }
 
 void Launcher::wait_for_room() {
@@ -198,11 +215,11 @@ void Launcher::clean() {
   for (;;) {
     clean_cv_.wait(lk, [&] { return stopping_ || !to_release_.empty(); });
     if (to_release_.empty()) return;  // stopping, and nothing left
-    auto [id, shim_pid] = to_release_.front();
+    Pending p = std::move(to_release_.front());
     to_release_.pop_front();
     ++releasing_;
     lk.unlock();
-    release(id, shim_pid);
+    release(p.id, p.shim.pid, p.shim.watch.get());
     lk.lock();
     --releasing_;
     clean_cv_.notify_all();
@@ -254,7 +271,8 @@ Result<Precreated> Launcher::precreate(const LaunchRequest& l, Timing& t, Stopwa
   auto shim = shims_.start(dir, pc.daemon_end.get(), s->log_rd.get());
   if (!shim) return undo(shim.error());
   s->shim_pid = *shim;
-  s->shim_watch = shims_.watch(dir, *shim);
+  s->shim_started_ms = steady_ms();
+  s->shim_watch = shims_.watch(dir, *shim).fd;
   t.lap("prepare", sw);
 
   runtime::ContainerSpec cs;
@@ -301,6 +319,7 @@ Result<Precreated> Launcher::precreate(const LaunchRequest& l, Timing& t, Stopwa
   }
   if (auto r = rt_.create(cs, agent_end.get()); !r) return undo(r.error());
   t.lap("create", sw);
+  if (!s->shim_watch) s->log_rd.reset();  // a shim that cannot be watched is never replaced
   return pc;
 }
 

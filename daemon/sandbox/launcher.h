@@ -95,9 +95,10 @@ class Launcher {
   bool owns(const std::string& id);
   /// Takes `id` (a sandbox a previous b3osd launched, reattached) as its own.
   void adopt(const std::string& id);
-  /// Releases the host resources of `id` (container, disk, shim, directory); `shim_pid` <= 0:
-  /// the one recorded in its directory.
-  void release(const std::string& id, pid_t shim_pid);
+  /// Releases the host resources of `id` (container, disk, shim, directory). The shim is
+  /// `shim_watch` (its pidfd) when valid, else `shim_pid`, else (<= 0) the one recorded in
+  /// or found serving its directory.
+  void release(const std::string& id, pid_t shim_pid, int shim_watch = -1);
   /// Starts a new shim for `s` when its own is gone (killed by hand, or by the kernel's OOM
   /// killer): b3osd still holds the channel and the log pipe, and hands copies to the new one,
   /// so the sandbox outlives the next restart of b3osd and its log is drained. Nothing when
@@ -120,8 +121,14 @@ class Launcher {
   void clean();
   /// Holds a launch back (up to kRoomWait) while kMaxBacklog releases are waiting.
   void wait_for_room();
-  /// Marks `s`'s shim as being released (keep_shim starts none any more) and returns its pid.
-  pid_t take_shim(LiveSandbox& s);
+  struct ShimRef {
+    pid_t pid = -1;
+    UniqueFd watch;
+  };
+  /// Marks `s`'s shim as being released (keep_shim starts none any more) and hands it over.
+  ShimRef take_shim(LiveSandbox& s);
+  /// A shim that failed to start this many times in a row (5 s apart) is given up.
+  static constexpr int kShimTries = 12;
 
   const Config& cfg_;
   runtime::Runtime& rt_;
@@ -135,7 +142,11 @@ class Launcher {
 
   std::mutex clean_mu_;
   std::condition_variable clean_cv_;
-  std::deque<std::pair<std::string, pid_t>> to_release_;  // guarded by clean_mu_
+  struct Pending {
+    std::string id;
+    ShimRef shim;
+  };
+  std::deque<Pending> to_release_;  // guarded by clean_mu_
   size_t releasing_ = 0;                                   // guarded by clean_mu_
   bool stopping_ = false;                                  // guarded by clean_mu_
   std::vector<std::thread> cleaners_;

@@ -764,8 +764,12 @@ void Lifecycle::reattach(const store::SandboxRecord& row) {
   } else if (auto held = shims_.reclaim(dir); !held) {
     why = "its agent channel could not be recovered after b3osd restarted (" + held.error().message + ")";
   } else {
-    s->log_rd = std::move(held->log);
-    s->shim_watch = shims_.watch(dir, s->shim_pid);
+    auto watched = shims_.watch(dir);
+    if (watched.fd) {  // else it is never replaced, and the pipe stays the shim's alone
+      s->shim_pid = watched.pid;
+      s->shim_watch = std::move(watched.fd);
+      s->log_rd = std::move(held->log);
+    }
     s->channel = launcher_.attach(std::move(held->channel), s);
     if (auto r = s->channel->resync(3s, /*cut_frame=*/true); !r) {
       why = "its agent did not answer after b3osd restarted (" + r.error().message + ")";
@@ -859,12 +863,12 @@ void Lifecycle::collect_rootfs_cache() {
   ::b3os::sandbox::collect_rootfs_cache(cfg_, in_use, 3600 * 1000);
 }
 
-// Its project's count of ended sandboxes is looked at in forget_ended's next turn (after the
-// record is written, so that the turn sees it).
 void Lifecycle::keep_shim(LiveSandbox& s) {
   if (auto r = launcher_.keep_shim(s)) count_shim_restart(*r);
 }
 
+// Its project's count of ended sandboxes is looked at in forget_ended's next turn (after the
+// record is written, so that the turn sees it).
 void Lifecycle::note_ended(const std::string& project_id) {
   std::lock_guard lk(ended_mu_);
   ended_in_.insert(project_id);

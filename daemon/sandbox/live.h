@@ -41,11 +41,12 @@ struct LiveSandbox {
   // starting a new shim when this one is gone (Launcher::keep_shim).
   std::mutex shim_mu;
   pid_t shim_pid = -1;
-  UniqueFd shim_watch;          // a pidfd of the shim, readable once it is gone
+  UniqueFd shim_watch;          // a pidfd of the shim, readable once it is gone; none: not replaced
   UniqueFd log_rd;              // a copy of the read end of the stderr pipe, for a new shim
   bool shim_released = false;   // being released: no new shim is started for it
-  int64_t shim_retry_ms = 0;    // steady ms: no new shim is tried before (after one failed)
-  uint64_t shim_restarts = 0;
+  int64_t shim_started_ms = 0;  // steady ms of the last start by this b3osd
+  int64_t shim_retry_ms = 0;    // steady ms: no new shim is tried before
+  int shim_failures = 0;        // starts that failed in a row
 
   // Guarded by mu: the record (state included) and the count of checkpoints in flight.
   mutable std::mutex mu;

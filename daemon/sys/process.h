@@ -46,6 +46,9 @@ Result<void> run_checked(const std::vector<std::string>& argv, std::chrono::mill
 Result<int> wait_exit(pid_t pid);
 /// Reaps a child started by spawn() if it has exited; true when it is gone.
 bool try_reap(pid_t pid);
+/// Reaps, through `pidfd` (a pidfd of `pid`), a child started by spawn() if it has exited;
+/// nothing for a process that is not this one's child, whatever has its number by now.
+void reap_pidfd(int pidfd, pid_t pid);
 
 /// Makes b3osd the reaper of its orphaned descendants (runsc's sandbox and gofer processes
 /// outlive the `runsc create` that started them) and starts a thread that reaps them as they

@@ -268,7 +268,7 @@ Result<void> FakeRuntime::set_memory_limit(const std::string& id, int64_t bytes)
   return {};
 }
 
-Result<pid_t> FakeShims::start(const std::string& dir, int fd, int /*log_fd*/) {
+Result<pid_t> FakeShims::start(const std::string& dir, int fd, int log_fd) {
   std::lock_guard lk(mu_);
   if (fail_start_) {
     fail_start_ = false;
@@ -278,13 +278,18 @@ Result<pid_t> FakeShims::start(const std::string& dir, int fd, int /*log_fd*/) {
   if (copy < 0) return b3os::fail(errno_error(ErrorCode::kInternal, "dup", errno));
   UniqueFd gone(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!gone) return b3os::fail(errno_error(ErrorCode::kInternal, "eventfd", errno));
+  UniqueFd log;
+  if (log_fd >= 0) {
+    log.reset(::fcntl(log_fd, F_DUPFD_CLOEXEC, 0));
+    ++started_with_log_;
+  }
   const pid_t pid = ++next_pid_;
-  held_[dir] = {pid, UniqueFd(copy), std::move(gone)};
+  held_[dir] = {pid, UniqueFd(copy), std::move(log), std::move(gone)};
   ++started_;
   return pid;
 }
 
-void FakeShims::stop(const std::string& dir, pid_t) {
+void FakeShims::stop(const std::string& dir, pid_t, int) {
   std::lock_guard lk(mu_);
   held_.erase(dir);
 }
@@ -303,14 +308,18 @@ Result<runtime::Shims::Held> FakeShims::reclaim(const std::string& dir) {
   if (copy < 0) return b3os::fail(errno_error(ErrorCode::kInternal, "dup", errno));
   Held held;
   held.channel.reset(copy);
+  if (it->second.log) held.log.reset(::fcntl(it->second.log.get(), F_DUPFD_CLOEXEC, 0));
   return held;
 }
 
-UniqueFd FakeShims::watch(const std::string& dir, pid_t /*pid*/) {
+runtime::Shims::Watched FakeShims::watch(const std::string& dir, pid_t /*child*/) {
   std::lock_guard lk(mu_);
+  Watched w;
   auto it = held_.find(dir);
-  if (it == held_.end()) return {};
-  return UniqueFd(::fcntl(it->second.gone.get(), F_DUPFD_CLOEXEC, 0));
+  if (it == held_.end()) return w;
+  w.fd.reset(::fcntl(it->second.gone.get(), F_DUPFD_CLOEXEC, 0));
+  w.pid = it->second.pid;
+  return w;
 }
 
 void FakeShims::kill(const std::string& dir) {
@@ -325,6 +334,11 @@ void FakeShims::kill(const std::string& dir) {
 int FakeShims::started() const {
   std::lock_guard lk(mu_);
   return started_;
+}
+
+int FakeShims::started_with_log() const {
+  std::lock_guard lk(mu_);
+  return started_with_log_;
 }
 
 std::set<std::string> FakeShims::held() const {

@@ -99,28 +99,32 @@ class FakeRuntime : public runtime::Runtime {
 class FakeShims : public runtime::Shims {
  public:
   Result<pid_t> start(const std::string& dir, int fd, int log_fd = -1) override;
-  void stop(const std::string& dir, pid_t pid) override;
+  void stop(const std::string& dir, pid_t pid, int watch = -1) override;
   pid_t recorded_pid(const std::string& dir) override;
   Result<Held> reclaim(const std::string& dir) override;
   /// An eventfd standing for the holder's pidfd: kill() makes it readable.
-  UniqueFd watch(const std::string& dir, pid_t pid) override;
+  Watched watch(const std::string& dir, pid_t child = -1) override;
+  void reap(int /*watch*/, pid_t /*pid*/) override {}
   /// Directories with a running holder.
   std::set<std::string> held() const;
   void fail_next_start() { fail_start_ = true; }
   /// The holder of `dir` dies (as with a SIGKILL): what it held is gone, its watch readable.
   void kill(const std::string& dir);
-  /// How many holders were started.
+  /// How many holders were started; how many of them were given a log pipe.
   int started() const;
+  int started_with_log() const;
 
  private:
   struct Holder {
     pid_t pid;
     UniqueFd channel;
+    UniqueFd log;
     UniqueFd gone;  // eventfd
   };
   mutable std::mutex mu_;
   std::map<std::string, Holder> held_;
   int started_ = 0;
+  int started_with_log_ = 0;
   pid_t next_pid_ = 100000;
   bool fail_start_ = false;
 };

@@ -370,29 +370,43 @@ TEST_F(LifecycleTest, AKilledShimIsStartedAgainSoTheSandboxOutlivesTheNextRestar
   start();
   const std::string id = create();
   const std::string dir = cfg_.sandboxes_dir() + "/" + id;
+  auto replaced = [&](pid_t old) {
+    for (int i = 0; i < 300; ++i) {
+      const pid_t now = shims_.recorded_pid(dir);
+      if (now > 0 && now != old) return true;
+      std::this_thread::sleep_for(10ms);
+    }
+    return false;
+  };
   const pid_t first = shims_.recorded_pid(dir);
   ASSERT_GT(first, 0);
-  const int started = shims_.started();
+  const int started = shims_.started(), with_log = shims_.started_with_log();
   shims_.kill(dir);  // while b3osd runs: the reaper's sweep (every 500 ms) starts another
-  for (int i = 0; i < 300 && !shims_.held().count(dir); ++i) std::this_thread::sleep_for(10ms);
-  ASSERT_TRUE(shims_.held().count(dir));
-  EXPECT_NE(shims_.recorded_pid(dir), first);
+  ASSERT_TRUE(replaced(first));
   EXPECT_EQ(shims_.started(), started + 1);
+  EXPECT_EQ(shims_.started_with_log(), with_log + 1);  // b3osd's copy of the pipe
   std::this_thread::sleep_for(700ms);  // one is enough: a live shim is left alone
   EXPECT_EQ(shims_.started(), started + 1);
   svc_.reset();
-  start();  // the new shim hands the channel over
+  start();  // the new shim hands the channel and the pipe over
   EXPECT_EQ(status(id), "running");
   ExecSpec e;
   e.argv = {"true"};
   Timing t;
   EXPECT_TRUE(svc_->exec(p_, id, e, t, nullptr));
-  // Once its sandbox is deleted, a shim is not started again.
+  // Killed again after the restart: replaced again, with the pipe it handed over.
+  const pid_t second = shims_.recorded_pid(dir);
+  shims_.kill(dir);
+  ASSERT_TRUE(replaced(second));
+  EXPECT_EQ(shims_.started_with_log(), with_log + 2);
+  // Killed, then deleted before the sweep came: no shim of it is started.
+  const int before = shims_.started();
+  shims_.kill(dir);
   ASSERT_TRUE(svc_->remove(p_, id, t));
   svc_->settle();
-  shims_.kill(dir);
   std::this_thread::sleep_for(700ms);
   EXPECT_FALSE(shims_.held().count(dir));
+  EXPECT_LE(shims_.started(), before + 1);  // the sweep may have come between the two
   expect_only({});
 }
 
