@@ -624,14 +624,19 @@ s_bad_input() {
 
 s_cycles() {
   local n before_ns before_up before_el i id f
-  # Only the pool's members hold networks now.
+  local made=""
   for id in $(cat "$T/ids"); do delete_sandbox "$id" >/dev/null 2>&1 || true; done
-  # Released behind the deletes' answers; then only the two pools' members have networks.
-  eventually 60 netns_at_most 2 || info "namespaces still there: $(my_netns | tr '\n' ' ')"
-  sleep 1
+  # Released behind the deletes' answers, while the pools refill (a claim took a member): the
+  # count is read once none of the deleted sandboxes' namespaces is left and the two pools'
+  # members both have theirs (--net-warm-pool 1, --net-fork-pool 1), not in between.
+  settled() { ! my_netns | grep -qxF -f <(sed 's/^/b3s-/' "$T/ids" $made 2>/dev/null) && netns_is 2; }
+  eventually 60 settled || info "namespaces still there: $(my_netns | tr '\n' ' ')"
+  sleep 1  # a pool member's host end of its link comes with its namespace
   before_ns=$(netns_count)
   before_up=$(uplink_count)
   before_el=$(all_elements)
+  made=$T/cycle.ids
+  : >"$made"
   for i in $(seq 1 "$CYCLES"); do
     if [ $((i % 2)) = 0 ]; then
       create_sandbox '{"forkable": true, "egress": {"mode": "allowlist", "allow": ["a.b3t.test", "203.0.113.0/24:5432"]}}'
@@ -644,11 +649,14 @@ s_cycles() {
     apij POST "/v1/sandboxes/$id/fork" '{"count": 1}'
     f=$(j '.data[0].id')
     [ "$ST" = 201 ] || { fail cycles.fork "cycle $i: $(snip)"; return 0; }
+    printf '%s\n%s\n' "$id" "$f" >>"$made"
     delete_sandbox "$f"
     delete_sandbox "$id"
   done
   pass cycles.ran
-  eventually 60 netns_is "$before_ns" || true
+  eventually 60 settled || true
+  uplinks_back() { [ "$(uplink_count)" = "$before_up" ]; }
+  eventually 10 uplinks_back || true
   check cycles.no_netns_left "after $CYCLES create/fork/delete cycles: $before_ns namespaces before, $(netns_count) after" test "$(netns_count)" = "$before_ns"
   check cycles.no_veth_left "uplinks: $before_up before, $(uplink_count) after" test "$(uplink_count)" = "$before_up"
   check cycles.no_nft_element_left "firewall elements: $before_el before, $(all_elements) after" test "$(all_elements)" = "$before_el"
