@@ -84,12 +84,6 @@ Result<std::vector<UniqueFd>> receive_fds(const std::string& socket_path) {
   return fds;
 }
 
-Result<UniqueFd> receive_fd(const std::string& socket_path) {
-  auto fds = receive_fds(socket_path);
-  if (!fds) return fail(fds.error());
-  return std::move(fds->front());  // the others close with the vector
-}
-
 std::vector<UniqueFd> received_fds(msghdr& msg) {
   std::vector<UniqueFd> fds;
   for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
@@ -129,7 +123,5 @@ Result<void> send_fds(int sock, const int* fds, size_t count) {
   }
   return {};
 }
-
-Result<void> send_fd(int sock, int fd) { return send_fds(sock, &fd, 1); }
 
 }  // namespace b3os

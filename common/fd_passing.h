@@ -1,6 +1,6 @@
 #pragma once
-// Handing a file descriptor between processes with SCM_RIGHTS. b3os-shim holds the daemon's
-// end of each agent channel and gives it to a (re)started b3osd that connects to its socket.
+// Handing file descriptors between processes with SCM_RIGHTS. b3os-shim holds the daemon's
+// end of each agent channel (and its log pipe) and gives them to a (re)started b3osd.
 
 #include <sys/socket.h>
 
@@ -17,9 +17,6 @@ namespace b3os {
 /// seconds.
 Result<std::vector<UniqueFd>> receive_fds(const std::string& socket_path);
 
-/// receive_fds(), keeping only the first fd.
-Result<UniqueFd> receive_fd(const std::string& socket_path);
-
 /// Every fd a received message carried (SCM_RIGHTS), owned: those the caller does not keep are
 /// closed when the vector goes.
 std::vector<UniqueFd> received_fds(msghdr& msg);
@@ -27,8 +24,5 @@ std::vector<UniqueFd> received_fds(msghdr& msg);
 /// Sends `count` fds (one to four) over the connected unix socket `sock` as the one-byte
 /// message "F". Allocates nothing (b3os-shim calls it in its loop).
 Result<void> send_fds(int sock, const int* fds, size_t count);
-
-/// send_fds() of one fd.
-Result<void> send_fd(int sock, int fd);
 
 }  // namespace b3os

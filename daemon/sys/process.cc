@@ -126,9 +126,6 @@ bool try_reap(pid_t pid) {
 }
 
 void reap_pidfd(int pidfd, pid_t pid) {
-#ifndef P_PIDFD
-  constexpr idtype_t P_PIDFD = static_cast<idtype_t>(3);
-#endif
   siginfo_t si{};
   if (::waitid(P_PIDFD, static_cast<id_t>(pidfd), &si, WEXITED | WNOHANG) == 0 && si.si_pid == pid) forget(pid);
 }

@@ -463,13 +463,13 @@ p_runtime_kill() {
     for round in 1 2; do
       kill -KILL "$pid"
       new_shim() { local p; p=$(shim_of "$id"); [ -n "$p" ] && [ "$p" != "$pid" ]; }
-      check "runtime.shim.started_again_$round" "shim pid $pid killed; now: '$(shim_of "$id")'" eventually 5 new_shim
+      check "runtime.shim.started_again_$round" "shim pid $pid killed; now: '$(shim_of "$id")'" eventually 10 new_shim
       pid=$(shim_of "$id")
       answers "$id" "runtime.shim.sandbox_answers_$round"
       # The sandbox's stderr (the agent's /proc/1/fd/2) still reaches its log, drained by the new shim.
       run_exec "$id" "{\"cmd\":\"echo shim-log-$round >/proc/1/fd/2\"}"
       logged() { grep -q "shim-log-$round" "$T/run/sandboxes/$id/sandbox.log" 2>/dev/null; }
-      check "runtime.shim.log_drained_$round" "exec: $(snip); log: $(tail -c 300 "$T/run/sandboxes/$id/sandbox.log" 2>/dev/null | tr '\n' ' ')" eventually 5 logged
+      check "runtime.shim.log_drained_$round" "exec: $(snip); log: $(tail -c 300 "$T/run/sandboxes/$id/sandbox.log" 2>/dev/null | tr '\n' ' ')" eventually 10 logged
       if [ "$round" = 1 ]; then
         stop_daemon KILL
         restart_daemon runtime.shim

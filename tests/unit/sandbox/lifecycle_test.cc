@@ -370,8 +370,8 @@ TEST_F(LifecycleTest, AKilledShimIsStartedAgainSoTheSandboxOutlivesTheNextRestar
   start();
   const std::string id = create();
   const std::string dir = cfg_.sandboxes_dir() + "/" + id;
-  auto replaced = [&](pid_t old) {
-    for (int i = 0; i < 300; ++i) {
+  auto replaced = [&](pid_t old) {  // within 10 s (about 1 s: the sweep, and a start a second)
+    for (int i = 0; i < 1000; ++i) {
       const pid_t now = shims_.recorded_pid(dir);
       if (now > 0 && now != old) return true;
       std::this_thread::sleep_for(10ms);
