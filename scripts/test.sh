@@ -34,12 +34,20 @@ bounded() {  # seconds command...: the command under min(seconds, what is left o
   fi
   return "$rc"
 }
-step() { echo; echo "=== $1 (at $(( $(date +%s) - start )) s)"; step_start=$(date +%s); }
+# A suite that ends at an unexpected error outside any check (tests/e2e/lib.sh, e2e_guard) writes
+# where to $B3OS_TEST_ABORT_FILE; the step's summary line then says so.
+abort_dir=$(mktemp -d /tmp/b3os-test-aborts.XXXXXX)
+trap 'rm -rf "$abort_dir"' EXIT
+step() {
+  echo; echo "=== $1 (at $(( $(date +%s) - start )) s)"; step_start=$(date +%s)
+  export B3OS_TEST_ABORT_FILE=$abort_dir/step.$step_start.$RANDOM
+}
 record() {  # name status(0 ok, 77 skip, else fail) [reason]; says how long its step took
-  local took="($(( $(date +%s) - step_start )) s)"
-  if [ "$2" = 0 ]; then results+=("PASS $1 $took");
+  local took="($(( $(date +%s) - step_start )) s)" aborted=
+  [ ! -s "${B3OS_TEST_ABORT_FILE:-}" ] || aborted=": ended early, at an unexpected error outside any check: $(paste -sd '|' "$B3OS_TEST_ABORT_FILE")"
+  if [ "$2" = 0 ]; then results+=("PASS $1 $took$aborted");
   elif [ "$2" = 77 ]; then results+=("SKIP $1: $3");
-  else results+=("FAIL $1 $took"); failed=1; fi
+  else results+=("FAIL $1 $took$aborted"); failed=1; fi
 }
 
 step "dependencies"

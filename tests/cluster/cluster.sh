@@ -60,6 +60,7 @@ finish() {
   local rc=$? n p
   set +e
   trap - EXIT
+  e2e_aborted "$rc"
   for p in ${ROUTER_PIDS[@]+"${ROUTER_PIDS[@]}"}; do kill -KILL "$p" 2>/dev/null; done
   for n in "${NODES[@]}"; do
     [ -z "${NODE_PID[$n]:-}" ] || kill -KILL "${NODE_PID[$n]}" 2>/dev/null
@@ -283,8 +284,10 @@ URL=${ROUTERS[0]}
 api GET /v1/sandboxes  # a request now: the router reads the nodes again (at most 1 s old)
 metrics_url=${ROUTER_METRICS[0]:-}
 code=$(curl -s -o "$T/router.metrics" -w '%{http_code}' "${metrics_url:-http://127.0.0.1:1/none}") || true
-# metric_value NAME{LABELS}: its value in $T/router.metrics ("" when absent).
-metric_value() { awk -v k="$1" '$1 == k { print $2; exit }' "$T/router.metrics"; }
+# metric_value NAME{LABELS}: its value in $T/router.metrics ("" when absent, the file too: curl
+# makes none when it reaches no listener, and awk's failure would end the suite at the
+# assignments below, before router_metrics.served says so).
+metric_value() { awk -v k="$1" '$1 == k { print $2; exit }' "$T/router.metrics" 2>/dev/null || true; }
 relayed=$(metric_value 'b3os_router_forwards_total{kind="create",result="relayed"}')
 ready_nodes=$(metric_value 'b3os_router_nodes{state="ready"}')
 sb_a=$(metric_value 'b3os_router_node_sandboxes{node="node-a"}')
@@ -539,7 +542,9 @@ check objstore.changed_image_no_row "$rows_before rows before, $(psql_q "SELECT 
 "$B3OS_BIN/b3os" nodes ready "$img_node" --store "$STORE" >/dev/null
 # The store down during a snapshot: 503, no record, no image left on the node.
 if [ -n "$S3PID" ]; then
-  kill "$S3PID" 2>/dev/null
+  # s3rver may have gone on its own meanwhile (the store is then down all the same): a kill of
+  # a gone pid fails, and must not end the suite.
+  kill "$S3PID" 2>/dev/null || true
   wait "$S3PID" 2>/dev/null || true
   snaps_before=$(psql_q "SELECT count(*) FROM snapshots")
   src_node=$(node_of "$SNAP_SRC")
@@ -745,7 +750,60 @@ load_client() {
   done
 }
 # load_ok_after KIND MS: a KIND request that started at MS or later had a good 2xx.
-load_ok_after() { cat "$T"/load.*.log | awk -v k="$1" -v t="$2" '$1 == k && $2 >= t && $4 ~ /^2/ && $7 != "bad" { f = 1 } END { exit !f }'; }
+load_ok_after() { { cat "$T"/load.*.log 2>/dev/null || true; } | awk -v k="$1" -v t="$2" '$1 == k && $2 >= t && $4 ~ /^2/ && $7 != "bad" { f = 1 } END { exit !f }'; }
+
+# pg_restart_report DIR DOWN_MS UP_MS PG_OK BACK_MS: the summary of the load through the
+# restart and its two checks, from the clients' DIR/load.*.log and DIR/load.*.answers. A client
+# writes an .answers file only for answers that were not good, so when the outage cost no
+# request (the best outcome) there is none: every glob and grep here may match nothing.
+pg_restart_report() {
+  local d=$1 down=$2 up=$3 pg_ok=$4 back=$5 n_req seen n_503 last_bad_ms
+  { cat "$d"/load.*.log 2>/dev/null || true; } >"$d/load.all"
+  n_req=$(wc -l <"$d/load.all")
+  seen=$(awk '{ print $1 " " $4 ($6 != "-" ? " " $6 : "") ($5 != 0 ? " curl-exit-" $5 : "") ($7 == "bad" ? " BAD" : $7 == "retry-after" ? " Retry-After" : "") }' "$d/load.all" |
+    sort | uniq -c | awk '{ c = $1; $1 = ""; printf "%s%s x%d", (NR > 1 ? ";" : ""), $0, c }')
+  # Neither a 2xx with the right body nor a 503 with an error code and Retry-After: each such line.
+  awk '!(($4 ~ /^2/ && $7 != "bad") || ($4 == 503 && $6 != "-" && $7 != "bad"))' "$d/load.all" >"$d/load.bad"
+  n_503=$(awk '$4 == 503 { n++ } END { print n + 0 }' "$d/load.all")
+  # The last answer that was not a good 2xx, in ms after Postgres was back (<= 0: none after).
+  last_bad_ms=$(awk -v u="$up" '!($4 ~ /^2/ && $7 != "bad") { if ($3 - u > m) m = $3 - u } END { print m + 0 }' "$d/load.all")
+  info "postgres restart: down for $((up - down)) ms (pg_restart ok=$pg_ok); $n_req requests by 6 clients, $n_503 answered 503;" \
+    "both kinds succeeded again ${back:-never (15 s)} ms after it was back; last failure ${last_bad_ms} ms after; seen:$seen"
+  # The answers that were not good, by kind (awk, not head: nothing closes the pipe early).
+  { cat "$d"/load.*.answers 2>/dev/null || true; } | sed -E 's/sbx_[0-9a-z]+/sbx_ID/g; s/req_[0-9a-z]+/req_ID/g' |
+    sort | uniq -c | sort -rn | awk 'NR <= 6 { sub(/^ */, ""); print "# postgres restart: answer (times seen) " $0 }'
+  [ -s "$d/load.bad" ] || [ -n "$(cat "$d"/load.*.answers 2>/dev/null || true)" ] || info "postgres restart: every answer was a good 2xx"
+  check pg_restart.answers_2xx_or_typed_503 "$(wc -l <"$d/load.bad") answers neither a good 2xx nor a typed 503: $(awk 'NR <= 5' "$d/load.bad" | tr '\n' '|'); all seen:$seen" \
+    test "$pg_ok:$(wc -l <"$d/load.bad")" = 1:0
+  check pg_restart.requests_succeed_within_10s "both kinds ok again after ${back:-never} ms; last failure ${last_bad_ms} ms after Postgres was back" \
+    test -n "$back" -a "${back:-99999}" -le 10000 -a "$last_bad_ms" -le 10000
+}
+
+# The report fed load logs made up here, before the real run: one where the outage cost no
+# request (no .answers file at all; the run that once ended the suite at this point), one with
+# typed 503s, one with a 500. Each in a subshell under the suite's set -euo pipefail, its results
+# apart: it must get to its end, with the outcome its log calls for.
+pg_report_selftest() {  # NAME WANT_PASS WANT_FAIL LINES...: the lines are load.0.log's
+  local name=$1 want_pass=$2 want_fail=$3 d out rc=0 l
+  shift 3
+  d=$T/pgreport.$name
+  mkdir -p "$d"
+  printf '%s\n' "$@" >"$d/load.0.log"
+  for l in "$@"; do
+    case $l in *" ok") ;; *) echo "${l%% *} HTTP made-up" >>"$d/load.0.answers" ;; esac
+  done
+  # In the background and waited for: a subshell run where errexit is ignored (left of ||, in
+  # a command substitution) would ignore its own set -e too, and this must run as the suite does.
+  (set -euo pipefail; E2E_RESULTS=$d/results; : >"$E2E_RESULTS"; pg_restart_report "$d" 1000 1600 1 800
+    echo "counts $(count_results PASS) $(count_results FAIL)") >"$d/out" 2>&1 &
+  wait $! || rc=$?
+  out=$(cat "$d/out")
+  check "pg_restart.report_$name" "exit $rc, want $want_pass passed and $want_fail failed: $(tr '\n' '|' <<<"$out")" \
+    test "$rc:$(tail -n 1 <<<"$out")" = "0:counts $want_pass $want_fail"
+}
+pg_report_selftest no_failed_answer 2 0 "get 900 950 200 0 - ok" "exec 960 1200 200 0 - ok" "get 1700 1710 200 0 - ok" "exec 1700 1800 200 0 - ok"
+pg_report_selftest typed_503s 2 0 "get 900 950 200 0 - ok" "exec 1000 1100 503 0 store_unavailable retry-after" "get 1700 1710 200 0 - ok"
+pg_report_selftest a_500 1 1 "get 900 950 200 0 - ok" "exec 1000 1100 500 0 internal -" "get 1700 1710 200 0 - ok"
 
 rows_before=$(psql_q "SELECT count(*) FROM sandboxes")
 psql_q "SELECT id FROM sandboxes WHERE state = 'running' ORDER BY id" >"$T/running.before"
@@ -768,24 +826,7 @@ done
 sleep 3
 touch "$T/load.stop"
 wait "${loaders[@]}" || true
-cat "$T"/load.*.log >"$T/load.all"
-n_req=$(wc -l <"$T/load.all")
-seen=$(awk '{ print $1 " " $4 ($6 != "-" ? " " $6 : "") ($5 != 0 ? " curl-exit-" $5 : "") ($7 == "bad" ? " BAD" : $7 == "retry-after" ? " Retry-After" : "") }' "$T/load.all" |
-  sort | uniq -c | awk '{ c = $1; $1 = ""; printf "%s%s x%d", (NR > 1 ? ";" : ""), $0, c }')
-# Neither a 2xx with the right body nor a 503 with an error code and Retry-After: each such line.
-awk '!(($4 ~ /^2/ && $7 != "bad") || ($4 == 503 && $6 != "-" && $7 != "bad"))' "$T/load.all" >"$T/load.bad"
-outage_ms=$((pg_up_ms - pg_down_ms))
-n_503=$(awk '$4 == 503' "$T/load.all" | wc -l)
-# The last answer that was not a good 2xx, in ms after Postgres was back (<= 0: none after).
-last_bad_ms=$(awk -v u="$pg_up_ms" '!($4 ~ /^2/ && $7 != "bad") { if ($3 - u > m) m = $3 - u } END { print m + 0 }' "$T/load.all")
-info "postgres restart: down for ${outage_ms} ms (pg_restart ok=$pg_ok); $n_req requests by 6 clients, $n_503 answered 503;" \
-  "both kinds succeeded again ${back_ms:-never (15 s)} ms after it was back; last failure ${last_bad_ms} ms after; seen:$seen"
-cat "$T"/load.*.answers 2>/dev/null | sed -E 's/sbx_[0-9a-z]+/sbx_ID/g; s/req_[0-9a-z]+/req_ID/g' | sort | uniq -c | sort -rn | head -n 6 |
-  sed 's/^ */# postgres restart: answer (times seen) /'
-check pg_restart.answers_2xx_or_typed_503 "$(wc -l <"$T/load.bad") answers neither a good 2xx nor a typed 503: $(head -n 5 "$T/load.bad" | tr '\n' '|'); all seen:$seen" \
-  test "$pg_ok:$(wc -l <"$T/load.bad")" = 1:0
-check pg_restart.requests_succeed_within_10s "both kinds ok again after ${back_ms:-never} ms; last failure ${last_bad_ms} ms after Postgres was back" \
-  test -n "$back_ms" -a "${back_ms:-99999}" -le 10000 -a "$last_bad_ms" -le 10000
+pg_restart_report "$T" "$pg_down_ms" "$pg_up_ms" "$pg_ok" "$back_ms"
 # Three heartbeats (2 s each) after Postgres came back, every node still ready and running.
 while [ $(($(now_ms) - pg_up_ms)) -lt 6500 ]; do sleep 0.2; done
 states=$(psql_q "SELECT id || ':' || state FROM nodes ORDER BY id" | tr '\n' ' ')
@@ -1005,11 +1046,14 @@ after_kill() {
   wait "$cpid" && crc=0 || crc=$?
   st=$(cat "$T/$name.code" 2>/dev/null || true)
   ecode=$(jq -r '.error.code // empty' "$T/$name.json" 2>/dev/null || true)
+  # The node is killed mid-request on purpose, so the body may be cut short or missing: jq
+  # then fails, and as the last substitution of an assignment its status would be the
+  # assignment's and end the suite here, before the checks below say what the client got.
   case "$st" in
-    2*) answer="HTTP $st claiming $(jq -r "[$ids] | join(\" \")" "$T/$name.json" 2>/dev/null)"
+    2*) answer="HTTP $st claiming $(jq -r "[$ids] | join(\" \")" "$T/$name.json" 2>/dev/null || true)"
         jq -r "$ids" "$T/$name.json" >>"$T/ids" 2>/dev/null || true ;;
     000 | "") answer="no answer: the connection was cut (curl exit $crc)" ;;
-    *) answer="HTTP $st ${ecode:-untyped}: $(jq -r '.error.message // empty' "$T/$name.json" 2>/dev/null | head -c 200)" ;;
+    *) answer="HTTP $st ${ecode:-untyped}: $({ jq -r '.error.message // empty' "$T/$name.json" 2>/dev/null || true; } | head -c 200)" ;;
   esac
   info "$name: the client got $answer"
   check "$name.killed_in_flight" "$what when the node was killed (${KILL_MS} ms; $answer)" test "$KILL_SEEN" = 1

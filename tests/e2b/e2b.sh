@@ -27,11 +27,10 @@ e2e_begin e2b node
 
 on_exit() {
   local rc=$?
-  [ "$rc" = 0 ] || [ "$(count_results FAIL)" != 0 ] || fail e2b "the test stopped at an unexpected error (exit $rc)"
+  e2e_aborted "$rc"
   finish_private_suite "$rc"
 }
 trap on_exit EXIT
-trap 'echo "# unexpected error at line $LINENO: $BASH_COMMAND" >&2' ERR
 trap 'echo "# interrupted; cleaning up" >&2; exit 130' INT TERM
 
 start_private_daemon

@@ -32,7 +32,7 @@ on_exit() {
   local rc=$?
   set +e
   trap - EXIT
-  [ "$rc" = 0 ] || [ "$(count_results FAIL)" != 0 ] || fail gateway "the test stopped at an unexpected error (exit $rc)"
+  e2e_aborted "$rc"
   cleanup_everything
   for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
   if [ "$(count_results FAIL)" != 0 ]; then
@@ -43,7 +43,6 @@ on_exit() {
   exit "$rc"
 }
 trap on_exit EXIT
-trap 'echo "# unexpected error at line $LINENO: $BASH_COMMAND" >&2' ERR
 trap 'echo "# interrupted; cleaning up" >&2; exit 130' INT TERM
 
 jqe() { jq -e "$@" >/dev/null; }

@@ -48,6 +48,55 @@ e2e_begin() {
   : >"$T/ids"
   ALL_KEYS=()
   SUITE_START=$(now_ms)
+  e2e_guard
+}
+
+# ---- an early exit names itself ----------------------------------------------------------
+
+# Under `set -e` a command that fails outside a check (a glob that matched nothing, a grep
+# that found nothing, a head that closed a pipe) ends the script where no check failed. The
+# ERR trap fires exactly when errexit is about to end the shell, so it records where: the file,
+# line, command and status, in E2E_ABORT, on stderr, and in $B3OS_TEST_ABORT_FILE when
+# scripts/test.sh set one (its summary line for the step then says so). errtrace (-E) carries
+# the trap into functions; subshells (sections, background clients, command substitutions)
+# are left to their parent, which sees their status. Suites' EXIT handlers call e2e_aborted.
+E2E_ABORT=
+E2E_GUARD_LEVEL=0
+e2e_guard() {
+  E2E_GUARD_LEVEL=$BASH_SUBSHELL
+  set -E
+  trap '_e2e_on_err "$?" "${PIPESTATUS[*]}" "$LINENO" "$BASH_COMMAND"' ERR
+}
+_e2e_on_err() {
+  local st=$1 pipe=$2 line=$3 cmd=$4 file=${BASH_SOURCE[1]:-?} fn=${FUNCNAME[1]:-}
+  [[ $- == *e* ]] || return 0
+  [ "$BASH_SUBSHELL" = "$E2E_GUARD_LEVEL" ] || return 0
+  [ -z "$E2E_ABORT" ] || return 0
+  # Where the function that failed was called from, when it was not the script's top level.
+  local from=
+  [ -z "$fn" ] || [ "$fn" = main ] || from=" (in $fn, called from ${BASH_SOURCE[2]##*/} line ${BASH_LINENO[1]})"
+  # A pipeline's members' statuses when there were several: the command shown is its last.
+  [[ $pipe != *" "* ]] || st="$st; the pipeline's statuses $pipe"
+  E2E_ABORT="${file##*/} line $line$from: ${cmd//$'\n'/ } (exit $st)"
+  echo "# ${E2E_NAME:-suite}: ended early, at an unexpected error outside any check: $E2E_ABORT" >&2
+  [ -z "${B3OS_TEST_ABORT_FILE:-}" ] || echo "${E2E_NAME:-suite}: $E2E_ABORT" >>"$B3OS_TEST_ABORT_FILE" 2>/dev/null || true
+}
+
+# e2e_aborted RC: for a suite's EXIT handler. One FAIL NAME.ended_early when an unexpected
+# error ended the script (E2E_ABORT says where: the checks after it never ran), or when it ends
+# with RC != 0 and no check failed (a signal, an explicit exit: the status is all there is).
+E2E_ABORT_REPORTED=
+e2e_aborted() {
+  local rc=$1
+  trap - ERR
+  [ -z "$E2E_ABORT_REPORTED" ] || return 0
+  E2E_ABORT_REPORTED=1
+  if [ -n "$E2E_ABORT" ]; then
+    fail "${E2E_NAME:-suite}.ended_early" "the script ended at $E2E_ABORT; the checks after it did not run"
+  elif [ "$rc" != 0 ] && [ "$(count_results FAIL)" = 0 ]; then
+    fail "${E2E_NAME:-suite}.ended_early" "the script ended with status $rc where no check failed"
+  fi
+  return 0
 }
 
 # ---- results ----------------------------------------------------------------------------
@@ -420,6 +469,7 @@ finish_private_suite() {
   local rc=$1 pid
   set +e
   trap - EXIT
+  e2e_aborted "$rc"
   if [ "${2:-}" = --term-first ]; then
     pid=$(daemon_pid)
     if [ -n "$pid" ] && kill -TERM "$pid" 2>/dev/null; then

@@ -45,7 +45,7 @@ FN=$T/fakenet
 on_exit() {
   local rc=$?
   set +e
-  [ "$rc" = 0 ] || [ "$(count_results FAIL)" != 0 ] || fail network "the test stopped at an unexpected error (exit $rc)"
+  e2e_aborted "$rc"
   # The daemon first (cleanup_everything stops it), then what its networks left, then the
   # fake internet; finish_private_suite does the rest (log tail on a FAIL, the temp dir).
   cleanup_everything
@@ -57,7 +57,6 @@ on_exit() {
   finish_private_suite "$rc"
 }
 trap on_exit EXIT
-trap 'echo "# unexpected error at line $LINENO: $BASH_COMMAND" >&2' ERR
 trap 'echo "# interrupted; cleaning up" >&2; exit 130' INT TERM
 
 # ---- host state: what the run's sandboxes have on the host --------------------------------

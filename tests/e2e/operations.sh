@@ -33,11 +33,10 @@ PROM_PID=
 on_exit() {
   local rc=$?
   [ -z "$PROM_PID" ] || kill "$PROM_PID" 2>/dev/null || true
-  [ "$rc" = 0 ] || [ "$(count_results FAIL)" != 0 ] || fail operations "the test stopped at an unexpected error (exit $rc)"
+  e2e_aborted "$rc"
   finish_private_suite "$rc"
 }
 trap on_exit EXIT
-trap 'echo "# unexpected error at line $LINENO: $BASH_COMMAND" >&2' ERR
 trap 'echo "# interrupted; cleaning up" >&2; exit 130' INT TERM
 
 # ---- --check-config ----------------------------------------------------------------------

@@ -78,6 +78,7 @@ on_exit() {
   local rc=$? r
   set +e
   trap - EXIT
+  e2e_aborted "$rc"
   while read -r r; do
     [ -n "$r" ] || continue
     use_run "$r"

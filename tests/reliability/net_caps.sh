@@ -60,6 +60,7 @@ fi
 on_exit() {
   local rc=$?
   set +e
+  e2e_aborted "$rc"
   cleanup_everything
   net_leftovers_removed
   [ -z "$UPSTREAM_PID" ] || kill "$UPSTREAM_PID" 2>/dev/null
