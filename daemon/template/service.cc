@@ -18,6 +18,7 @@
 #include "common/ids.h"
 #include "common/scope_exit.h"
 #include "common/unique_fd.h"
+#include "daemon/image/root_ops.h"
 #include "daemon/objstore/transfer.h"
 #include "daemon/sys/process.h"
 
@@ -978,25 +979,29 @@ Result<std::string> TemplateService::ensure_debian_root(const std::string& log) 
                 "from: making a Debian bookworm root failed (mmdebstrap, mirror " + cfg_.debian_mirror + ")" +
                     (r ? ": " + tail(r->output, 400) : ": " + r.error().message));
   }
-  fs::create_directories(building + "/rootfs/workspace", ec);
-  fs::create_directories(building + "/rootfs/.b3os", ec);
-  ::chmod((building + "/rootfs/workspace").c_str(), 01777);
+  if (auto r = prepare_root(building + "/rootfs"); !r) {
+    fs::remove_all(building, ec);
+    return fail(r.error().wrap("from: preparing the Debian root"));
+  }
   std::ofstream(building + "/.b3os-ready").flush();
   fs::rename(building, dir, ec);
   if (ec) return fail(ErrorCode::kInternal, "keeping the Debian root: " + ec.message());
   return dir + "/rootfs";
 }
 
-void TemplateService::prepare_root(const std::string& root) {
-  // What every sandbox's root needs: mount points, the agent's place, a workspace. An image's
-  // own entries win: a symlink where a directory would go is left as it is (resolved inside).
-  std::error_code ec;
+Result<void> TemplateService::prepare_root(const std::string& root) {
+  // What every sandbox's root needs: mount points, the agent's place, a workspace. The root is
+  // a tenant's (an image's layers, a build's result): every change is made beneath its fd and
+  // never through a symlink (image::TenantRoot). An image's own entries win: a symlink or a file
+  // where a directory would go is left as it is, and resolved inside the sandbox.
+  auto t = image::TenantRoot::open(root);
+  if (!t) return fail(t.error());
   for (const char* d : {"proc", "dev", "sys", "tmp", ".b3os", "workspace", "etc", "root"})
-    if (!fs::is_symlink(root + "/" + d)) fs::create_directories(root + "/" + d, ec);
-  ::chmod((root + "/workspace").c_str(), 01777);
-  ::chmod((root + "/tmp").c_str(), 01777);
-  if (!fs::exists(root + "/etc/resolv.conf") && !fs::is_symlink(root + "/etc/resolv.conf"))
-    std::ofstream(root + "/etc/resolv.conf").flush();
+    if (auto r = t->ensure_dir(d); !r) return fail(r.error());
+  for (const char* d : {"workspace", "tmp"})
+    if (auto r = t->chmod_dir(d, 01777); !r) return fail(r.error());
+  if (auto r = t->ensure_file("etc/resolv.conf"); !r) return fail(r.error());
+  return {};
 }
 
 Result<void> TemplateService::import_image(TemplateBuildRecord& rec, const std::string& root, const std::string& log) {
@@ -1039,7 +1044,10 @@ Result<void> TemplateService::import_alone(TemplateBuildRecord& rec, const std::
       (void)image::remove_tree(building);
       return r;
     }
-    prepare_root(building + "/rootfs");
+    if (auto r = prepare_root(building + "/rootfs"); !r) {
+      (void)image::remove_tree(building);
+      return r;
+    }
     std::ofstream(building + "/.b3os-ready").flush();
     fs::rename(building, dest, ec);
     if (ec) {
@@ -1129,11 +1137,17 @@ Result<void> TemplateService::build_root(TemplateBuildRecord& rec, const Templat
         return fail(hook_error);
       }
     }
-    prepare_root(root);
+    if (auto r = prepare_root(root); !r) {
+      hook_error = r.error();
+      return fail(r.error());
+    }
     if (!context.empty()) {
-      fs::copy_file(context, root + "/.b3os-context.tar", ec);
-      if (ec) {
-        hook_error = Error{ErrorCode::kInvalidRequest, "context: copying it to the build's disk: " + ec.message()};
+      // The parent's root is a tenant's: a .b3os-context.tar there may be a symlink to a host
+      // file, which a path-based copy would overwrite. Unlinked and made anew beneath the fd.
+      auto t = image::TenantRoot::open(root);
+      auto r = t ? t->copy_in(context, ".b3os-context.tar", 0600) : Result<void>(fail(t.error()));
+      if (!r) {
+        hook_error = Error{ErrorCode::kInvalidRequest, "context: copying it to the build's disk: " + r.error().message};
         return fail(hook_error);
       }
     }

@@ -78,6 +78,11 @@ struct Config {
 
 class TemplateService : public sandbox::TemplateCatalog {
  public:
+  /// What every sandbox's root needs (mount points, the agent's place, /workspace and /tmp
+  /// 1777, an etc/resolv.conf), made in a root a tenant wrote, beneath its fd and never through
+  /// one of its symlinks (image::TenantRoot).
+  static Result<void> prepare_root(const std::string& root);
+
   TemplateService(Config cfg, sandbox::SandboxService& sandboxes, store::TemplateStore& store);
   ~TemplateService() override;
 
@@ -141,7 +146,6 @@ class TemplateService : public sandbox::TemplateCatalog {
   Result<void> import_image(store::TemplateBuildRecord& rec, const std::string& root, const std::string& log);
   /// An image with no step: imported straight into the template's root.
   Result<void> import_alone(store::TemplateBuildRecord& rec, const std::string& log);
-  static void prepare_root(const std::string& root);
   Result<void> build_images(store::TemplateBuildRecord& rec, const TemplateSpec& spec, const std::string& log);
   /// Starts `start` in a running sandbox and waits for `ready` (the log gets the story).
   Result<void> start_and_wait(sandbox::LiveSandbox& s, const nlohmann::json& defaults, const std::string& log);

@@ -55,7 +55,7 @@ FN=$T/fakenet
 on_exit() {
   local rc=$?
   set +e
-  [ "$rc" = 0 ] || [ "$(count_results FAIL)" != 0 ] || fail templates "the test stopped at an unexpected error (exit $rc)"
+  e2e_aborted "$rc"
   [ -z "$SAMPLER_PID" ] || kill "$SAMPLER_PID" 2>/dev/null
   cleanup_everything
   # What the sandboxes' networks left (the daemon is gone): namespaces, the table, the address.
@@ -75,7 +75,6 @@ on_exit() {
   finish_private_suite "$rc"
 }
 trap on_exit EXIT
-trap 'echo "# unexpected error at line $LINENO: $BASH_COMMAND" >&2' ERR
 on_signal() {
   echo "# interrupted; cleaning up" >&2
   [ -z "$SECTION_PID" ] || kill -TERM "$SECTION_PID" 2>/dev/null || true
@@ -245,8 +244,9 @@ start_private_daemon
 start_id_sampler
 OTHER=$("$B3OS_BIN/b3os" keys create --project other --data-dir "$T/data" 2>/dev/null)
 HOSTILE=$("$B3OS_BIN/b3os" keys create --project hostile --data-dir "$T/data" 2>/dev/null)
-[[ $OTHER == b3os_sk_* && $HOSTILE == b3os_sk_* ]] || die "could not create API keys"
-ALL_KEYS+=("$OTHER" "$HOSTILE")
+LINKS=$("$B3OS_BIN/b3os" keys create --project links --data-dir "$T/data" 2>/dev/null)
+[[ $OTHER == b3os_sk_* && $HOSTILE == b3os_sk_* && $LINKS == b3os_sk_* ]] || die "could not create API keys"
+ALL_KEYS+=("$OTHER" "$HOSTILE" "$LINKS")
 info "b3osd pid $(daemon_pid) on $URL, previews on $PREVIEW, uplinks $UPLINKS, apt from http://$B3T_HOST_A/debian, temp dir $T"
 
 # ---- 1-2. the full build -----------------------------------------------------------------------
@@ -651,9 +651,11 @@ s_bad_builds() {
 # build at its import step).
 NOT_IMAGES="not-image plain-tar bad-json big-json missing-blob multi-image"
 HOSTILE_KINDS="dotdot symlink-escape symlink-relative hardlink-escape whiteout-symlink device setuid bomb big-layer bad-digest"
+# Images that import well but hold symlinks where a root is prepared (s_root_links).
+ROOT_LINK_IMAGES="root-links root-link-etc"
 make_hostile_images() {
   local k
-  for k in $NOT_IMAGES $HOSTILE_KINDS; do
+  for k in $NOT_IMAGES $HOSTILE_KINDS $ROOT_LINK_IMAGES; do
     case $k in
       bomb) python3 "$MAKE_IMAGE" "$T/images/$k.tar" --hostile bomb --bomb-mb 1300 --target "$ESCAPE" ;;
       big-layer)
@@ -720,6 +722,47 @@ s_images_hostile() {
     check "image_bad.$k.escape_target_untouched" "$(diff <(escape_state) "$T/escape.before" | head -n 5 | tr '\n' ' ')" \
       cmp -s <(escape_state) "$T/escape.before"
   done <"$T/hostile-builds"
+}
+
+# Roots whose symlinks aim at the host where b3osd prepares a root (workspace and tmp made
+# 1777, mount points made, etc/resolv.conf created): two images (an import alone, and an
+# import with a step, which goes through the build's disk), and a from: chain whose first
+# template's step replaces /workspace with a symlink to a host file and whose second copies
+# that root and runs a step. Whether each build ends ready or failed, nothing under $ESCAPE
+# changes mode, owner or content (before image::TenantRoot, the file became 1777).
+s_root_links_submit() {
+  local k
+  : >"$T/root-link-builds"
+  for k in $ROOT_LINK_IMAGES; do
+    KEY=$LINKS submit "$(jq -nc --arg k "$k" --arg p "$T/images/$k.tar" '{name: ("links-" + $k), image: {path: $p}, build: {disk_gib: 1}}')"
+    check "root_links.$k.submit_202" "$(snip)" test "$ST" = 202
+    echo "links-$k $BLD" >>"$T/root-link-builds"
+    KEY=$LINKS submit "$(jq -nc --arg k "$k" --arg p "$T/images/$k.tar" '{name: ("links-step-" + $k), image: {path: $p},
+      run: ["true"], build: {disk_gib: 1}}')"
+    check "root_links.$k.step_submit_202" "$(snip)" test "$ST" = 202
+    echo "links-step-$k $BLD" >>"$T/root-link-builds"
+  done
+  KEY=$LINKS submit "$(jq -nc --arg f "$ESCAPE/file" '{name: "links-chain-a", from: "base",
+    run: [("rm -rf /workspace && ln -s " + $f + " /workspace")]}')"
+  check root_links.chain_a_submit_202 "$(snip)" test "$ST" = 202
+  echo "$BLD" >"$T/root-link-chain-a"
+}
+
+s_root_links() {
+  local name b
+  KEY=$LINKS wait_build links-chain-a "$(cat "$T/root-link-chain-a")" 300
+  check root_links.chain_a_ready "$(snip)" test "$BST" = ready
+  KEY=$LINKS submit '{"name": "links-chain-b", "from": "links-chain-a", "run": ["true"]}'
+  check root_links.chain_b_submit_202 "$(snip)" test "$ST" = 202
+  echo "links-chain-b $BLD" >>"$T/root-link-builds"
+  while read -r name b; do
+    [ -n "$b" ] || continue
+    KEY=$LINKS wait_build "$name" "$b" 300
+    info "root_links: $name ended $BST $(j -c '.error // empty' | head -c 200)"
+    check "root_links.$name.ended" "$(snip)" test "$BST" = ready -o "$BST" = failed
+  done <"$T/root-link-builds"
+  check root_links.escape_target_untouched "$(diff <(escape_state) "$T/escape.before" | awk 'NR <= 5' | tr '\n' ' ')" \
+    cmp -s <(escape_state) "$T/escape.before"
 }
 
 s_no_stray_after_failures() {
@@ -988,6 +1031,7 @@ make_hostile_images 2>"$T/work/hostile.err" || die "make_image.py failed: $(tail
 info "hostile images made in $(($(now_ms) - t_images)) ms"
 run_section s_build_submit
 run_section s_images_hostile_submit
+run_section s_root_links_submit
 run_section s_images_not_images
 run_section s_bad_builds_submit
 run_section s_bad_specs
@@ -999,6 +1043,7 @@ run_section s_sandboxes
 run_section s_fork_snapshot
 run_section s_bad_builds
 run_section s_images_hostile
+run_section s_root_links
 run_section s_no_stray_after_failures
 run_section s_versions
 run_section s_projects
