@@ -214,7 +214,7 @@ Result<sandbox::Principal> Api::authenticate(http::Exchange& ex) {
   // The key's last use, for `b3os keys list`: written at most once a minute, not per request.
   if (const int64_t now = now_unix_ms(); now - (*rec)->last_used_at_ms >= 60'000)
     if (auto t = store_.touch_api_key((*rec)->id, now); !t) spdlog::warn("{}", t.error().message);
-  return sandbox::Principal{(*rec)->project_id, (*rec)->id, (*rec)->project_name};
+  return sandbox::Principal{(*rec)->project_id, (*rec)->id, (*rec)->project_name, sandbox::CredentialKind::kApiKey, ""};
 }
 
 void Api::handle(http::Exchange& ex, bool relayed_mcp) {
@@ -243,6 +243,15 @@ void Api::handle(http::Exchange& ex, bool relayed_mcp) {
     return send_error(c, principal.error());
   }
   c.principal = *principal;
+  // A sandbox's envd token reaches that sandbox's envd routes and nothing else: not /mcp, not
+  // /v1/infer (no budget is ever made for it), not the REST or E2B control plane.
+  if (envd && !e2b::Server::is_envd_route(c.target.path))
+    return respond(ex, 401, "application/json",
+                   dump_json(e2b::api_error({ErrorCode::kUnauthorized,
+                                             "a sandbox's access token reaches only its envd routes (/files, /health, "
+                                             "process.Process, filesystem.Filesystem); this route takes an API key",
+                                             0})),
+                   {});
   double retry = 0;
   if (!limiter_.take(c.principal.key_id, &retry)) {
     Reply r = error_reply({ErrorCode::kRateLimited, "too many requests for this API key; retry after the Retry-After seconds", 0});
@@ -252,6 +261,14 @@ void Api::handle(http::Exchange& ex, bool relayed_mcp) {
   // Held until the request is answered, whichever way it ends.
   auto slot = in_flight_.enter(c.principal.key_id, c.principal.project_id);
   if (!slot) return send_error(c, slot.error());
+  if (envd) {
+    if (!sandboxes_.ready())  // respond() adds the Retry-After
+      return send_error(c, {ErrorCode::kNodeUnavailable, "b3osd is starting (reattaching sandboxes); retry shortly", 0});
+    return e2b_->handle_envd(ex, c.principal, c.method, c.target.path, c.target.query);
+  }
+  // Every dispatcher below serves API keys only.
+  if (c.principal.kind != sandbox::CredentialKind::kApiKey)
+    return send_error(c, {ErrorCode::kUnauthorized, "this route takes an API key", 0});
   if (dispatch_infer(c)) return;
   if (!sandboxes_.ready())  // respond() adds the Retry-After
     return send_error(c, {ErrorCode::kNodeUnavailable, "b3osd is starting (reattaching sandboxes); retry shortly", 0});
@@ -259,7 +276,6 @@ void Api::handle(http::Exchange& ex, bool relayed_mcp) {
   // reads and answers the request itself (JSON-RPC bodies, sessions, event streams).
   if (mcp_ && c.target.segments.size() == 1 && c.target.segments[0] == "mcp")
     return relayed_mcp ? mcp_->handle_relayed(ex, c.principal) : mcp_->handle(ex, c.principal, c.target.query);
-  if (envd) return e2b_->handle_envd(ex, c.principal, c.method, c.target.path, c.target.query);
   if (e2b_ && e2b::Server::is_control(c.target.segments))
     return e2b_->handle_control(ex, c.principal, c.method, c.target.segments, c.target.query);
   const Match match = route(c);

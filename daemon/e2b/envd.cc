@@ -195,6 +195,15 @@ bool Server::is_envd(const http::Exchange& ex, const std::string& path, const Qu
   return !ex.header("E2b-Sandbox-Id").empty() || (path == "/files" && query.count("signature"));
 }
 
+bool Server::is_envd_route(const std::string& path) {
+  if (path == "/files" || path == "/health") return true;
+  // /package.Service/Method, the first segment naming a service of a package.
+  const size_t slash = path.find('/', 1);
+  if (path.size() < 2 || path[0] != '/' || slash == std::string::npos) return false;
+  const std::string_view service = std::string_view(path).substr(1, slash - 1);
+  return service.find('.') != std::string_view::npos && path.find('/', slash + 1) == std::string::npos;
+}
+
 std::string Server::signature(const http::Exchange& ex, const Query& query, const std::string& token) {
   return signature(ex.method() == "GET", query, token);
 }
@@ -306,12 +315,16 @@ Result<sandbox::Principal> Server::authenticate_envd(const http::Exchange& ex, c
   } else {
     return fail(refused);
   }
-  return sandbox::Principal{project, "envd:" + id, ""};
+  return sandbox::Principal{project, "envd:" + id, "", sandbox::CredentialKind::kEnvdToken, id};
 }
 
 void Server::handle_envd(http::Exchange& ex, const sandbox::Principal& p, const std::string& method, const std::string& path,
                          const Query& query) {
-  const std::string id = p.key_id.substr(5);  // authenticate_envd's "envd:" + the sandbox
+  // Only the token of the sandbox it names: authenticate_envd made this principal.
+  if (p.kind != sandbox::CredentialKind::kEnvdToken || p.sandbox_id.empty())
+    return ex.respond(401, "application/json",
+                      dump(api_error({ErrorCode::kUnauthorized, "envd routes take the sandbox's access token", 0})), {});
+  const std::string& id = p.sandbox_id;
   if (path == "/health") return ex.respond(204, "text/plain", "", {});
   if (path == "/files") {
     if (method == "GET") return files_get(ex, p, id, query);

@@ -49,6 +49,9 @@ class Server {
   /// An envd request: it names its sandbox in E2b-Sandbox-Id, or it is a signed /files URL
   /// (uploadUrl, downloadUrl: with E2B_SANDBOX_URL set they carry no sandbox id).
   static bool is_envd(const http::Exchange& ex, const std::string& path, const Query& query);
+  /// The paths envd serves: /files, /health and Connect calls /package.Service/Method. A
+  /// sandbox's access token is accepted on these and nothing else.
+  static bool is_envd_route(const std::string& path);
   /// A path of E2B's control plane (b3os's own are under /v1, /mcp, /healthz).
   static bool is_control(const std::vector<std::string>& segments);
 

@@ -112,7 +112,7 @@ Result<std::unique_ptr<PortConnection>> Ports::connect(const PreviewTarget& t, c
       if (rec.open_ports)
         return fail(ErrorCode::kSandboxNotRunning, "sandbox " + t.sandbox_id + " is paused; connect to it to resume it");
       Timing timing;
-      auto r = lifecycle_.resume(Principal{rec.project_id, ""}, t.sandbox_id, timing);
+      auto r = lifecycle_.resume(Principal{rec.project_id, "", "", CredentialKind::kInternal}, t.sandbox_id, timing);
       if (r) {
         spdlog::info("sandbox {}: resumed by a request to port {}", t.sandbox_id, t.port);
         continue;

@@ -12,11 +12,22 @@
 
 namespace b3os::sandbox {
 
-/// Who is asking: the project a key belongs to.
+/// Which kind of credential a request was authenticated by. Each dispatcher names the kinds
+/// it serves and refuses the others (docs/api.md, "Credentials"): a sandbox's envd access
+/// token reaches that sandbox's envd routes and nothing else.
+enum class CredentialKind {
+  kApiKey,     // a project's b3os_sk_ or e2b_ key: the whole project's API
+  kEnvdToken,  // one sandbox's envd access token (or a /files URL it signed): that sandbox's envd
+  kInternal,   // b3osd itself (a preview's resume, a relay of the cluster): no request carries it
+};
+
+/// Who is asking: the project a credential belongs to, and what the credential is.
 struct Principal {
   std::string project_id;
-  std::string key_id;
+  std::string key_id;        // the API key's id; for an envd token "envd:" + the sandbox
   std::string project_name;  // as the operator named it (b3os keys create PROJECT)
+  CredentialKind kind = CredentialKind::kApiKey;
+  std::string sandbox_id{};  // kEnvdToken: the one sandbox the token reaches
 };
 
 /// The outcome of an exec.

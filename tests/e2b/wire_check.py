@@ -236,6 +236,42 @@ api_error("files.after_burst_401", request("GET", "/files?path=/etc/hostname&sig
 api_error("files.expired_signature_401", request("GET", "/files?path=/etc/hostname&signature=v1_x&signature_expiration=1",
                                                  None, {"E2b-Sandbox-Id": SID}), 401)
 
+# ---- what a sandbox's access token reaches: its own envd routes, nothing else ----
+# A second sandbox of the same project: the first one's token must not drive it, through its
+# envd, through MCP's tools, or through the REST and E2B control planes; nor spend from the
+# model gateway (a budget made for the token would have no cap).
+st, _, data = api("POST", "/v2/sandboxes", {"templateID": "base", "timeout": 120})
+sbx2 = jbody(data) or {}
+SID2, TOKEN2 = sbx2.get("sandboxID", "sbx_y"), sbx2.get("envdAccessToken", "")
+result(st == 201 and SID2 != SID, "token_scope.second_sandbox", f"HTTP {st} {data[:200]!r}")
+api_error("token_scope.other_sandbox_envd_401",
+          unary("filesystem.Filesystem/Stat", {"path": "/"}, {"E2b-Sandbox-Id": SID2}), 401)
+mcp_call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {"name": "sandbox_exec", "arguments": {"sandbox_id": SID2, "cmd": ["touch", "/tmp/pwned"]}}}
+mcp_init = {"jsonrpc": "2.0", "id": 0, "method": "initialize",
+            "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+MCP_H = {**ENVD, "Accept": "application/json, text/event-stream"}
+for name, (method, path, body) in {
+        "mcp_initialize": ("POST", "/mcp", mcp_init), "mcp_tools_call": ("POST", "/mcp", mcp_call),
+        "infer_chat": ("POST", "/v1/infer/chat/completions", {"model": "m", "messages": [{"role": "user", "content": "hi"}]}),
+        "infer_models": ("GET", "/v1/infer/models", None),
+        "rest_list": ("GET", "/v1/sandboxes", None),
+        "rest_exec_other": ("POST", f"/v1/sandboxes/{SID2}/exec", {"cmd": ["touch", "/tmp/pwned"]}),
+        "rest_exec_own": ("POST", f"/v1/sandboxes/{SID}/exec", {"cmd": ["true"]}),
+        "e2b_list": ("GET", "/v2/sandboxes", None),
+        "e2b_kill_other": ("DELETE", f"/sandboxes/{SID2}", None)}.items():
+    for who, hdrs in (("own_header", MCP_H), ("other_header", {**MCP_H, "E2b-Sandbox-Id": SID2})):
+        api_error(f"token_scope.{name}.{who}_401", request(method, path, body, hdrs), 401)
+# With the token as a Bearer or X-API-Key and no sandbox header, it is no key at all.
+st, _, data = request("GET", "/v1/sandboxes", None, {"Authorization": f"Bearer {TOKEN}"})
+result(st == 401 and (jbody(data) or {}).get("error", {}).get("code") == "unauthorized", "token_scope.as_bearer_401",
+       f"HTTP {st} {data[:200]!r}")
+api_error("token_scope.as_api_key_401", request("GET", "/v2/sandboxes", None, {"X-API-Key": TOKEN}), 401)
+st, _, data = unary("filesystem.Filesystem/Stat", {"path": "/tmp/pwned"}, {"E2b-Sandbox-Id": SID2, "X-Access-Token": TOKEN2})
+connect_error("token_scope.other_sandbox_untouched", (st, _, data), "not_found", 404)
+st, _, _ = api("DELETE", f"/sandboxes/{SID2}")
+result(st == 204, "token_scope.second_deleted", f"HTTP {st}")
+
 # A start that works, then every process and file of this check is gone.
 st, _, data = stream("process.Process/Start", envelope(0, json.dumps({"process": {"cmd": "/bin/echo", "args": ["hi"]}}).encode()))
 env = envelopes(data)
