@@ -8,8 +8,11 @@
 #include <cerrno>
 #include <cstring>
 
+#include <spdlog/spdlog.h>
+
 #include "common/clock.h"
 #include "common/ids.h"
+#include "common/json.h"
 
 namespace b3os::agentlink {
 
@@ -20,6 +23,21 @@ using Clock = std::chrono::steady_clock;
 namespace {
 Error channel_error(const std::string& name, const std::string& why) {
   return Error{ErrorCode::kInternal, "agent channel " + name + ": " + why, 0};
+}
+
+// What b3osd holds of what an agent sends, whatever the agent does (docs/agent-protocol.md,
+// "An untrusted agent"): JSON at most this deep; stream-0 frames waiting to be read; frames
+// that are not data waiting on one stream (an honest agent sends a HEADER, an END and a few
+// gap headers); queue entries of one stream (data is also bounded by the window).
+constexpr size_t kMaxAgentJsonDepth = 64;
+constexpr size_t kMaxControlFrames = 64;
+constexpr size_t kMaxPendingOther = 1024;
+constexpr size_t kMaxInbox = 16384;
+
+// The frame types whose payload is JSON (the rest carry bytes, a nonce or a u32).
+bool carries_json(FrameType t) {
+  return t == FrameType::kHello || t == FrameType::kIdentityAck || t == FrameType::kIdle || t == FrameType::kOpen ||
+         t == FrameType::kHeader || t == FrameType::kEnd;
 }
 }  // namespace
 
@@ -42,12 +60,32 @@ Stream::~Stream() {
   ch_->forget(id_);
 }
 
-void Stream::deliver(Frame f) {
+std::string Stream::deliver(Frame f) {
   std::lock_guard lk(mu_);
-  if (f.type == FrameType::kEnd) ended_ = true;
-  if (f.type == FrameType::kCancel && incoming()) ended_ = cancelled_ = true;
+  if (protocol::is_data_type(f.type)) {
+    // The agent is untrusted (root in the sandbox may replace it): its data is charged against
+    // the credit this side granted, and past it the channel breaks, so that what b3osd holds
+    // for a stream is bounded by the window whatever the agent sends.
+    recv_window_ -= static_cast<int64_t>(f.payload.size());
+    if (recv_window_ < 0) return "the agent sent more data on a stream than its credit allows";
+    if (f.payload.empty()) return {};  // nothing to hand on
+    // Data after data of the same kind joins it (up to a frame's size): a stream of tiny frames
+    // holds few queue entries, and readers see the same bytes in the same order.
+    if (!inbox_.empty() && inbox_.back().type == f.type &&
+        inbox_.back().payload.size() + f.payload.size() <= protocol::kMaxData) {
+      inbox_.back().payload += f.payload;
+      cv_.notify_all();
+      return {};
+    }
+  } else {
+    if (++pending_other_ > kMaxPendingOther) return "the agent sent more control frames on a stream than b3osd reads";
+    if (f.type == FrameType::kEnd) ended_ = true;
+    if (f.type == FrameType::kCancel && incoming()) ended_ = cancelled_ = true;
+  }
+  if (inbox_.size() >= kMaxInbox) return "the agent sent more frames on a stream than b3osd holds";
   inbox_.push_back(std::move(f));
   cv_.notify_all();
+  return {};
 }
 
 void Stream::add_credit(uint32_t n) {
@@ -68,6 +106,7 @@ Result<Frame> Stream::next(Clock::time_point deadline) {
     if (!inbox_.empty()) {
       Frame f = std::move(inbox_.front());
       inbox_.pop_front();
+      if (!protocol::is_data_type(f.type) && pending_other_ > 0) --pending_other_;
       return f;
     }
     if (closed_) return fail(channel_error(ch_->name(), *closed_));
@@ -114,7 +153,12 @@ Result<void> Stream::send_eof() { return ch_->write_frame(FrameType::kEof, id_, 
 void Stream::cancel() { (void)ch_->write_frame(FrameType::kCancel, id_, {}); }
 
 void Stream::grant(uint32_t n) {
-  if (n > 0) (void)ch_->write_frame(FrameType::kWindow, id_, protocol::encode_u32(n));
+  if (n == 0) return;
+  {
+    std::lock_guard lk(mu_);
+    recv_window_ += n;  // before the agent can hear of it
+  }
+  (void)ch_->write_frame(FrameType::kWindow, id_, protocol::encode_u32(n));
 }
 
 Result<void> Stream::send_header(const nlohmann::json& header) {
@@ -248,11 +292,22 @@ void AgentChannel::reader_loop() {
     std::vector<Frame> controls;
     std::vector<std::shared_ptr<Stream>> opened;
     IncomingHandler handler;
+    std::string violation;
     {
       std::lock_guard lk(mu_);
       parser_.feed(buf, static_cast<size_t>(r));
       while (auto f = parser_.next()) {
+        // JSON from the agent is refused past a depth before anything parses or copies it
+        // (copying and freeing nested JSON recurse: 500,000 levels overflow the stack).
+        if (carries_json(f->type) && json_depth(f->payload) > kMaxAgentJsonDepth) {
+          violation = "the agent sent JSON nested deeper than " + std::to_string(kMaxAgentJsonDepth) + " levels";
+          break;
+        }
         if (f->stream == 0) {
+          if (control_.size() + controls.size() >= kMaxControlFrames) {
+            violation = "the agent sent more control frames than b3osd reads";
+            break;
+          }
           controls.push_back(std::move(*f));
           continue;
         }
@@ -270,13 +325,22 @@ void AgentChannel::reader_loop() {
         if (auto s = it->second.lock()) deliveries.emplace_back(std::move(s), std::move(*f));
       }
     }
-    for (auto& c : controls) handle_control(std::move(c));
+    if (violation.empty())
+      for (auto& c : controls) handle_control(std::move(c));
     for (auto& [s, f] : deliveries) {
+      if (!violation.empty()) break;
       if (f.type == FrameType::kWindow) {
         if (auto n = protocol::decode_u32(f.payload)) s->add_credit(*n);
       } else {
-        s->deliver(std::move(f));
+        violation = s->deliver(std::move(f));
       }
+    }
+    if (!violation.empty()) {
+      // Its streams still get the agent's OPENs answered below; the channel then closes.
+      spdlog::warn("agent channel {}: {}; closing the channel", name_, violation);
+      reason = "protocol violation: " + violation;
+      for (auto& s : opened) (void)s->send_end({{"ok", false}, {"error", {{"code", "internal"}, {"message", violation}}}});
+      break;
     }
     deliveries.clear();
     for (auto& s : opened) {

@@ -59,7 +59,9 @@ class Stream {
 
  private:
   friend class AgentChannel;
-  void deliver(protocol::Frame f);
+  /// Queues a frame the agent sent; an empty string when it fits what the agent may send, else
+  /// why it does not (the channel is then broken: the agent is not following the protocol).
+  std::string deliver(protocol::Frame f);
   void add_credit(uint32_t n);
   void close(std::string reason);
 
@@ -69,6 +71,8 @@ class Stream {
   std::condition_variable cv_;
   std::deque<protocol::Frame> inbox_;
   int64_t credit_ = protocol::kInitialWindow;  // what we may still send
+  int64_t recv_window_ = protocol::kInitialWindow;  // data bytes the agent may still send us
+  size_t pending_other_ = 0;                   // frames in inbox_ that are not data
   bool ended_ = false;                         // END (or, incoming, CANCEL) received
   bool cancelled_ = false;                     // incoming: the agent sent CANCEL
   bool end_sent_ = false;                      // incoming: we sent END
@@ -182,7 +186,7 @@ class AgentChannel : public std::enable_shared_from_this<AgentChannel> {
   std::mutex mu_;  // streams_, control_, next_id_, resync state
   std::condition_variable control_cv_;
   std::map<uint32_t, std::weak_ptr<Stream>> streams_;
-  std::deque<protocol::Frame> control_;
+  std::deque<protocol::Frame> control_;  // at most kMaxControlFrames; more breaks the channel
   uint32_t next_id_ = 1;
   std::optional<std::string> resync_nonce_;
   IncomingHandler incoming_;
