@@ -85,6 +85,10 @@ step "layering: an #include against the module arrows fails to compile (docs/des
 bounded 900 python3 tests/layering_check.py build
 record layering $?
 
+step "tenant trees: no path-based call (chmod, chown, ofstream, create_directories...) on a root a tenant wrote, outside daemon/image/root_ops"
+bounded 60 python3 tests/root_ops_check.py
+record root-ops $?
+
 step "docs: openapi.yaml's error codes agree with docs/api.md and common/error.cc"
 bounded 120 python3 tests/e2e/openapi_check.py check-docs
 record openapi-docs $?

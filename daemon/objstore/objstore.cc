@@ -289,7 +289,7 @@ Result<std::unique_ptr<ObjectStore>> open_object_store(const std::string& spec) 
     if (root.empty() || root.front() != '/')
       return fail(ErrorCode::kInvalidRequest, "--object-store dir:PATH needs an absolute path, got \"" + spec + "\"");
     std::error_code ec;
-    fs::create_directories(root, ec);
+    fs::create_directories(root, ec);  // ours: the store's own directory (--object-store dir:)
     if (ec) return fail(ErrorCode::kInvalidRequest, "--object-store " + spec + ": " + ec.message());
     return std::unique_ptr<ObjectStore>(std::make_unique<DirStore>(fs::path(root).lexically_normal().string()));
   }

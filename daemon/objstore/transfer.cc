@@ -263,7 +263,7 @@ Result<void> pull_tree(ObjectStore& os, const std::string& prefix, const std::st
   const std::string unpacked = tree + ".part-" + new_id("t");
   std::error_code ec;
   fs::create_directories(stage, ec);
-  if (!ec) fs::create_directories(unpacked, ec);
+  if (!ec) fs::create_directories(unpacked, ec);  // ours: a new name, made empty here
   if (ec) return internal("creating " + stage + ": " + ec.message());
   bool done = false;
   ScopeExit cleanup([&] {

@@ -1037,7 +1037,7 @@ Result<void> TemplateService::import_alone(TemplateBuildRecord& rec, const std::
   if (!fs::exists(dest + "/.b3os-ready")) {
     const std::string building = dest + ".building";
     (void)image::remove_tree(building);
-    fs::create_directories(building + "/rootfs", ec);
+    fs::create_directories(building + "/rootfs", ec);  // ours: made empty here, for the import
     ::chmod(building.c_str(), 0700);
     if (ec) return fail(ErrorCode::kInternal, "creating " + building + ": " + ec.message());
     if (auto r = import_image(rec, building + "/rootfs", log); !r) {
@@ -1118,7 +1118,7 @@ Result<void> TemplateService::build_root(TemplateBuildRecord& rec, const Templat
     const std::string root = disk_dir + "/root";
     disk_root = root;
     std::error_code ec;
-    fs::create_directory(root, ec);
+    fs::create_directory(root, ec);  // ours: the build disk's root, made empty here
     if (ec) return fail(ErrorCode::kInternal, "creating " + root + ": " + ec.message());
     auto t0 = Clock::now();
     if (image) {
