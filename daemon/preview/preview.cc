@@ -180,6 +180,28 @@ bool redirects_to_bare_url(const RequestHints& r) {
   return icontains(r.accept, "text/html") && iequals(proto, "https");
 }
 
+std::optional<std::string> cross_site_with_cookie(const CookieRequest& r) {
+  // Browsers send Sec-Fetch-Site to https and localhost origins: "same-origin" is the page's own
+  // host, "none" a navigation the user typed or bookmarked; anything else came from another site
+  // or another preview host ("same-site", "cross-site").
+  if (const std::string_view site = trim(r.sec_fetch_site); !site.empty() && !iequals(site, "same-origin") &&
+                                                              !iequals(site, "none"))
+    return "a request from another site (Sec-Fetch-Site: " + std::string(site.substr(0, 32)) +
+           ") may not use this preview's cookie; open the URL with its token";
+  const bool unsafe = !(iequals(r.method, "GET") || iequals(r.method, "HEAD") || iequals(r.method, "OPTIONS"));
+  if (!unsafe && trim(r.upgrade).empty()) return std::nullopt;
+  // An Origin names the page that sent the request: it must be this host's own (any scheme:
+  // a TLS front end may sit before the listener). No Origin: not a browser's cross-origin
+  // request (browsers send it on every cross-origin POST and WebSocket).
+  const std::string_view origin = trim(r.origin);
+  if (origin.empty()) return std::nullopt;
+  const size_t scheme = origin.find("://");
+  const std::string_view origin_host = scheme == std::string_view::npos ? origin : origin.substr(scheme + 3);
+  if (!origin_host.empty() && iequals(origin_host, trim(r.host))) return std::nullopt;
+  return "a " + std::string(trim(r.upgrade).empty() ? "request" : "WebSocket") + " from another origin (" +
+         std::string(origin.substr(0, 80)) + ") may not use this preview's cookie";
+}
+
 PreviewServer::PreviewServer(Config cfg, sandbox::SandboxService& sandboxes)
     : cfg_(cfg),
       sandboxes_(sandboxes),
@@ -228,6 +250,16 @@ void PreviewServer::handle(http::Exchange& ex) {
     target->traffic_token = std::string(traffic);
   auto token = authorize(*target, stripped.token, cookies.tokens);
   if (!token) return respond_error(ex, token.error());
+  // Every preview host is same-site with every other (one parent domain), so SameSite=Lax lets
+  // a page on one tenant's public port POST to, or open a WebSocket on, another's preview with
+  // the victim's cookie. Where the cookie is the only credential, a cross-site request, and an
+  // upgrade or unsafe method from another origin, are refused, unless the port needs none.
+  if (!stripped.token && !target->traffic_token && token->has_value()) {
+    if (auto why = cross_site_with_cookie({ex.method(), ex.header("upgrade"), ex.header("sec-fetch-site"),
+                                           ex.header("origin"), ex.header("host")});
+        why && !sandboxes_.authorize_port(*target, std::nullopt))
+      return respond_error(ex, Error{ErrorCode::kForbidden, *why, 0});
+  }
 
   // A browser opening the URL is sent on to it without the token, the cookie set on the way:
   // the page it lands on has no token in its location or the Referer of its requests, and the

@@ -78,6 +78,19 @@ struct RequestHints {
 /// naming text/html, and X-Forwarded-Proto: https (an older browser behind TLS).
 bool redirects_to_bare_url(const RequestHints& r);
 
+/// What a request authorized by the preview cookie alone says of where it came from (header
+/// values as received, "" when absent).
+struct CookieRequest {
+  std::string_view method;
+  std::string_view upgrade;
+  std::string_view sec_fetch_site;
+  std::string_view origin;
+  std::string_view host;
+};
+/// Why such a request may not use the cookie, or nothing: a Sec-Fetch-Site other than
+/// same-origin or none, or an upgrade or an unsafe method whose Origin is not the host's own.
+std::optional<std::string> cross_site_with_cookie(const CookieRequest& r);
+
 class PreviewServer {
  public:
   PreviewServer(Config cfg, sandbox::SandboxService& sandboxes);

@@ -105,6 +105,27 @@ preview "$H8" "/cookie-only?x=1" -H "Cookie: a=1; __Host-b3os_token_8000=$PUB_TO
 check public.cookie_lets_in "HTTP $ST" test "$ST" = 404  # the app's own 404: the request got in
 preview "$H8" "/chunked" -H "Cookie: __Host-b3os_token_8000=$PUB_TOKEN"
 check public.chunked "HTTP $ST $(head -c 100 "$RESP")" bash -c "[ $ST = 200 ] && [ \"\$(cat '$RESP')\" = 'one,two,three' ]"
+# The cookie alone from another site (every preview host is same-site with every other): a
+# page on another tenant's port must not reach this one with the victim's cookie. Refused
+# before the app hears of it; the page's own requests, a typed URL and a URL's token still work.
+C8="Cookie: __Host-b3os_token_8000=$PUB_TOKEN"
+preview "$H8" "/xsite-read" -H "$C8" -H "Sec-Fetch-Site: same-site"
+expect_error xsite.same_site_cookie_403 403 forbidden "another site"
+preview "$H8" "/xsite-read" -H "$C8" -H "Sec-Fetch-Site: cross-site"
+expect_error xsite.cross_site_cookie_403 403 forbidden
+preview "$H8" "/xsite-post" -H "$C8" -H "Origin: http://9000-$(jq -r .host_id <<<"$SJSON").localhost" --data x
+expect_error xsite.foreign_origin_post_403 403 forbidden "another origin"
+preview "$H8" "/own-read" -H "$C8" -H "Sec-Fetch-Site: same-origin"
+check xsite.same_origin_served "HTTP $ST" test "$ST" = 404  # the app's own 404: let in
+preview "$H8" "/own-read" -H "$C8" -H "Sec-Fetch-Site: none"
+check xsite.typed_url_served "HTTP $ST" test "$ST" = 404
+preview "$H8" "/echo" -H "$C8" -H "Origin: http://$H8" --data own
+check xsite.own_origin_post_served "HTTP $ST $(head -c 100 "$RESP")" bash -c "[ $ST = 200 ] && [ \"\$(cat '$RESP')\" = own ]"
+preview "$H8" "/xsite-token?b3os_token=$PUB_TOKEN" -H "Sec-Fetch-Site: cross-site"
+check xsite.url_token_served "HTTP $ST" test "$ST" = 404  # the URL's token is a capability of its own
+run_exec "$SBX" '{"cmd": "cat /tmp/app-8000.log"}'
+check xsite.app_never_saw_refused "$(j .stdout | grep -c xsite- || true) xsite- requests in the app's log" \
+  bash -c "! jq -r .stdout '$RESP' | grep -q 'xsite-read\|xsite-post'"
 head -c 1048576 /dev/urandom >"$T/blob"
 preview "$H8" "/echo?b3os_token=$PUB_TOKEN" --data-binary "@$T/blob" -H 'Content-Type: application/octet-stream'
 check public.post_1mib "HTTP $ST" bash -c "[ $ST = 200 ] && cmp -s '$RESP' '$T/blob'"

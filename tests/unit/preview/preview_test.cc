@@ -155,3 +155,34 @@ TEST(PreviewAdmission, GiveOfNothingIsHarmless) {
 
 }  // namespace
 }  // namespace b3os::preview
+
+// A request that only the preview cookie lets in: a page on another preview host (same-site,
+// since every preview host shares the parent domain) must not use it; the page's own host, a
+// typed URL and non-browser clients may.
+namespace b3os::preview {
+namespace {
+constexpr std::string_view kHost = "8000-abc.preview.test";
+
+TEST(PreviewCookieOnly, SameOriginAndTypedNavigationsMayUseIt) {
+  EXPECT_FALSE(cross_site_with_cookie({"GET", "", "same-origin", "", kHost}));
+  EXPECT_FALSE(cross_site_with_cookie({"GET", "", "none", "", kHost}));
+  EXPECT_FALSE(cross_site_with_cookie({"GET", "", "", "", kHost}));  // curl, an older browser
+  EXPECT_FALSE(cross_site_with_cookie({"POST", "", "same-origin", "https://8000-abc.preview.test", kHost}));
+  EXPECT_FALSE(cross_site_with_cookie({"GET", "websocket", "", "http://8000-ABC.preview.test", kHost}));
+  EXPECT_FALSE(cross_site_with_cookie({"POST", "", "", "", kHost}));  // no Origin: no browser's cross-origin POST
+}
+
+TEST(PreviewCookieOnly, AnotherSitesRequestsMayNot) {
+  EXPECT_TRUE(cross_site_with_cookie({"GET", "", "same-site", "", kHost}));
+  EXPECT_TRUE(cross_site_with_cookie({"GET", "", "cross-site", "", kHost}));
+  // Without Sec-Fetch-Site (http origins other than localhost): the Origin decides for an
+  // upgrade or an unsafe method.
+  EXPECT_TRUE(cross_site_with_cookie({"POST", "", "", "https://9000-evil.preview.test", kHost}));
+  EXPECT_TRUE(cross_site_with_cookie({"DELETE", "", "", "null", kHost}));
+  EXPECT_TRUE(cross_site_with_cookie({"GET", "websocket", "", "https://8000-evil.preview.test", kHost}));
+  // A host that merely begins like this one is another host.
+  EXPECT_TRUE(cross_site_with_cookie({"POST", "", "", "https://8000-abc.preview.test.evil", kHost}));
+  EXPECT_FALSE(cross_site_with_cookie({"GET", "", "", "https://9000-evil.preview.test", kHost}));  // a safe read
+}
+}  // namespace
+}  // namespace b3os::preview
