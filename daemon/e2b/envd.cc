@@ -262,6 +262,13 @@ Result<std::string> Server::scan_signer(bool read, const Query& query, const std
 namespace {
 /// A signed URL's signature_expiration, when it has one, is a time still to come.
 Result<void> not_expired(const Query& query) {
+  // The signed message is E2B's, made by the SDK: "path:operation:user:token[:expiration]".
+  // Its fields are joined with ':' and cannot be length-prefixed without breaking the SDK, so
+  // what makes it unambiguous is checked here: a user name holds no ':' (none can, in Linux),
+  // and the expiration is digits only; the operation is read or write and the token base32.
+  // Then the message parses one way from its end, and a read URL never signs a write.
+  if (first(query, "username").find(':') != std::string::npos)
+    return fail(ErrorCode::kUnauthorized, "username: a user name has no ':'");
   const std::string exp = first(query, "signature_expiration");
   if (exp.empty()) return {};
   char* end = nullptr;

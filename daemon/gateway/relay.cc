@@ -18,7 +18,6 @@ constexpr auto kRelayRequestTimeout = 30s;  // the agent sends a whole request w
 constexpr auto kRelayWriteTimeout = 120s;   // a reader inside that stops reading is given up on
 constexpr size_t kMaxRelayBody = 4u << 20;  // the agent refuses more (one window)
 
-std::atomic<int> g_relay_calls{0};
 
 /// Writes a gateway answer back through the agent to the client inside the sandbox.
 class RelaySink : public Sink {
@@ -54,13 +53,30 @@ class RelaySink : public Sink {
 
 Relay::Relay(Gateway* gw, Lookup lookup) : gw_(gw), lookup_(std::move(lookup)) {}
 
+std::optional<std::string> Relay::take(const std::string& id) {
+  std::lock_guard lk(share_mu_);
+  if (share_.try_take(id)) return std::nullopt;
+  if (share_.of(id) >= share_.limits().per_tenant)
+    return "this sandbox has " + std::to_string(share_.of(id)) + " model calls in flight, its maximum; retry";
+  return std::string("too many model calls in flight on this node; retry");
+}
+
+void Relay::give(const std::string& id) {
+  std::lock_guard lk(share_mu_);
+  share_.give(id);
+}
+
+size_t Relay::calls_of(const std::string& id) {
+  std::lock_guard lk(share_mu_);
+  return share_.of(id);
+}
+
 void Relay::serve(const std::string& id, std::shared_ptr<agentlink::Stream> st) {
-  // Runs on the channel's reader thread: hand the call to a thread of its own at once, never
-  // more than Relay::kMaxCalls of them, and never let an exception reach the reader.
-  if (++g_relay_calls > Relay::kMaxCalls) {
-    --g_relay_calls;
+  // Runs on the channel's reader thread: hand the call to a thread of its own at once, within
+  // the sandbox's share of the node's calls, and never let an exception reach the reader.
+  if (auto why = take(id)) {
     RelaySink busy(st);
-    answer_error(busy, {ErrorCode::kCapacityUnavailable, "too many model calls in flight on this node; retry", 0});
+    answer_error(busy, {ErrorCode::kCapacityUnavailable, *why, 0});
     return;
   }
   try {
@@ -73,10 +89,10 @@ void Relay::serve(const std::string& id, std::shared_ptr<agentlink::Stream> st) 
         // answers 500 itself, after it the connection closes.
         (void)st->send_end({{"ok", false}, {"error", {{"code", "internal"}, {"message", "b3osd failed this call"}}}});
       }
-      --g_relay_calls;
+      give(id);
     }).detach();
   } catch (const std::exception& e) {
-    --g_relay_calls;
+    give(id);
     spdlog::error("sandbox {}: no thread for a model call: {}", id, e.what());
     RelaySink busy(st);
     answer_error(busy, {ErrorCode::kCapacityUnavailable, "b3osd is out of threads; retry", 0});

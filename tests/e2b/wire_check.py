@@ -233,6 +233,10 @@ result(limited and all(r[1].get("Retry-After") == "1" for r in limited) and any(
        "files.forged_burst_429_per_client", f"statuses {sorted(set(r[0] for r in burst))}, {len(limited)} of 100 limited")
 time.sleep(1.5)
 api_error("files.after_burst_401", request("GET", "/files?path=/etc/hostname&signature=v1_forged"), 401)
+# The signed message joins its fields with ':' (E2B's format): a user name holding one could
+# make a read URL's signature sign another operation, so it is refused before any scan.
+api_error("files.colon_username_401", request("GET", "/files?path=/etc/hostname&username=u:read&signature=v1_x",
+                                              None, {"E2b-Sandbox-Id": SID}), 401)
 api_error("files.expired_signature_401", request("GET", "/files?path=/etc/hostname&signature=v1_x&signature_expiration=1",
                                                  None, {"E2b-Sandbox-Id": SID}), 401)
 
