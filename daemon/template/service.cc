@@ -1026,16 +1026,44 @@ Result<void> TemplateService::import_image(TemplateBuildRecord& rec, const std::
   return {};
 }
 
+std::string TemplateService::step_artifact(const TemplateBuildRecord& rec) {
+  // A step's result is the project's own: what its steps made (SSH host keys, certificates,
+  // whatever a run step wrote) must not be handed to another project's identical spec, nor a
+  // root planted for it. Named by the project and the content.
+  return "a-" + sha256(rec.project_id + "\n" + rec.content_hash).substr(0, 24);
+}
+
+TemplateService::ArtifactLock TemplateService::lock_artifact(const std::string& artifact) {
+  std::shared_ptr<std::mutex> m;
+  {
+    std::lock_guard lk(mu_);
+    auto& slot = artifact_locks_[artifact];
+    if (!slot) slot = std::make_shared<std::mutex>();
+    m = slot;
+    // Entries no build holds are dropped as they are passed by (a few per build at most).
+    for (auto it = artifact_locks_.begin(); it != artifact_locks_.end();)
+      it = it->second.use_count() == 1 && it->first != artifact ? artifact_locks_.erase(it) : std::next(it);
+  }
+  ArtifactLock held;
+  held.mu = m;
+  held.lk = std::unique_lock(*m);
+  return held;
+}
+
 Result<void> TemplateService::import_alone(TemplateBuildRecord& rec, const std::string& log) {
   // An image and nothing to run: its layers go straight into the template's root (libarchive
   // on the host executes nothing from the image; the importer writes nothing outside the root
   // and stops at the build's size limit), without a build sandbox or a copy.
   auto t0 = Clock::now();
+  // Deterministic (the image's bytes, nothing run): one root serves every project's import.
   const std::string artifact = "a-" + rec.content_hash.substr(0, 24);
   const std::string dest = roots_dir() + "/" + artifact;
   std::error_code ec;
+  // Check, build and rename under the root's own lock: a second build of the same root waits
+  // and then finds it made, and never removes one that sandboxes run on.
+  auto held = lock_artifact(artifact);
   if (!fs::exists(dest + "/.b3os-ready")) {
-    const std::string building = dest + ".building";
+    const std::string building = roots_dir() + "/" + artifact + "." + rec.id + ".building";
     (void)image::remove_tree(building);
     fs::create_directories(building + "/rootfs", ec);  // ours: made empty here, for the import
     ::chmod(building.c_str(), 0700);
@@ -1278,11 +1306,12 @@ Result<void> TemplateService::build_root(TemplateBuildRecord& rec, const Templat
   auto t0 = Clock::now();
   append_log(log, "-- keeping the result\n");
   sandboxes_.runtime().set_frozen(s->id, true);
-  const std::string artifact = "a-" + rec.content_hash.substr(0, 24);
+  const std::string artifact = step_artifact(rec);
   const std::string dest = roots_dir() + "/" + artifact;
   std::error_code ec;
+  auto held = lock_artifact(artifact);  // as in import_alone
   if (!fs::exists(dest + "/.b3os-ready")) {
-    const std::string building = dest + ".building";
+    const std::string building = roots_dir() + "/" + artifact + "." + rec.id + ".building";
     fs::remove_all(building, ec);
     fs::create_directories(building, ec);
     ::chmod(building.c_str(), 0700);
@@ -1522,7 +1551,10 @@ void TemplateService::collect_garbage() {
         continue;
       }
       if (!b.artifact.empty()) keep_artifacts.insert(b.artifact);
-      if (!terminal(b.status)) keep_artifacts.insert("a-" + b.content_hash.substr(0, 24));
+      if (!terminal(b.status)) {
+        keep_artifacts.insert("a-" + b.content_hash.substr(0, 24));
+        keep_artifacts.insert(step_artifact(b));
+      }
       if (b.doc.contains("images") && b.doc["images"].is_object())
         for (const char* k : {"image", "net_image"}) keep_images.insert(b.doc["images"].value(k, ""));
       if (!terminal(b.status)) {

@@ -198,6 +198,16 @@ class TemplateService : public sandbox::TemplateCatalog {
   std::mutex refresh_mu_;  // one refresh at a time
   int64_t refreshed_ms_ = 0;
   std::mutex fetch_mu_;  // one artifact or upload fetch at a time
+  /// A root's lock, held while a build checks for it, makes it and renames it in place (the
+  /// mutex kept alive by the holder; mu_ guards the map).
+  struct ArtifactLock {
+    std::shared_ptr<std::mutex> mu;
+    std::unique_lock<std::mutex> lk;
+  };
+  std::map<std::string, std::shared_ptr<std::mutex>> artifact_locks_;
+  ArtifactLock lock_artifact(const std::string& artifact);
+  /// The root a build with steps keeps: the project's own (sha256 of project and content).
+  static std::string step_artifact(const store::TemplateBuildRecord& rec);
 };
 
 }  // namespace b3os::tpl

@@ -245,8 +245,9 @@ start_id_sampler
 OTHER=$("$B3OS_BIN/b3os" keys create --project other --data-dir "$T/data" 2>/dev/null)
 HOSTILE=$("$B3OS_BIN/b3os" keys create --project hostile --data-dir "$T/data" 2>/dev/null)
 LINKS=$("$B3OS_BIN/b3os" keys create --project links --data-dir "$T/data" 2>/dev/null)
-[[ $OTHER == b3os_sk_* && $HOSTILE == b3os_sk_* && $LINKS == b3os_sk_* ]] || die "could not create API keys"
-ALL_KEYS+=("$OTHER" "$HOSTILE" "$LINKS")
+TWIN=$("$B3OS_BIN/b3os" keys create --project twin --data-dir "$T/data" 2>/dev/null)
+[[ $OTHER == b3os_sk_* && $HOSTILE == b3os_sk_* && $LINKS == b3os_sk_* && $TWIN == b3os_sk_* ]] || die "could not create API keys"
+ALL_KEYS+=("$OTHER" "$HOSTILE" "$LINKS" "$TWIN")
 info "b3osd pid $(daemon_pid) on $URL, previews on $PREVIEW, uplinks $UPLINKS, apt from http://$B3T_HOST_A/debian, temp dir $T"
 
 # ---- 1-2. the full build -----------------------------------------------------------------------
@@ -765,6 +766,39 @@ s_root_links() {
     cmp -s <(escape_state) "$T/escape.before"
 }
 
+# A step's result is its project's: two projects' identical specs get roots of their own (a
+# secret a step generates differs), and two builds of one spec at once in one project both end
+# ready on one root that neither removes under the other.
+SECRET_SPEC='"run": ["head -c 16 /dev/urandom | od -An -tx1 | tr -d \" \\\\n\" > /etc/b3os-secret"]'
+s_roots_per_project_submit() {
+  local k n who
+  : >"$T/twin-builds"
+  for k in "TWIN keys-a" "TWIN keys-b" "LINKS keys-a"; do
+    n=${k#* }
+    who=${k%% *}
+    KEY=${!who} submit "{\"name\": \"$n\", \"from\": \"base\", $SECRET_SPEC}"
+    check "roots.$who.$n.submit_202" "$(snip)" test "$ST" = 202
+    echo "$who $n $BLD" >>"$T/twin-builds"
+  done
+}
+s_roots_per_project() {
+  local who n b secret
+  declare -A secrets=()
+  while read -r who n b; do
+    KEY=${!who} wait_build "$n" "$b" 300
+    check "roots.$who.$n.ready" "$(snip)" okj 200 '.status == "ready" and .reused_from == null'
+    KEY=${!who} create_sandbox "{\"template\": \"$n\"}"
+    KEY=${!who} inside "$CID" 'cat /etc/b3os-secret'
+    secrets[$who.$n]=$OUT
+    check "roots.$who.$n.runs" "$(snip)" test -n "$OUT"
+    KEY=${!who} delete_sandbox "$CID" || true
+  done <"$T/twin-builds"
+  check roots.other_project_has_its_own "twin ${secrets[TWIN.keys-a]:-?}, links ${secrets[LINKS.keys-a]:-?}" \
+    test -n "${secrets[TWIN.keys-a]:-}" -a "${secrets[TWIN.keys-a]:-}" != "${secrets[LINKS.keys-a]:-}"
+  check roots.twins_in_one_project_share "keys-a ${secrets[TWIN.keys-a]:-?}, keys-b ${secrets[TWIN.keys-b]:-?}" \
+    test -n "${secrets[TWIN.keys-b]:-}" -a "${secrets[TWIN.keys-a]:-}" = "${secrets[TWIN.keys-b]:-}"
+}
+
 s_no_stray_after_failures() {
   check_no_stray leaks.after_failed_builds 30
   # No root or checkpoint of a failed build: neither under its id nor under its content's name.
@@ -1032,6 +1066,7 @@ info "hostile images made in $(($(now_ms) - t_images)) ms"
 run_section s_build_submit
 run_section s_images_hostile_submit
 run_section s_root_links_submit
+run_section s_roots_per_project_submit
 run_section s_images_not_images
 run_section s_bad_builds_submit
 run_section s_bad_specs
@@ -1044,6 +1079,7 @@ run_section s_fork_snapshot
 run_section s_bad_builds
 run_section s_images_hostile
 run_section s_root_links
+run_section s_roots_per_project
 run_section s_no_stray_after_failures
 run_section s_versions
 run_section s_projects
