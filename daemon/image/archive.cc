@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 
 #include "daemon/image/manifest.h"
@@ -159,6 +160,19 @@ Result<ImageArchive> ImageArchive::open(const std::string& path, const Limits& l
     if (count == 0) out.compressed_ = archive_filter_code(a->get(), 0) != ARCHIVE_FILTER_NONE;
     if (++count > limits.max_entries)
       return bad("the archive has more than " + std::to_string(limits.max_entries) + " members");
+    // A compressed archive is read by decompressing it, to its end (docker save puts its
+    // manifest last): what it may decompress to is bounded before each member's bytes are
+    // passed over, by the sizes its headers declare and by what was read, so a small file of
+    // compressed zeros cannot hold a thread and a core for hours. The bound is what the layers
+    // may hold in all, and their metadata beside them.
+    if (out.compressed_) {
+      const uint64_t bound = limits.max_total_bytes + 16 * limits.max_metadata_bytes;
+      const uint64_t read = static_cast<uint64_t>(std::max<la_int64_t>(0, archive_filter_bytes(a->get(), 0)));
+      const uint64_t size = archive_entry_size_is_set(e) ? static_cast<uint64_t>(std::max<la_int64_t>(0, archive_entry_size(e))) : 0;
+      if (read > bound || size > bound - std::min(read, bound))
+        return bad("the compressed archive decompresses to more than " + std::to_string(bound) +
+                   " bytes (the image's layers may hold " + std::to_string(limits.max_total_bytes) + ")");
+    }
     const char* raw = archive_entry_pathname(e);
     const std::string name = member_path(raw ? raw : "");
     Member m;

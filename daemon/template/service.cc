@@ -370,9 +370,29 @@ Result<json> TemplateService::create(const sandbox::Principal& p, const json& bo
   // missing blob: 400 now); its layers' entries are judged while the build imports them.
   if (source.value("kind", "") == "image") {
     const std::string path = source.value("path", "");
-    lk.unlock();
-    auto seen = image::inspect(path, cfg_.image_limits);
-    lk.lock();
+    // Inspected once per file (its identity and time): a compressed archive is read to its
+    // end, and a POST naming the same upload again must not read it again.
+    struct stat ist {};
+    const std::string key = ::stat(path.c_str(), &ist) == 0
+                                ? path + "\n" + std::to_string(ist.st_dev) + ":" + std::to_string(ist.st_ino) + ":" +
+                                      std::to_string(ist.st_size) + ":" + std::to_string(ist.st_mtim.tv_sec) + "." +
+                                      std::to_string(ist.st_mtim.tv_nsec)
+                                : std::string();
+    Result<image::Config> seen = fail(ErrorCode::kInternal, "not inspected");
+    if (auto hit = key.empty() ? inspected_.end() : inspected_.find(key); hit != inspected_.end()) {
+      seen = hit->second;
+    } else {
+      lk.unlock();
+      seen = image::inspect(path, cfg_.image_limits);
+      lk.lock();
+      if (!key.empty() && (seen || seen.error().code == ErrorCode::kInvalidRequest)) {
+        if (inspected_.size() >= kMaxInspected) {
+          inspected_.erase(inspected_order_.front());
+          inspected_order_.pop_front();
+        }
+        if (inspected_.emplace(key, seen).second) inspected_order_.push_back(key);
+      }
+    }
     if (!seen)
       return fail(seen.error().code == ErrorCode::kInvalidRequest ? ErrorCode::kInvalidRequest : seen.error().code,
                   (s.source.image_upload ? "image.upload: " : "image.path: ") + seen.error().message);

@@ -205,6 +205,11 @@ class TemplateService : public sandbox::TemplateCatalog {
     std::unique_lock<std::mutex> lk;
   };
   std::map<std::string, std::shared_ptr<std::mutex>> artifact_locks_;
+  /// What image::inspect found of an archive (or why it is none), by path, inode, size and
+  /// time; the oldest of kMaxInspected goes first. Guarded by mu_.
+  static constexpr size_t kMaxInspected = 256;
+  std::map<std::string, Result<image::Config>> inspected_;
+  std::deque<std::string> inspected_order_;
   ArtifactLock lock_artifact(const std::string& artifact);
   /// The root a build with steps keeps: the project's own (sha256 of project and content).
   static std::string step_artifact(const store::TemplateBuildRecord& rec);
