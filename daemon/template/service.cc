@@ -205,17 +205,25 @@ std::vector<TemplateBuildRecord> TemplateService::visible_builds(const std::stri
   }
   auto by_version = [](const TemplateBuildRecord& a, const TemplateBuildRecord& b) { return a.version < b.version; };
   std::sort(own.begin(), own.end(), by_version);
-  std::sort(node.begin(), node.end(), by_version);
   if (!own.empty()) return own;
-  // Node-wide ones of several projects by one name: the first published wins.
-  if (!node.empty()) {
-    const std::string first = node.front().template_id;
-    std::vector<TemplateBuildRecord> one;
-    for (auto& b : node)
-      if (b.template_id == first) one.push_back(b);
-    return one;
+  if (node.empty()) return {};
+  // Node-wide ones of several projects by one name: the operator's, else the one published
+  // first (its earliest public build), whatever their versions; a later publisher cannot
+  // shadow it. Another project sees its ready versions only (their defaults), never a build in
+  // progress or a failed one.
+  std::map<std::string, std::pair<int, int64_t>> rank;  // template -> (operator's? 0 : 1, first published)
+  for (auto& b : node) {
+    auto [it, fresh] = rank.try_emplace(b.template_id, std::pair<int, int64_t>{b.project_id.empty() ? 0 : 1, b.created_ms});
+    if (!fresh) it->second.second = std::min(it->second.second, b.created_ms);
   }
-  return {};
+  const auto first = std::min_element(rank.begin(), rank.end(), [](auto& a, auto& b) {
+    return a.second != b.second ? a.second < b.second : a.first < b.first;
+  })->first;
+  std::vector<TemplateBuildRecord> one;
+  for (auto& b : node)
+    if (b.template_id == first && b.status == "ready") one.push_back(b);
+  std::sort(one.begin(), one.end(), by_version);
+  return one;
 }
 
 const TemplateBuildRecord* TemplateService::latest_ready(const std::vector<TemplateBuildRecord>& builds) const {
@@ -657,14 +665,14 @@ Result<json> TemplateService::list(const sandbox::Principal& p) {
   json out = sandboxes_.templates();
   json& data = out["data"];
   std::lock_guard lk(mu_);
-  std::map<std::string, std::vector<TemplateBuildRecord>> by_template;
+  // Each name as a create would resolve it (visible_builds): the project's own, else the one
+  // node-wide template that name reaches, with its ready versions only.
+  std::set<std::string> names;
   for (auto& [id, b] : builds_)
     if (!b.deleted_ms && (b.project_id == p.project_id || b.project_id.empty() || b.doc.value("public", false)))
-      by_template[b.template_id].push_back(b);
-  for (auto& [tid, v] : by_template) {
-    std::sort(v.begin(), v.end(), [](auto& a, auto& b) { return a.version < b.version; });
-    data.push_back(template_object(v));
-  }
+      names.insert(b.name);
+  for (auto& name : names)
+    if (auto v = visible_builds(p.project_id, name); !v.empty()) data.push_back(template_object(v));
   return out;
 }
 
@@ -761,6 +769,9 @@ Result<void> TemplateService::logs(const sandbox::Principal& p, const std::strin
     for (auto& b : v)
       if (b.id == build_id) found = &b;
     if (!found) return fail(ErrorCode::kNotFound, "no build " + build_id + " of template \"" + name_or_id + "\"");
+    // A build's log may hold what its steps printed (keys, tokens): the publisher's alone.
+    if (found->project_id != p.project_id)
+      return fail(ErrorCode::kNotFound, "build " + build_id + "'s log is its publisher's; other projects see the template's ready versions");
     // The log is a file on the node that runs the build; a router sends the request there.
     if (!own(*found))
       return fail(ErrorCode::kNodeUnavailable, "build " + build_id + " runs on node " + found->node_id +

@@ -237,7 +237,8 @@ E2E_NETWORK=on
 E2E_MAX_SANDBOXES_PER_PROJECT=24
 export E2E_NETWORK E2E_MAX_SANDBOXES_PER_PROJECT
 B3OS_E2E_DAEMON_ARGS="--net-uplinks $UPLINKS --dns-upstream $B3T_DNS --net-warm-pool 0 --net-fork-pool 0
-  --template-apt-sources $T/apt-sources.list --template-setuid refuse --template-image-paths $T/images"
+  --template-apt-sources $T/apt-sources.list --template-setuid refuse --template-image-paths $T/images
+  --template-publishers default,links"
 B3OS_E2E_DAEMON_ARGS=$(tr '\n' ' ' <<<"$B3OS_E2E_DAEMON_ARGS")
 export B3OS_E2E_DAEMON_ARGS
 start_private_daemon
@@ -550,6 +551,24 @@ s_projects() {
   KEY=$OTHER delete_sandbox "$id" || true
   KEY=$OTHER api DELETE /v1/templates/mine
   check public.others_delete_their_own "$(snip)" okj 200 '.deleted == true'
+
+  # A second publisher's template of the same name, published later, shadows nothing: every
+  # other project still gets the first one, and sees it once in its list.
+  KEY=$LINKS submit '{"name": "shared", "public": true, "env": {"SHARED": "shadow"}}'
+  check public.second_publisher_202 "$(snip)" test "$ST" = 202
+  KEY=$LINKS wait_build shared "$BLD" 300
+  check public.second_publisher_ready "$(snip)" test "$BST" = ready
+  KEY=$OTHER api GET /v1/templates/shared
+  check public.first_published_wins "$(snip)" okj 200 --arg t "$shared" '.id == $t and .defaults.env.SHARED == "yes"'
+  KEY=$OTHER api GET /v1/templates
+  check public.listed_once "$(snip)" okj 200 --arg t "$shared" '[.data[] | select(.name == "shared") | .id] == [$t]'
+  KEY=$LINKS api GET /v1/templates/shared
+  check public.publisher_sees_its_own "$(snip)" okj 200 --arg t "$shared" '.id != $t and .defaults.env.SHARED == "shadow"'
+  # Build logs are the publisher's: another project reads the template, not what its steps printed.
+  KEY=$OTHER api GET "/v1/templates/shared/builds/$sb/logs"
+  check public.logs_not_for_others "$(snip)" okj 404 '.error.code == "not_found"'
+  api GET "/v1/templates/shared/builds/$sb/logs"
+  check public.logs_for_the_publisher "$(snip)" test "$ST" = 200
 }
 
 # ---- 6. bad input ----------------------------------------------------------------------------------
@@ -799,6 +818,16 @@ s_roots_per_project() {
     test -n "${secrets[TWIN.keys-b]:-}" -a "${secrets[TWIN.keys-a]:-}" = "${secrets[TWIN.keys-b]:-}"
 }
 
+# step_root_of BUILD: where a build with steps keeps its root (a- and the first 24 hex of the
+# SHA-256 of its project and content hash), from the store, whether or not it got that far.
+step_root_of() {
+  local a
+  a=$(python3 -c 'import hashlib, sqlite3, sys
+r = sqlite3.connect(f"file:{sys.argv[1]}?mode=ro", uri=True).execute("SELECT project_id, content_hash FROM template_builds WHERE id = ?", (sys.argv[2],)).fetchone()
+print("a-" + hashlib.sha256((r[0] + "\n" + r[1]).encode()).hexdigest()[:24] if r else "")' "$T/data/b3os.db" "$1" 2>/dev/null || true)
+  echo "$T/data/template-roots/${a:-no-build-$1}"
+}
+
 s_no_stray_after_failures() {
   check_no_stray leaks.after_failed_builds 30
   # No root or checkpoint of a failed build: neither under its id nor under its content's name.
@@ -806,7 +835,7 @@ s_no_stray_after_failures() {
   while read -r name b; do
     [ -n "$b" ] || continue
     for f in "$T/data/template-images/$b" "$T/data/template-images/$b-net" \
-      "$T/data/template-roots/a-$(jq -r '.content_hash[0:24]' "$T/logs/$b.json")"; do
+      "$T/data/template-roots/a-$(jq -r '.content_hash[0:24]' "$T/logs/$b.json")" "$(step_root_of "$b")"; do
       [ ! -e "$f" ] || left+="$f "
     done
   done < <(cat "$T/bad-builds" "$T/hostile-builds")
@@ -917,14 +946,24 @@ s_images_good() {
   expect_error upload.fifth_unread_429 429 concurrency_limited
 }
 
+# root_of BUILD: the directory of a build's root on this node, as the store records it (a step
+# build's root is named by its project and content, an import's by its content alone).
+root_of() {
+  local a
+  a=$(python3 -c 'import sqlite3, sys
+r = sqlite3.connect(f"file:{sys.argv[1]}?mode=ro", uri=True).execute("SELECT artifact FROM template_builds WHERE id = ?", (sys.argv[2],)).fetchone()
+print(r[0] if r else "")' "$T/data/b3os.db" "$1" 2>/dev/null || true)
+  echo "$T/data/template-roots/${a:-no-root-recorded-for-$1}"
+}
+
 # ---- 8. delete ------------------------------------------------------------------------------------
 
 s_delete() {
   local v1 v2 a1 a2 s1 s2 src snp
   v1=$(get web_v1)
   v2=$(get web_v2)
-  a1=$T/data/template-roots/a-$(jq -r '.content_hash[0:24]' "$T/logs/$v1.json")
-  a2=$T/data/template-roots/a-$(jq -r '.content_hash[0:24]' "$T/logs/$v2.json")
+  a1=$(root_of "$v1")
+  a2=$(root_of "$v2")
   check delete.roots_exist "$a1 $a2" test -d "$a1/rootfs" -a -d "$a2/rootfs"
   s1=$(get sbx_v1)
   s2=$(get sbx_v2)
