@@ -66,7 +66,7 @@ fi
 step "build"
 bounded 2400 ./scripts/build.sh || { echo "build failed"; exit 1; }
 
-FUZZ_TARGETS="frame_fuzz target_fuzz spec_fuzz http_request_fuzz http_head_fuzz peek_fuzz http_guard_fuzz allow_fuzz dns_fuzz preview_fuzz jsonrpc_fuzz users_fuzz image_fuzz e2b_fuzz"
+FUZZ_TARGETS="agent_fuzz frame_fuzz target_fuzz spec_fuzz http_request_fuzz http_head_fuzz peek_fuzz http_guard_fuzz allow_fuzz dns_fuzz preview_fuzz jsonrpc_fuzz users_fuzz image_fuzz e2b_fuzz"
 secs=${B3OS_FUZZ_SECONDS:-10}
 
 step "template base"
