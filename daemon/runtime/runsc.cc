@@ -111,7 +111,7 @@ std::string oci_config(const ContainerSpec& spec, const RuntimeConfig& cfg) {
         {"cgroupsPath", "/b3os/" + spec.id},
         {"resources",
          {{"memory", {{"limit", mem_bytes}}},
-          {"pids", {{"limit", 32768}}}}}}},
+          {"pids", {{"limit", pids_limit(spec.memory_mib, host_pid_max())}}}}}}},
   };
   if (!spec.netns_path.empty() && !spec.resolv_conf.empty())
     c["mounts"].push_back({{"destination", "/etc/resolv.conf"},
@@ -230,6 +230,34 @@ Result<void> Runsc::limit_cpu(const std::string& id, int vcpu) {
     return fail(ErrorCode::kInternal, "no CPU cgroup for sandbox " + id + " (looked in " + v1 + " and " + v2 + ")");
   }
   return write_cgroup(file, value, "setting the CPU limit of " + id);
+}
+
+int64_t pids_limit(int memory_mib, int64_t pid_max) {
+  const int64_t want = 256 + 2 * static_cast<int64_t>(std::max(memory_mib, 0));
+  return std::clamp<int64_t>(want, 64, std::max<int64_t>(64, pid_max / 8));
+}
+
+int64_t host_pid_max() {
+  static const int64_t v = [] {
+    auto text = read_small_file("/proc/sys/kernel/pid_max", 64);
+    const int64_t n = text ? std::strtoll(text->c_str(), nullptr, 10) : 0;
+    return n > 0 ? n : int64_t{32768};
+  }();
+  return v;
+}
+
+Runtime::PidsUse Runsc::pids_use(const std::string& id) {
+  auto read = [](const std::string& dir) -> PidsUse {
+    PidsUse out;
+    if (auto m = read_small_file(dir + "/pids.max", 64)) out.limit = m->rfind("max", 0) == 0 ? -1 : std::strtoll(m->c_str(), nullptr, 10);
+    if (auto e = read_small_file(dir + "/pids.events", 4096)) {
+      const auto at = e->find("max ");
+      if (at != std::string::npos) out.refused = std::strtoll(e->c_str() + at + 4, nullptr, 10);
+    }
+    return out;
+  };
+  const std::string v1 = "/sys/fs/cgroup/pids/b3os/" + id;
+  return read(::access(v1.c_str(), F_OK) == 0 ? v1 : "/sys/fs/cgroup/b3os/" + id);
 }
 
 int64_t memory_limit_bytes(const RuntimeConfig& cfg, int memory_mib) {

@@ -52,6 +52,7 @@ class Runsc : public Runtime {
   Result<void> limit_cpu(const std::string& id, int vcpu) override;
   /// The cgroup limit for memory_mib: memory_mib plus the runtime's overhead.
   int64_t memory_limit_bytes(int memory_mib) const override;
+  PidsUse pids_use(const std::string& id) override;
   /// Sets a container's memory cgroup limit to `bytes`.
   Result<void> set_memory_limit(const std::string& id, int64_t bytes) override;
   /// Forgets the memory cgroup's recorded peak (cgroup v1 max_usage_in_bytes).
@@ -148,6 +149,14 @@ class Runsc : public Runtime {
 
 /// The memory cgroup limit for `memory_mib`: memory_mib plus the runtime's overhead.
 int64_t memory_limit_bytes(const RuntimeConfig& cfg, int memory_mib);
+
+/// The host processes and threads a sandbox of `memory_mib` may hold (its pids cgroup): each
+/// process inside costs about two on the host (gVisor's systrap stubs), so 256 + 2 per MiB
+/// (1,280 for 512 MiB, about 500 processes inside), and never more than an eighth of the
+/// host's `pid_max`, so that no sandbox can take the host's process ids from b3osd and runsc.
+int64_t pids_limit(int memory_mib, int64_t pid_max);
+/// The host's /proc/sys/kernel/pid_max (32768 when it cannot be read), read once.
+int64_t host_pid_max();
 
 /// The OCI config.json of a sandbox (pure; unit-tested).
 std::string oci_config(const ContainerSpec& spec, const RuntimeConfig& cfg);

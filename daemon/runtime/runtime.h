@@ -105,6 +105,13 @@ class Runtime {
   virtual void reset_memory_peak(const std::string& id) = 0;
   /// The memory cgroup's limit and peak (zeros when unknown), to tell an OOM from a crash.
   virtual MemoryUse memory_use(const std::string& id) = 0;
+  /// The pids cgroup's limit and how often a new process or thread was refused at it (-1 each
+  /// when unknown), to tell a sandbox stopped at its process limit from a crash.
+  struct PidsUse {
+    int64_t limit = -1;
+    int64_t refused = -1;
+  };
+  virtual PidsUse pids_use(const std::string& /*id*/) { return {}; }
 
   /// How a container's sandbox process ended, as a wait status, when this process reaped it
   /// (waiting up to `wait`); nullopt when unknown (not ours, not yet reaped, or still alive).

@@ -599,7 +599,7 @@ Result<json> Lifecycle::resume(const Principal& p, const std::string& id, Timing
 // Registered when b3osd starts, so every family is on /metrics from the first scrape.
 static auto& m_failures = metrics::metrics().counter(
     "b3os_sandbox_failures_total",
-    "sandboxes that failed, by kind: out_of_memory, agent_killed, agent_exited, agent_unresponsive, gofer_killed, "
+    "sandboxes that failed, by kind: out_of_memory, pids_limit, agent_killed, agent_exited, agent_unresponsive, gofer_killed, "
     "runtime_killed, runtime_exited, not_recovered (after a restart)",
     {"kind"});
 
@@ -648,6 +648,13 @@ std::string Lifecycle::diagnose_exit(const std::string& id, std::string* kind) {
     *kind = "out_of_memory";
     return "the sandbox used all of its memory (limit " + std::to_string(m.limit_bytes >> 20) +
            " MiB including the runtime) and was stopped; create it with a larger memory_mib";
+  }
+  // A sandbox that started processes past its pids cgroup's limit: gVisor cannot make the host
+  // threads it needs, and the whole sandbox stops (nothing else on the node is touched).
+  if (const runtime::Runtime::PidsUse p = rt_.pids_use(id); p.refused > 0) {
+    *kind = "pids_limit";
+    return "the sandbox reached its limit of " + std::to_string(p.limit) +
+           " host processes and threads (about half as many processes inside; sized by memory_mib) and was stopped";
   }
   // gVisor's sandbox process exits with the agent's status when the agent (PID 1) dies, and
   // is killed by a signal only when something on the host killed it.

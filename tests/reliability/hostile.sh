@@ -126,6 +126,29 @@ s_fork_bomb() {
   after fork_bomb "$id"
 }
 
+# Processes without end, each costing about two host pids (gVisor's systrap stubs): the sandbox
+# stops at its pids cgroup's limit (256 + 2 per MiB, 768 here), named as the cause, and the
+# node's process ids stay with the node: others create, exec and fork meanwhile and after.
+s_process_flood() {
+  create_sandbox '{"template":"base","memory_mib":256}'
+  local id=$CID limit peak=0 n
+  limit=$(cat "/sys/fs/cgroup/pids/b3os/$id/pids.max" 2>/dev/null || cat "/sys/fs/cgroup/b3os/$id/pids.max" 2>/dev/null || echo "?")
+  check process_flood.limit_by_memory "pids.max of a 256 MiB sandbox: $limit" test "$limit" = 768
+  attack process_flood "$id" '{"cmd":"while :; do sleep 1000 & done","timeout_ms":60000}'
+  api GET "/v1/sandboxes/$id"
+  check process_flood.stopped_naming_the_limit "$(snip)" okj 200 '.status == "failed" and (.stop_message | test("limit of 768 host processes"))'
+  after process_flood "$id"
+  create_sandbox '{"template":"base","forkable":true}'
+  local other=$CID
+  check process_flood.others_create "$(snip)" test -n "$other"
+  run_exec "$other" '{"cmd":"echo still here"}'
+  check process_flood.others_exec "$(snip)" okj 200 '.stdout == "still here\n"'
+  apij POST "/v1/sandboxes/$other/fork" '{"count": 1}'
+  check process_flood.others_fork "$(snip)" okj 201 '(.data // .forks // []) | length == 1'
+  for n in $(j -r '(.data // .forks // [])[].id'); do delete_sandbox "$n" || true; done
+  delete_sandbox "$other" || true
+}
+
 s_memory() {
   create_sandbox '{"template":"base","memory_mib":256}'
   local id=$CID
@@ -161,6 +184,7 @@ run_section s_stderr_flood
 run_section s_channel_garbage
 run_section s_stdout_flood
 run_section s_fork_bomb
+run_section s_process_flood
 run_section s_memory
 run_section s_disk
 run_section s_many_files

@@ -26,10 +26,21 @@ TEST(OciConfig, LimitsAgentAndWritableOverlay) {
   EXPECT_FALSE(j["linux"]["resources"].contains("cpu"));
   EXPECT_EQ(j["linux"]["resources"]["memory"]["limit"], int64_t(1280) << 20);
   EXPECT_EQ(j["linux"]["cgroupsPath"], "/b3os/sbx_x");
+  // Host processes and threads: sized by memory (256 + 2 per MiB), an eighth of pid_max at most.
+  EXPECT_EQ(j["linux"]["resources"]["pids"]["limit"], runtime::pids_limit(1024, runtime::host_pid_max()));
   bool agent_mount = false;
   for (auto& m : j["mounts"])
     if (m["destination"] == "/.b3os/agent") agent_mount = m["source"] == "/bin/b3os-agent";
   EXPECT_TRUE(agent_mount);
+}
+
+TEST(OciConfig, PidsLimitFollowsMemoryAndLeavesTheHostRoom) {
+  EXPECT_EQ(runtime::pids_limit(512, 32768), 1280);
+  EXPECT_EQ(runtime::pids_limit(1024, 4194304), 2304);
+  // 64 GiB would be 131,328: an eighth of the host's pid_max instead, whatever the memory.
+  EXPECT_EQ(runtime::pids_limit(65536, 32768), 4096);
+  EXPECT_EQ(runtime::pids_limit(65536, 4194304), 131328);
+  EXPECT_EQ(runtime::pids_limit(0, 100), 64);
 }
 
 }  // namespace
