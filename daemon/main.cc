@@ -335,6 +335,11 @@ Result<nlohmann::json> internal_body(http::Exchange& ex, std::string_view route,
     return fail(ErrorCode::kNotFound, "the " + std::string(route) + " route is POST " + std::string(path));
   auto body = ex.read_body(64 * 1024);
   if (!body) return fail(body.error());
+  // The signature covers this body's digest (cluster::post_to_node signs it): a body changed
+  // on the way, or one sent where the signer signed none, is refused.
+  const std::string_view signed_digest = ex.header(cluster::kBodyHeader);
+  if (signed_digest == cluster::kUnsignedBody || signed_digest != cluster::sha256_hex(*body))
+    return fail(ErrorCode::kUnauthorized, std::string(route) + ": the body is not the one the cluster signature covers");
   auto j = nlohmann::json::parse(*body, nullptr, false);
   if (!j.is_object()) return fail(ErrorCode::kInvalidRequest, std::string(route) + ": the body is a JSON object");
   return j;
@@ -1036,9 +1041,10 @@ int main(int argc, char** argv) {
     }
     http::Config ccfg = http_cfg;
     ccfg.name = "cluster";
+    static cluster::ReplayGuard cluster_replays;  // each signed request served once
     cluster_server = std::make_unique<http::Server>(
         cluster_listen.substr(0, colon), cport, ccfg,
-        [&api, &cluster_secret, &cluster_previews, &sandboxes, &e2b_server](http::Exchange& ex) {
+        [&api, &cluster_secret, &cluster_previews, &sandboxes, &e2b_server, &cluster_replays](http::Exchange& ex) {
           // The route is inside what the signature covers ("ROUTE:" before the method).
           const std::string route(ex.header(cluster::kRouteHeader));
           const std::string method = (route.empty() ? "" : route + ":") + std::string(ex.method());
@@ -1046,9 +1052,9 @@ int main(int argc, char** argv) {
             auto r = api::error_reply(e);
             ex.respond(r.status, "application/json", api::dump_json(r.body), r.headers);
           };
-          if (auto v = cluster::verify_request(cluster_secret, method, ex.target(), ex.header(cluster::kTimeHeader),
-                                               ex.header(cluster::kSignatureHeader), ex.header("Authorization"),
-                                               now_unix_ms());
+          if (auto v = cluster::verify_request(
+                  cluster_secret, method, ex.target(), [&ex](std::string_view n) { return ex.header(n); }, now_unix_ms(),
+                  &cluster_replays);
               !v)
             return refuse(v.error());
           if (route == "mcp-call") return api.handle(ex, true);

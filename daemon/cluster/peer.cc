@@ -41,8 +41,12 @@ Result<PeerAnswer> post_to_node(const std::string& node_url, std::string_view se
   auto add = [&](const std::string& h) { headers.reset(curl_slist_append(headers.release(), h.c_str())); };
   add("Content-Type: application/json");
   add("Expect:");
+  const std::string nonce = new_nonce(), digest = sha256_hex(body);
   add(std::string(kTimeHeader) + ": " + std::to_string(now));
-  add(std::string(kSignatureHeader) + ": " + sign_request(secret, method, target, now, ""));
+  add(std::string(kNonceHeader) + ": " + nonce);
+  add(std::string(kBodyHeader) + ": " + digest);
+  add(std::string(kSignatureHeader) + ": " +
+      sign_request(secret, {method, target, now, nonce, digest, [](std::string_view) { return std::string_view(); }}));
   add(std::string(kRouteHeader) + ": " + std::string(route));
   const std::string url = node_url + target;
   PeerAnswer out;

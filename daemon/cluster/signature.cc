@@ -3,6 +3,7 @@
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
+#include <openssl/rand.h>
 #include <openssl/sha.h>
 #include <sys/stat.h>
 
@@ -24,19 +25,30 @@ std::string hex(const unsigned char* p, size_t n) {
   return out;
 }
 
+}  // namespace
+
 std::string sha256_hex(std::string_view data) {
   unsigned char d[SHA256_DIGEST_LENGTH];
   SHA256(reinterpret_cast<const unsigned char*>(data.data()), data.size(), d);
   return hex(d, sizeof d);
 }
 
-}  // namespace
+std::string new_nonce() {
+  unsigned char b[16];
+  if (RAND_bytes(b, sizeof b) != 1) std::abort();  // no randomness: nothing safe to sign with
+  return hex(b, sizeof b);
+}
 
-std::string sign_request(std::string_view secret, std::string_view method, std::string_view target, int64_t time_ms,
-                         std::string_view authorization) {
-  std::string msg = "b3os-cluster-v1\n";
-  msg.append(method).append("\n").append(target).append("\n").append(std::to_string(time_ms)).append("\n");
-  msg += sha256_hex(authorization);
+std::string sign_request(std::string_view secret, const Signed& s) {
+  // Every field on its own line, each variable one hashed or of a fixed alphabet (a method,
+  // a target without newlines, digits, hex), so no two requests give one message.
+  std::string msg = "b3os-cluster-v2\n";
+  msg.append(s.method).append("\n").append(s.target).append("\n").append(std::to_string(s.time_ms)).append("\n");
+  msg.append(s.nonce).append("\n").append(s.body).append("\n");
+  for (std::string_view name : kCredentialHeaders) {
+    const std::string_view v = s.header ? s.header(name) : std::string_view();
+    msg.append(name).append(":").append(v.empty() ? "-" : sha256_hex(v)).append("\n");
+  }
   unsigned char mac[EVP_MAX_MD_SIZE];
   unsigned int len = 0;
   HMAC(EVP_sha256(), secret.data(), static_cast<int>(secret.size()), reinterpret_cast<const unsigned char*>(msg.data()),
@@ -44,12 +56,31 @@ std::string sign_request(std::string_view secret, std::string_view method, std::
   return hex(mac, len);
 }
 
+bool ReplayGuard::first(const std::string& signature, int64_t now_ms) {
+  std::lock_guard lk(mu_);
+  while (!order_.empty() && order_.front().first < now_ms) {
+    seen_.erase(order_.front().second);
+    order_.pop_front();
+  }
+  if (seen_.count(signature) || seen_.size() >= kMaxRemembered) return false;
+  seen_.insert(signature);
+  // Remembered until its time can no longer pass the freshness check (2 windows: the time
+  // may be up to a window ahead of this clock).
+  order_.emplace_back(now_ms + 2 * kMaxSkewMs, signature);
+  return true;
+}
+
 Result<void> verify_request(std::string_view secret, std::string_view method, std::string_view target,
-                            std::string_view time_header, std::string_view signature_header,
-                            std::string_view authorization, int64_t now_ms) {
+                            const std::function<std::string_view(std::string_view)>& header, int64_t now_ms,
+                            ReplayGuard* replay) {
+  const std::string_view time_header = header(kTimeHeader), signature_header = header(kSignatureHeader);
+  const std::string_view nonce = header(kNonceHeader), body = header(kBodyHeader);
   if (time_header.empty() || signature_header.empty())
     return fail(ErrorCode::kUnauthorized, "this is a cluster node's internal port: requests come signed by a router "
                                           "(docs/cluster.md); clients use the router or the node's API port");
+  if (nonce.size() < 16 || nonce.size() > 64 || body.empty() || body.size() > 64)
+    return fail(ErrorCode::kUnauthorized, "the cluster signature's nonce or body digest is missing (a router or node "
+                                          "older than this one? every member of a cluster runs one version)");
   int64_t t = 0;
   auto [end, ec] = std::from_chars(time_header.data(), time_header.data() + time_header.size(), t);
   if (ec != std::errc() || end != time_header.data() + time_header.size())
@@ -57,9 +88,12 @@ Result<void> verify_request(std::string_view secret, std::string_view method, st
   if (t < now_ms - kMaxSkewMs || t > now_ms + kMaxSkewMs)
     return fail(ErrorCode::kUnauthorized, "the cluster signature is older or newer than 30 s: are the clocks of the "
                                           "router and this node in step?");
-  const std::string want = sign_request(secret, method, target, t, authorization);
+  const std::string want = sign_request(secret, Signed{method, target, t, nonce, body, header});
   if (signature_header.size() != want.size() || CRYPTO_memcmp(signature_header.data(), want.data(), want.size()) != 0)
-    return fail(ErrorCode::kUnauthorized, "the cluster signature does not match (a different cluster secret?)");
+    return fail(ErrorCode::kUnauthorized, "the cluster signature does not match (a different cluster secret, or a "
+                                          "request changed on the way?)");
+  if (replay && !replay->first(want, now_ms))
+    return fail(ErrorCode::kUnauthorized, "this signed request was seen before: a replay is refused");
   return {};
 }
 

@@ -1,14 +1,22 @@
 #pragma once
 // Requests inside a cluster (router to node, node to node) carry a signature made with the
-// cluster secret: HMAC-SHA256 over a version tag, the method, the request target, the time
-// and the SHA-256 of the Authorization header. A node's internal listener serves only signed
-// requests that are fresh (within 30 s of its clock), so nothing without the secret (a
-// sandbox, anything else on the network) can use that port; the API key still authorizes the
-// request itself, as on the public port. docs/cluster.md.
+// cluster secret: HMAC-SHA256 over a version tag, the method (with its cluster route), the
+// request target, the time, a nonce, the SHA-256 of the body (or "unsigned" for a body a router
+// streams through) and the SHA-256 of every header that carries a credential (Authorization,
+// X-API-Key, X-Access-Token, E2b-Sandbox-Id, Cookie, e2b-traffic-access-token). A node's
+// internal listener serves only signed requests that are fresh (within 30 s of its clock) and
+// not seen before (each signature once: a replay within the window is refused), so nothing
+// without the secret (a sandbox, anything else on the network) can use that port, or reuse or
+// alter what a router sent; the API key still authorizes the request itself, as on the public
+// port. docs/cluster.md.
 
 #include <cstdint>
+#include <deque>
+#include <functional>
+#include <mutex>
 #include <string>
 #include <string_view>
+#include <unordered_set>
 
 #include "common/result.h"
 
@@ -16,21 +24,57 @@ namespace b3os::cluster {
 
 inline constexpr std::string_view kTimeHeader = "X-B3os-Cluster-Time";
 inline constexpr std::string_view kSignatureHeader = "X-B3os-Cluster-Signature";
+inline constexpr std::string_view kNonceHeader = "X-B3os-Cluster-Nonce";
+inline constexpr std::string_view kBodyHeader = "X-B3os-Cluster-Body";  // sha256 hex, or "unsigned"
+inline constexpr std::string_view kUnsignedBody = "unsigned";
 inline constexpr int64_t kMaxSkewMs = 30'000;
 /// Set to "preview" on a preview request a router relays to a node's internal listener (the
 /// node's preview server answers it). The signature covers it: such a request is signed with
 /// "preview:" before its method.
 inline constexpr std::string_view kRouteHeader = "X-B3os-Route";
 
-/// The signature (lowercase hex) of a request made at `time_ms`.
-std::string sign_request(std::string_view secret, std::string_view method, std::string_view target, int64_t time_ms,
-                         std::string_view authorization);
+/// The headers that carry a credential, in the order they are signed.
+inline constexpr std::string_view kCredentialHeaders[] = {"Authorization", "X-API-Key", "X-Access-Token",
+                                                          "E2b-Sandbox-Id", "Cookie", "e2b-traffic-access-token"};
 
-/// Checks a request's time and signature headers against `now_ms`, in constant time.
-/// kUnauthorized (naming what is wrong, never the expected value) otherwise.
+/// What a signature covers. `header` answers a header's value ("" when absent).
+struct Signed {
+  std::string_view method;  // "ROUTE:" before it for a cluster route
+  std::string_view target;
+  int64_t time_ms = 0;
+  std::string_view nonce;
+  std::string_view body;  // the body's sha256 hex, or kUnsignedBody
+  std::function<std::string_view(std::string_view)> header;
+};
+
+/// The lowercase hex SHA-256 of `data` (a body's digest for kBodyHeader).
+std::string sha256_hex(std::string_view data);
+/// A fresh nonce (32 hex characters).
+std::string new_nonce();
+
+/// The signature (lowercase hex) of a request.
+std::string sign_request(std::string_view secret, const Signed& s);
+
+/// Signatures seen within the window, each accepted once. Thread-safe; bounded (past
+/// kMaxRemembered within one window, a new one is refused rather than forgotten early).
+class ReplayGuard {
+ public:
+  static constexpr size_t kMaxRemembered = 1'000'000;
+  /// True (and remembered) the first time `signature` is seen; false for a replay.
+  bool first(const std::string& signature, int64_t now_ms);
+
+ private:
+  std::mutex mu_;
+  std::unordered_set<std::string> seen_;
+  std::deque<std::pair<int64_t, std::string>> order_;  // (forget after, signature)
+};
+
+/// Checks a request's time, nonce and signature headers against `now_ms`, in constant time,
+/// and that it was not seen before (`replay`, when given). kUnauthorized (naming what is wrong,
+/// never the expected value) otherwise.
 Result<void> verify_request(std::string_view secret, std::string_view method, std::string_view target,
-                            std::string_view time_header, std::string_view signature_header,
-                            std::string_view authorization, int64_t now_ms);
+                            const std::function<std::string_view(std::string_view)>& header, int64_t now_ms,
+                            ReplayGuard* replay);
 
 /// Reads the cluster secret from `path`: at least 32 bytes once trailing whitespace is cut,
 /// readable by its owner and at most its group (a secret everyone can read, or its group can

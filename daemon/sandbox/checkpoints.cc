@@ -584,7 +584,11 @@ Result<void> Checkpoints::move_out(const std::shared_ptr<LiveSandbox>& s,
     if (auto r = sync_image(dir.path()); !r) return r;
     const std::string rootfs =
         base.rootfs.empty() ? lifecycle_.template_rootfs(base.template_name) + "/rootfs" : base.rootfs;
-    if (auto r = publish_snapshot(cfg_, store_, move_id, dir.path(), rootfs, base.template_name); !r)
+    // The move's manifest names what it moves: the adopting node takes it for that sandbox,
+    // project and node only.
+    if (auto r = publish_snapshot(cfg_, store_, move_id, dir.path(), rootfs, base.template_name,
+                                  {{"move_of", s->id}, {"project", base.project_id}});
+        !r)
       return fail(r.error());
     t.lap("upload", sw);
     auto took = adopt(move_id);
@@ -614,12 +618,18 @@ Result<json> Checkpoints::adopt(const std::string& project_id, const std::string
   if (!row) return fail(row.error());
   if (!*row || (*row)->ended() || (*row)->node_id != from_node)
     return fail(ErrorCode::kConflict, "sandbox " + id + " is not a running sandbox of node " + from_node);
+  if (move_id.rfind("mov_", 0) != 0) return fail(ErrorCode::kInvalidRequest, "adopt: " + move_id.substr(0, 40) + " is not a move");
   auto got = fetch_snapshot(cfg_, move_id, from_node);
   if (!got) return fail(got.error());
   ScopeExit drop([&] {
     std::error_code ec;
     fs::remove_all(got->image_dir, ec);
   });
+  // Only the move its record says it is: of this sandbox, of this project, from that node.
+  const auto& m = got->manifest;
+  if (m.value("snapshot", "") != move_id || m.value("move_of", "") != id || m.value("project", "") != project_id ||
+      m.value("node", "") != from_node)
+    return fail(ErrorCode::kConflict, "move " + move_id + " is not a move of sandbox " + id + " from node " + from_node);
   t.lap("fetch", sw);
   auto s = lifecycle_.relaunch(**row, got->rootfs, got->image_dir, t, [&]() -> Result<void> {
     // The mover stops waiting at the deadline and restores its own copy.

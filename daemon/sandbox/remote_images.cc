@@ -61,7 +61,7 @@ std::string rootfs_fingerprint(const Config& cfg, const std::string& rootfs) {
 
 Result<std::string> publish_snapshot(const Config& cfg, store::SandboxStore& records, const std::string& snap_id,
                                      const std::string& dir, const std::string& rootfs,
-                                     const std::string& template_name) {
+                                     const std::string& template_name, const nlohmann::json& names) {
   auto* os = cfg.object_store;
   if (!os) return std::string();
   const std::string fp = rootfs_fingerprint(cfg, rootfs);
@@ -80,6 +80,8 @@ Result<std::string> publish_snapshot(const Config& cfg, store::SandboxStore& rec
     }
   }
   nlohmann::json extra = {{"snapshot", snap_id}, {"node", cfg.node_id}, {"rootfs", fp}, {"template", template_name}};
+  if (names.is_object())
+    for (auto& [k, v] : names.items()) extra[k] = v;
   auto m = objstore::push_set(*os, "snapshots/" + snap_id, dir, extra);
   if (!m) return fail(m.error());
   return root_key;
@@ -105,6 +107,7 @@ Result<FetchedSnapshot> fetch_snapshot(const Config& cfg, const std::string& sna
   if (!plain_fingerprint(fp))
     return fail(ErrorCode::kInternal, "snapshot " + snap_id + "'s manifest names no root it was taken against");
   FetchedSnapshot out;
+  out.manifest = *m;
   out.image_dir = cfg.fork_images_dir() + "/" + new_id("fetch");
   fs::create_directories(out.image_dir, ec);
   if (ec) return fail(ErrorCode::kInternal, "creating " + out.image_dir + ": " + ec.message());

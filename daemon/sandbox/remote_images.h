@@ -30,14 +30,17 @@ std::string rootfs_fingerprint(const Config& cfg, const std::string& rootfs);
 /// the root's key ("rootfs/FP"), for the snapshot's record. Errors are the object store's
 /// (kNodeUnavailable when it is down) or the records store's; on failure nothing of the
 /// snapshot stays in the store (its root may: it is whole or absent).
+/// `names`: more fields for its manifest (a move names its sandbox and project there).
 Result<std::string> publish_snapshot(const Config& cfg, store::SandboxStore& records, const std::string& snap_id,
                                      const std::string& dir, const std::string& rootfs,
-                                     const std::string& template_name);
+                                     const std::string& template_name,
+                                     const nlohmann::json& names = nlohmann::json::object());
 
 /// A snapshot's image fetched for one restore, and the root to restore it on.
 struct FetchedSnapshot {
   std::string image_dir;  // under fork_images_dir(): remove it after the restore
   std::string rootfs;
+  nlohmann::json manifest;  // what its publisher wrote (snapshot, node, rootfs, template, ...)
 };
 
 /// Fetches snapshot `snap_id` (held by `held_by`, for errors) from the object store, and its

@@ -232,8 +232,43 @@ code=$(curl -s -o "$T/int.json" -w '%{http_code}' -H "Authorization: Bearer $KEY
 check internal.unsigned_refused "HTTP $code $(head -c 200 "$T/int.json")" \
   test "$code:$(jq -r .error.code "$T/int.json")" = 401:unauthorized
 code=$(curl -s -o "$T/int.json" -w '%{http_code}' -H "Authorization: Bearer $KEY" \
-  -H "X-B3os-Cluster-Time: $(now_ms)" -H "X-B3os-Cluster-Signature: $(printf '0%.0s' $(seq 64))" "$internal/v1/sandboxes")
+  -H "X-B3os-Cluster-Time: $(now_ms)" -H "X-B3os-Cluster-Nonce: $(printf '1%.0s' $(seq 32))" -H "X-B3os-Cluster-Body: unsigned" \
+  -H "X-B3os-Cluster-Signature: $(printf '0%.0s' $(seq 64))" "$internal/v1/sandboxes")
 check internal.bad_signature_refused "HTTP $code $(head -c 200 "$T/int.json")" \
+  sh -c "[ $code = 401 ] && grep -q 'does not match' '$T/int.json'"
+# A request signed with the secret (as a router signs: docs/cluster.md) is served once: sent
+# again it is a replay; with another credential header added on the way it no longer matches.
+# signed_headers METHOD TARGET [BODY_FILE [KEY]]: the cluster headers for a request, which
+# python3 computes from $SECRET as docs/cluster.md says (METHOD with its route, "adopt:POST";
+# the body's SHA-256 when a file is given, else unsigned; KEY as the Authorization header).
+signed_headers() {
+  python3 - "$SECRET" "$1" "$2" "${3:-}" "${4-$KEY}" "$(now_ms)" <<'PY'
+import hashlib, hmac, os, sys
+secret = open(sys.argv[1], "rb").read().rstrip(b" \t\r\n")
+method, target, body_file, key, t = sys.argv[2:7]
+nonce = os.urandom(16).hex()
+body = hashlib.sha256(open(body_file, "rb").read()).hexdigest() if body_file else "unsigned"
+creds = {"Authorization": "Bearer " + key} if key else {}
+msg = f"b3os-cluster-v2\n{method}\n{target}\n{t}\n{nonce}\n{body}\n"
+for name in ["Authorization", "X-API-Key", "X-Access-Token", "E2b-Sandbox-Id", "Cookie", "e2b-traffic-access-token"]:
+    v = creds.get(name, "")
+    msg += f"{name}:{hashlib.sha256(v.encode()).hexdigest() if v else '-'}\n"
+sig = hmac.new(secret, msg.encode(), hashlib.sha256).hexdigest()
+print(f"X-B3os-Cluster-Time: {t}\nX-B3os-Cluster-Nonce: {nonce}\nX-B3os-Cluster-Body: {body}\nX-B3os-Cluster-Signature: {sig}")
+PY
+}
+signed_headers GET /v1/sandboxes >"$T/signed.h"
+sh_args=()
+while IFS= read -r h; do sh_args+=(-H "$h"); done <"$T/signed.h"
+code1=$(curl -s -o "$T/int1.json" -w '%{http_code}' -H "Authorization: Bearer $KEY" "${sh_args[@]}" "$internal/v1/sandboxes")
+code2=$(curl -s -o "$T/int2.json" -w '%{http_code}' -H "Authorization: Bearer $KEY" "${sh_args[@]}" "$internal/v1/sandboxes")
+check internal.signed_served_once "first HTTP $code1 $(head -c 120 "$T/int1.json"); again HTTP $code2 $(head -c 160 "$T/int2.json")" \
+  sh -c "[ $code1 = 200 ] && [ $code2 = 401 ] && grep -q replay '$T/int2.json'"
+signed_headers GET /v1/sandboxes >"$T/signed.h"
+sh_args=()
+while IFS= read -r h; do sh_args+=(-H "$h"); done <"$T/signed.h"
+code=$(curl -s -o "$T/int.json" -w '%{http_code}' -H "Authorization: Bearer $KEY" -H "X-API-Key: $KEY" "${sh_args[@]}" "$internal/v1/sandboxes")
+check internal.added_credential_refused "HTTP $code $(head -c 200 "$T/int.json")" \
   sh -c "[ $code = 401 ] && grep -q 'does not match' '$T/int.json'"
 code=$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $KEY" "${NODE_URL[a]}/v1/sandboxes")
 check internal.public_port_unchanged "HTTP $code" test "$code" = 200
@@ -530,6 +565,22 @@ if [ -n "$MOVED" ]; then
     test -z "$(ls "$T/node-${mn#node-}/data/fork-images" 2>/dev/null)"
   delete_sandbox "$MOVED" || true
 fi
+# A forged adopt (signed with the secret, as a node would): another node told to take the
+# snapshot's sandbox, which still runs, from the snapshot's image. A move names its sandbox,
+# project and node in its manifest and only such a move is taken; before, this ran a second copy.
+src_node=$(node_of "$SNAP_SRC")
+other_node=$(psql_q "SELECT id FROM nodes WHERE id <> '$src_node' AND state = 'ready' ORDER BY id LIMIT 1")
+other_url=$(psql_q "SELECT url FROM nodes WHERE id = '$other_node'")
+for mid in "$SNP2" "mov_$(printf 'x%.0s' $(seq 26))"; do
+  jq -nc --arg s "$SNAP_SRC" --arg p "$(psql_q "SELECT project_id FROM sandboxes WHERE id = '$SNAP_SRC'")" --arg m "$mid" \
+    --arg n "$src_node" --argjson d "$(($(now_ms) + 60000))" '{sandbox_id: $s, project_id: $p, move_id: $m, from_node: $n, deadline_ms: $d}' >"$T/adopt.json"
+  signed_headers adopt:POST /internal/adopt "$T/adopt.json" "" >"$T/signed.h"
+  sh_args=(-H "X-B3os-Route: adopt" -H 'Content-Type: application/json')
+  while IFS= read -r h; do sh_args+=(-H "$h"); done <"$T/signed.h"
+  code=$(curl -s -o "$T/adopt.out" -w '%{http_code}' "${sh_args[@]}" --data-binary "@$T/adopt.json" "$other_url/internal/adopt")
+  check "objstore.forged_adopt_refused.${mid%%_*}" "HTTP $code $(head -c 200 "$T/adopt.out"); $SNAP_SRC on $(node_of "$SNAP_SRC")" \
+    test "$code" != 200 -a "$(node_of "$SNAP_SRC")" = "$src_node" -a -z "$(runsc --root "$T/node-${other_node#node-}/run/runsc" list --quiet 2>/dev/null | grep -x "$SNAP_SRC" || true)"
+done
 # The image changed in the store after its manifest: refused, nothing made.
 head -c 4096 /dev/urandom >"$T/garbage"
 put=$(s3 PUT "snapshots/$SNP2/checkpoint.img" -T "$T/garbage")
