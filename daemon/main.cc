@@ -19,6 +19,7 @@
 
 #include "common/file.h"
 #include "common/metrics.h"
+#include "daemon/api/access.h"
 #include "daemon/api/api.h"
 #include "daemon/template/service.h"
 #include "daemon/api/config.h"
@@ -735,6 +736,9 @@ int main(int argc, char** argv) {
   app.add_flag("--check-config", check_config,
                "validate the configuration file and flags, print what is wrong (exit 2) or that it is OK (exit 0), "
                "and start nothing");
+  bool print_access = false;
+  app.add_flag("--print-access", print_access,
+               "print which credentials each route accepts (JSON: docs/api.md's table) and start nothing");
   std::string log_format = "text";
   app.add_option("--log-format", log_format,
                  "text (for a person) or json (one object per line: time, level, msg, request_id, thread)")
@@ -757,6 +761,10 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     const int code = app.exit(e);
     return code == 0 ? 0 : 2;
+  }
+  if (print_access) {
+    std::cout << api::access::to_json() << "\n";
+    return 0;
   }
 
   // Everything below up to the end of the checks reads the configuration only: --check-config

@@ -1,5 +1,7 @@
 #include "daemon/api/api.h"
 
+#include "daemon/api/access.h"
+
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -261,24 +263,44 @@ void Api::handle(http::Exchange& ex, bool relayed_mcp) {
   // Held until the request is answered, whichever way it ends.
   auto slot = in_flight_.enter(c.principal.key_id, c.principal.project_id);
   if (!slot) return send_error(c, slot.error());
+  // Each surface accepts what its row of the access table says (daemon/api/access.h).
+  auto refused = [&](std::string_view surface, std::string_view pattern) {
+    const access::Rule* rule = access::find(surface, c.method, pattern);
+    if (rule && access::admits(*rule, c.principal.kind)) return false;
+    send_error(c, {ErrorCode::kUnauthorized,
+                   rule ? "this route does not take this kind of credential (docs/api.md, \"Credentials\")"
+                        : "this route has no row in the access table: refused",
+                   0});
+    return true;
+  };
   if (envd) {
+    const std::string_view pattern = c.target.path == "/files"    ? "/files"
+                                     : c.target.path == "/health" ? "/health"
+                                                                  : "/{package.Service}/{Method}";
+    if (refused("envd", pattern)) return;
     if (!sandboxes_.ready())  // respond() adds the Retry-After
       return send_error(c, {ErrorCode::kNodeUnavailable, "b3osd is starting (reattaching sandboxes); retry shortly", 0});
     return e2b_->handle_envd(ex, c.principal, c.method, c.target.path, c.target.query);
   }
-  // Every dispatcher below serves API keys only.
-  if (c.principal.kind != sandbox::CredentialKind::kApiKey)
-    return send_error(c, {ErrorCode::kUnauthorized, "this route takes an API key", 0});
+  const bool infer = c.target.segments.size() >= 2 && c.target.segments[0] == "v1" && c.target.segments[1] == "infer";
+  if (infer && refused("infer", "/v1/infer/*")) return;
   if (dispatch_infer(c)) return;
   if (!sandboxes_.ready())  // respond() adds the Retry-After
     return send_error(c, {ErrorCode::kNodeUnavailable, "b3osd is starting (reattaching sandboxes); retry shortly", 0});
   // /mcp: the same key, rate limit and requests-in-flight cap as every route; the MCP server
   // reads and answers the request itself (JSON-RPC bodies, sessions, event streams).
-  if (mcp_ && c.target.segments.size() == 1 && c.target.segments[0] == "mcp")
+  if (mcp_ && c.target.segments.size() == 1 && c.target.segments[0] == "mcp") {
+    if (refused("mcp", "/mcp")) return;
     return relayed_mcp ? mcp_->handle_relayed(ex, c.principal) : mcp_->handle(ex, c.principal, c.target.query);
-  if (e2b_ && e2b::Server::is_control(c.target.segments))
+  }
+  if (e2b_ && e2b::Server::is_control(c.target.segments)) {
+    if (refused("e2b-control", access::kE2bControlPattern)) return;
     return e2b_->handle_control(ex, c.principal, c.method, c.target.segments, c.target.query);
+  }
   const Match match = route(c);
+  if (match.route && refused("rest", match.route->pattern)) return;
+  if (!match.route && c.principal.kind != sandbox::CredentialKind::kApiKey)
+    return send_error(c, {ErrorCode::kUnauthorized, "this route takes an API key", 0});
   if (match.route) c.operation = match.route->operation;
   if (match.route && match.route->stream) return (this->*match.route->stream)(c);
 
@@ -386,6 +408,12 @@ const std::vector<Api::Route>& Api::routes() {
       {"GET", "/v1/sandboxes/{sbx}/processes/{proc}/output", nullptr, &Api::process_output},
   };
   return kRoutes;
+}
+
+std::vector<std::pair<std::string_view, std::string_view>> Api::rest_routes() {
+  std::vector<std::pair<std::string_view, std::string_view>> out;
+  for (const Route& r : routes()) out.emplace_back(r.method, r.pattern);
+  return out;
 }
 
 std::string_view Api::route_label(const std::vector<std::string>& s) {

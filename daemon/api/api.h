@@ -43,6 +43,8 @@ class Api {
   /// Handles one request (the http::Server handler). `relayed_mcp`: a request to /mcp is one
   /// tools/call another node relayed (the internal listener checked its signature).
   void handle(http::Exchange& ex, bool relayed_mcp = false);
+  /// Every REST route as (method, pattern): each must have a row in the access table.
+  static std::vector<std::pair<std::string_view, std::string_view>> rest_routes();
 
  private:
   struct Call;

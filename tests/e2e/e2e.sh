@@ -108,6 +108,7 @@ run_section s_errors
 run_section s_idempotency
 run_section s_rate_limit
 run_section s_keys
+run_section s_access
 run_section s_list
 run_section s_timeout
 run_section s_usage

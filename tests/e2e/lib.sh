@@ -111,6 +111,7 @@ relay() {
     case $line in
       "PASS "*) pass "${line#PASS }" ;;
       "FAIL "*) rest=${line#FAIL }; fail "${rest%%:*}" "${rest#*: }" ;;
+      "SKIP "*) rest=${line#SKIP }; skip "${rest%%:*}" "${rest#*: }" ;;
       *) info "$line" ;;
     esac
   done

@@ -30,3 +30,22 @@ s_keys() {
   check keys.listed_as_revoked "" bash -c "'$B3OS_BIN/b3os' keys list --all --json --data-dir '$T/data' | jq -e --arg id '$id' '.[] | select(.id == \$id) | .revoked_at_ms != null' >/dev/null &&
     ! '$B3OS_BIN/b3os' keys list --json --data-dir '$T/data' | jq -e --arg id '$id' '.[] | select(.id == \$id)' >/dev/null"
 }
+
+# Every route of the access table (b3osd --print-access) with every kind of credential a tenant
+# could bring: tests/e2e/access_walk.py says what each must get.
+s_access() {
+  local a b revoked rid
+  create_sandbox '{"template": "base", "timeout_s": 300}'
+  a=$CID
+  create_sandbox '{"template": "base", "timeout_s": 300}'
+  b=$CID
+  revoked=$("$B3OS_BIN/b3os" keys create --project default --data-dir "$T/data" 2>/dev/null)
+  rid=$("$B3OS_BIN/b3os" keys list --json --data-dir "$T/data" | jq -r --arg p "${revoked:0:14}" '.[] | select(.prefix == $p) | .id')
+  "$B3OS_BIN/b3os" keys revoke "$rid" --data-dir "$T/data" >/dev/null
+  "$B3OS_BIN/b3osd" --print-access >"$T/access.json"
+  python3 "$HERE/access_walk.py" "$URL" "$T/access.json" "$KEY" "$OTHER" "$revoked" "$a" "$b" >"$T/access.out" 2>&1 || true
+  relay <"$T/access.out"
+  grep -q '^# access_walk: [0-9]* failed' "$T/access.out" || fail access.finished "it stopped early: $(tail -n 3 "$T/access.out" | tr '\n' ' ')"
+  delete_sandbox "$a" || true
+  delete_sandbox "$b" || true
+}
