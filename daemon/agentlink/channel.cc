@@ -34,6 +34,9 @@ constexpr size_t kMaxControlFrames = 64;
 constexpr size_t kMaxPendingOther = 1024;
 constexpr size_t kMaxInbox = 16384;
 
+// The index of a data frame type (DATA, STDOUT, STDERR) in Stream::last_data_.
+size_t data_kind(FrameType t) { return t == FrameType::kData ? 0 : t == FrameType::kStdout ? 1 : 2; }
+
 // The frame types whose payload is JSON (the rest carry bytes, a nonce or a u32).
 bool carries_json(FrameType t) {
   return t == FrameType::kHello || t == FrameType::kIdentityAck || t == FrameType::kIdle || t == FrameType::kOpen ||
@@ -69,15 +72,27 @@ std::string Stream::deliver(Frame f) {
     recv_window_ -= static_cast<int64_t>(f.payload.size());
     if (recv_window_ < 0) return "the agent sent more data on a stream than its credit allows";
     if (f.payload.empty()) return {};  // nothing to hand on
-    // Data after data of the same kind joins it (up to a frame's size): a stream of tiny frames
-    // holds few queue entries, and readers see the same bytes in the same order.
-    if (!inbox_.empty() && inbox_.back().type == f.type &&
-        inbox_.back().payload.size() + f.payload.size() <= protocol::kMaxData) {
-      inbox_.back().payload += f.payload;
-      cv_.notify_all();
-      return {};
+    // Data joins the newest unread data of its kind queued since the last other frame (up to a
+    // frame's size): an honest agent's many small frames, stdout and stderr interleaved, hold a
+    // few queue entries, not one each. Each kind's bytes keep their order; stdout and stderr
+    // queued between two other frames may be read one kind before the other (they come from two
+    // pipes, with no order between them to begin with).
+    const size_t kind = data_kind(f.type);
+    if (const uint64_t seq = last_data_[kind]; seq != kNoEntry && seq >= popped_) {
+      protocol::Frame& e = inbox_[static_cast<size_t>(seq - popped_)];
+      if (e.payload.size() + f.payload.size() <= protocol::kMaxData) {
+        e.payload += f.payload;
+        cv_.notify_all();
+        return {};
+      }
     }
+    if (inbox_.size() >= kMaxInbox) return "the agent sent more frames on a stream than b3osd holds";
+    inbox_.push_back(std::move(f));
+    last_data_[kind] = popped_ + inbox_.size() - 1;
+    cv_.notify_all();
+    return {};
   } else {
+    last_data_.fill(kNoEntry);  // data after it is queued after it
     if (++pending_other_ > kMaxPendingOther) return "the agent sent more control frames on a stream than b3osd reads";
     if (f.type == FrameType::kEnd) ended_ = true;
     if (f.type == FrameType::kCancel && incoming()) ended_ = cancelled_ = true;
@@ -106,6 +121,7 @@ Result<Frame> Stream::next(Clock::time_point deadline) {
     if (!inbox_.empty()) {
       Frame f = std::move(inbox_.front());
       inbox_.pop_front();
+      ++popped_;
       if (!protocol::is_data_type(f.type) && pending_other_ > 0) --pending_other_;
       return f;
     }
@@ -293,6 +309,7 @@ void AgentChannel::reader_loop() {
     std::vector<std::shared_ptr<Stream>> opened;
     IncomingHandler handler;
     std::string violation;
+    size_t queued_controls = 0;
     {
       std::lock_guard lk(mu_);
       parser_.feed(buf, static_cast<size_t>(r));
@@ -304,7 +321,9 @@ void AgentChannel::reader_loop() {
           break;
         }
         if (f->stream == 0) {
-          if (control_.size() + controls.size() >= kMaxControlFrames) {
+          // PING, PONG and IDLE are handled as they come; only what waits in control_ counts.
+          const bool queued = f->type != FrameType::kPing && f->type != FrameType::kPong && f->type != FrameType::kIdle;
+          if (queued && ++queued_controls + control_.size() > kMaxControlFrames) {
             violation = "the agent sent more control frames than b3osd reads";
             break;
           }

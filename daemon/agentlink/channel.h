@@ -2,6 +2,7 @@
 // AgentChannel: the daemon's side of the framed, multiplexed channel to one sandbox's agent
 // (docs/agent-protocol.md). A reader thread dispatches frames to streams; writers share a lock.
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -73,6 +74,11 @@ class Stream {
   int64_t credit_ = protocol::kInitialWindow;  // what we may still send
   int64_t recv_window_ = protocol::kInitialWindow;  // data bytes the agent may still send us
   size_t pending_other_ = 0;                   // frames in inbox_ that are not data
+  // The queue position (entries ever queued, counted from the first) of the newest entry of
+  // each data kind queued since the last frame that is not data, or kNoEntry.
+  static constexpr uint64_t kNoEntry = ~uint64_t{0};
+  std::array<uint64_t, 3> last_data_{kNoEntry, kNoEntry, kNoEntry};
+  uint64_t popped_ = 0;  // entries taken from inbox_ so far
   bool ended_ = false;                         // END (or, incoming, CANCEL) received
   bool cancelled_ = false;                     // incoming: the agent sent CANCEL
   bool end_sent_ = false;                      // incoming: we sent END

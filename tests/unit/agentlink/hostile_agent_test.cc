@@ -144,6 +144,33 @@ TEST(HostileAgentTest, DataWithinCreditGrantedAgainIsKeptAndReadInOrder) {
   EXPECT_FALSE(p.closed->wait(100ms)) << p.closed->reason;
 }
 
+TEST(HostileAgentTest, InterleavedTinyStdoutAndStderrAreKeptNotRefused) {
+  // An honest process writing `echo out; echo err >&2` in a loop, read slowly: the agent sends
+  // a frame per write, stdout and stderr alternating, all within credit. 200,000 of them (more
+  // than any cap on queue entries) must come through, each stream's bytes whole and in order.
+  auto p = hostile_pair();
+  uint32_t id = 0;
+  auto s = hostile_open(p, &id);
+  std::string out, want_out, want_err;
+  for (int i = 0; i < 100000; ++i) {
+    const std::string o(1, static_cast<char>('a' + i % 26)), e(1, static_cast<char>('A' + i % 26));
+    out += protocol::encode_frame(FrameType::kStdout, id, o);
+    out += protocol::encode_frame(FrameType::kStderr, id, e);
+    want_out += o;
+    want_err += e;
+  }
+  hostile_send(p.agent.get(), out);  // 2.6 MB of frames: the reader holds them all unread
+  std::string got_out, got_err;
+  while (got_out.size() + got_err.size() < want_out.size() + want_err.size()) {
+    auto f = s->next(std::chrono::steady_clock::now() + 5s);
+    ASSERT_TRUE(f) << f.error().message;
+    (f->type == FrameType::kStdout ? got_out : got_err) += f->payload;
+  }
+  EXPECT_EQ(got_out, want_out);
+  EXPECT_EQ(got_err, want_err);
+  EXPECT_FALSE(p.closed->wait(100ms)) << p.closed->reason;
+}
+
 TEST(HostileAgentTest, AFloodOfControlFramesClosesTheChannel) {
   auto p = hostile_pair();
   std::string out;
