@@ -181,15 +181,24 @@ bool redirects_to_bare_url(const RequestHints& r) {
 }
 
 std::optional<std::string> cross_site_with_cookie(const CookieRequest& r) {
+  const bool unsafe = !(iequals(r.method, "GET") || iequals(r.method, "HEAD") || iequals(r.method, "OPTIONS"));
+  const bool upgrade = !trim(r.upgrade).empty();
+  // A top-level navigation (a link clicked in a chat or another app, the redirect that drops a
+  // URL's token) reads a page the user asked for: it may use the cookie from anywhere, as a
+  // resource-isolation policy lets it. A page's own requests may not.
+  const bool navigation = !unsafe && !upgrade && iequals(trim(r.sec_fetch_mode), "navigate") &&
+                          (trim(r.sec_fetch_dest).empty() || iequals(trim(r.sec_fetch_dest), "document"));
   // Browsers send Sec-Fetch-Site to https and localhost origins: "same-origin" is the page's own
   // host, "none" a navigation the user typed or bookmarked; anything else came from another site
-  // or another preview host ("same-site", "cross-site").
+  // or another preview host ("same-site", "cross-site"), which may be another port of this
+  // sandbox (its Origin says so).
   if (const std::string_view site = trim(r.sec_fetch_site); !site.empty() && !iequals(site, "same-origin") &&
-                                                              !iequals(site, "none"))
+                                                              !iequals(site, "none") && !navigation &&
+                                                              !(r.origin_same_sandbox && iequals(site, "same-site")))
     return "a request from another site (Sec-Fetch-Site: " + std::string(site.substr(0, 32)) +
            ") may not use this preview's cookie; open the URL with its token";
-  const bool unsafe = !(iequals(r.method, "GET") || iequals(r.method, "HEAD") || iequals(r.method, "OPTIONS"));
-  if (!unsafe && trim(r.upgrade).empty()) return std::nullopt;
+  if (!unsafe && !upgrade) return std::nullopt;
+  if (r.origin_same_sandbox) return std::nullopt;
   // An Origin names the page that sent the request: it must be this host's own (any scheme:
   // a TLS front end may sit before the listener). No Origin: not a browser's cross-origin
   // request (browsers send it on every cross-origin POST and WebSocket).
@@ -255,8 +264,17 @@ void PreviewServer::handle(http::Exchange& ex) {
   // the victim's cookie. Where the cookie is the only credential, a cross-site request, and an
   // upgrade or unsafe method from another origin, are refused, unless the port needs none.
   if (!stripped.token && !target->traffic_token && token->has_value()) {
+    // Another port of the same sandbox is the same tenant's page: its Origin names it.
+    bool same_sandbox = false;
+    if (const std::string_view origin = ex.header("origin"); !origin.empty()) {
+      const size_t scheme = origin.find("://");
+      if (auto o = sandbox::parse_preview_host(scheme == std::string_view::npos ? origin : origin.substr(scheme + 3),
+                                               cfg_.domain))
+        same_sandbox = o->sandbox_id == target->sandbox_id;
+    }
     if (auto why = cross_site_with_cookie({ex.method(), ex.header("upgrade"), ex.header("sec-fetch-site"),
-                                           ex.header("origin"), ex.header("host")});
+                                           ex.header("origin"), ex.header("host"), ex.header("sec-fetch-mode"),
+                                           ex.header("sec-fetch-dest"), same_sandbox});
         why && !sandboxes_.authorize_port(*target, std::nullopt))
       return respond_error(ex, Error{ErrorCode::kForbidden, *why, 0});
   }

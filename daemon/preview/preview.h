@@ -86,9 +86,14 @@ struct CookieRequest {
   std::string_view sec_fetch_site;
   std::string_view origin;
   std::string_view host;
+  std::string_view sec_fetch_mode = {};
+  std::string_view sec_fetch_dest = {};
+  bool origin_same_sandbox = false;  // the Origin is a preview host of the same sandbox (another port)
 };
 /// Why such a request may not use the cookie, or nothing: a Sec-Fetch-Site other than
-/// same-origin or none, or an upgrade or an unsafe method whose Origin is not the host's own.
+/// same-origin or none (unless a top-level navigation, or from another port of the same
+/// sandbox), or an upgrade or an unsafe method whose Origin is not the host's own or another
+/// port of its sandbox.
 std::optional<std::string> cross_site_with_cookie(const CookieRequest& r);
 
 class PreviewServer {

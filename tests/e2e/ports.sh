@@ -121,6 +121,12 @@ preview "$H8" "/own-read" -H "$C8" -H "Sec-Fetch-Site: none"
 check xsite.typed_url_served "HTTP $ST" test "$ST" = 404
 preview "$H8" "/echo" -H "$C8" -H "Origin: http://$H8" --data own
 check xsite.own_origin_post_served "HTTP $ST $(head -c 100 "$RESP")" bash -c "[ $ST = 200 ] && [ \"\$(cat '$RESP')\" = own ]"
+preview "$H8" "/own-read" -H "$C8" -H "Sec-Fetch-Site: cross-site" -H "Sec-Fetch-Mode: navigate" -H "Sec-Fetch-Dest: document"
+check xsite.link_from_another_site_served "HTTP $ST" test "$ST" = 404  # a link clicked elsewhere: a navigation
+preview "$H8" "/xsite-read" -H "$C8" -H "Sec-Fetch-Site: cross-site" -H "Sec-Fetch-Mode: navigate" -H "Sec-Fetch-Dest: iframe"
+expect_error xsite.frame_from_another_site_403 403 forbidden
+preview "$H8" "/echo" -H "$C8" -H "Sec-Fetch-Site: same-site" -H "Origin: http://$H9" --data port9000
+check xsite.other_port_of_the_sandbox_served "HTTP $ST $(head -c 100 "$RESP")" bash -c "[ $ST = 200 ] && [ \"\$(cat '$RESP')\" = port9000 ]"
 preview "$H8" "/xsite-token?b3os_token=$PUB_TOKEN" -H "Sec-Fetch-Site: cross-site"
 check xsite.url_token_served "HTTP $ST" test "$ST" = 404  # the URL's token is a capability of its own
 run_exec "$SBX" '{"cmd": "cat /tmp/app-8000.log"}'

@@ -184,5 +184,23 @@ TEST(PreviewCookieOnly, AnotherSitesRequestsMayNot) {
   EXPECT_TRUE(cross_site_with_cookie({"POST", "", "", "https://8000-abc.preview.test.evil", kHost}));
   EXPECT_FALSE(cross_site_with_cookie({"GET", "", "", "https://9000-evil.preview.test", kHost}));  // a safe read
 }
+
+TEST(PreviewCookieOnly, ALinkFollowedFromAnywhereAndAnotherPortOfTheSandboxMay) {
+  // A link clicked in a chat, and the 303 that drops a URL's token, arrive cross-site as
+  // top-level navigations.
+  EXPECT_FALSE(cross_site_with_cookie({"GET", "", "cross-site", "", kHost, "navigate", "document"}));
+  EXPECT_FALSE(cross_site_with_cookie({"GET", "", "same-site", "", kHost, "navigate", ""}));
+  // Not a navigation: a frame, a fetch, a POST form, an upgrade.
+  EXPECT_TRUE(cross_site_with_cookie({"GET", "", "cross-site", "", kHost, "navigate", "iframe"}));
+  EXPECT_TRUE(cross_site_with_cookie({"GET", "", "cross-site", "", kHost, "cors", "empty"}));
+  EXPECT_TRUE(cross_site_with_cookie({"POST", "", "cross-site", "https://evil.test", kHost, "navigate", "document"}));
+  EXPECT_TRUE(cross_site_with_cookie({"GET", "websocket", "cross-site", "https://evil.test", kHost, "websocket", "websocket"}));
+  // Another port of the same sandbox: its page's fetches, POSTs and WebSockets.
+  EXPECT_FALSE(cross_site_with_cookie({"GET", "", "same-site", "https://3000-abc.preview.test", kHost, "cors", "empty", true}));
+  EXPECT_FALSE(cross_site_with_cookie({"POST", "", "same-site", "https://3000-abc.preview.test", kHost, "cors", "empty", true}));
+  EXPECT_FALSE(cross_site_with_cookie({"GET", "websocket", "", "https://3000-abc.preview.test", kHost, "", "", true}));
+  // ...but not from another site that merely claims it (cross-site is never the same sandbox).
+  EXPECT_TRUE(cross_site_with_cookie({"GET", "", "cross-site", "https://3000-abc.preview.test", kHost, "cors", "empty", true}));
+}
 }  // namespace
 }  // namespace b3os::preview
