@@ -365,7 +365,7 @@ void e2b_signer(http::Exchange& ex, e2b::Server& e2b) {
 
 /// POST /internal/adopt on the internal listener (signed for the route "adopt", no API key):
 /// a draining node hands this one a sandbox (docs/cluster.md, "A drain moves sandboxes").
-void adopt_moved(http::Exchange& ex, sandbox::SandboxService& sandboxes) {
+void adopt_moved(http::Exchange& ex, sandbox::SandboxService& sandboxes, const std::string& this_node) {
   auto answer = [&ex](const Result<nlohmann::json>& r) { answer_json(ex, r); };
   auto body = internal_body(ex, "adopt", "/internal/adopt");
   if (!body) return answer(fail(body.error()));
@@ -374,6 +374,11 @@ void adopt_moved(http::Exchange& ex, sandbox::SandboxService& sandboxes) {
       !j.value("project_id", nlohmann::json()).is_string() || !j.value("move_id", nlohmann::json()).is_string() ||
       !j.value("from_node", nlohmann::json()).is_string() || !j.value("deadline_ms", nlohmann::json()).is_number_integer())
     return answer(fail(ErrorCode::kInvalidRequest, "adopt: sandbox_id, project_id, move_id, from_node and deadline_ms are required"));
+  // The signed body names the node it is for: the same request replayed to another node (the
+  // target is the same on every node) is refused there.
+  if (j.value("to_node", nlohmann::json()) != this_node)
+    return answer(fail(ErrorCode::kConflict, "adopt: this move is for node " + j.value("to_node", std::string("?")).substr(0, 64) +
+                                                 ", not " + this_node));
   sandbox::Timing t;
   answer(sandboxes.adopt(j["project_id"], j["sandbox_id"], j["move_id"], j["from_node"], j["deadline_ms"].get<int64_t>(), t));
 }
@@ -414,7 +419,7 @@ bool move_sandboxes_out(sandbox::SandboxService& sandboxes, store::Store& store,
       // leaves the sandbox on both.
       const int64_t deadline = now_unix_ms() + 4 * 60'000;
       const nlohmann::json body = {{"sandbox_id", s->id}, {"project_id", project}, {"move_id", move_id},
-                                   {"from_node", node_id}, {"deadline_ms", deadline}};
+                                   {"from_node", node_id}, {"to_node", to->id}, {"deadline_ms", deadline}};
       auto a = cluster::post_to_node(to->url, secret, "adopt", "/internal/adopt", body.dump(), std::chrono::minutes(5));
       if (a && a->status == 200) return true;
       // No answer, or an error: the store says whether it took it (its record names it).
@@ -1052,7 +1057,7 @@ int main(int argc, char** argv) {
     static cluster::ReplayGuard cluster_replays;  // each signed request served once
     cluster_server = std::make_unique<http::Server>(
         cluster_listen.substr(0, colon), cport, ccfg,
-        [&api, &cluster_secret, &cluster_previews, &sandboxes, &e2b_server, &cluster_replays](http::Exchange& ex) {
+        [&api, &cluster_secret, &cluster_previews, &sandboxes, &e2b_server, &node_id](http::Exchange& ex) {
           // The route is inside what the signature covers ("ROUTE:" before the method).
           const std::string route(ex.header(cluster::kRouteHeader));
           const std::string method = (route.empty() ? "" : route + ":") + std::string(ex.method());
@@ -1066,7 +1071,7 @@ int main(int argc, char** argv) {
               !v)
             return refuse(v.error());
           if (route == "mcp-call") return api.handle(ex, true);
-          if (route == "adopt") return adopt_moved(ex, sandboxes);
+          if (route == "adopt") return adopt_moved(ex, sandboxes, node_id);
           if (route == "e2b-signer") return e2b_signer(ex, e2b_server);
           if (!route.empty() && route != "preview")
             return refuse({ErrorCode::kInvalidRequest, "unknown cluster route \"" + route.substr(0, 40) + "\"", 0});

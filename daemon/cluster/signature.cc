@@ -56,18 +56,27 @@ std::string sign_request(std::string_view secret, const Signed& s) {
   return hex(mac, len);
 }
 
-bool ReplayGuard::first(const std::string& signature, int64_t now_ms) {
+ReplayGuard::Seen ReplayGuard::first(std::string_view signature, int64_t now_ms) {
+  Key k;
+  auto word = [&](size_t at) {
+    uint64_t v = 0;
+    if (signature.size() >= at + 16) std::from_chars(signature.data() + at, signature.data() + at + 16, v, 16);
+    return v;
+  };
+  k.a = word(0);
+  k.b = word(16);
   std::lock_guard lk(mu_);
   while (!order_.empty() && order_.front().first < now_ms) {
     seen_.erase(order_.front().second);
     order_.pop_front();
   }
-  if (seen_.count(signature) || seen_.size() >= kMaxRemembered) return false;
-  seen_.insert(signature);
+  if (seen_.count(k)) return Seen::kReplay;
+  if (seen_.size() >= kMaxRemembered) return Seen::kFull;
+  seen_.insert(k);
   // Remembered until its time can no longer pass the freshness check (2 windows: the time
   // may be up to a window ahead of this clock).
-  order_.emplace_back(now_ms + 2 * kMaxSkewMs, signature);
-  return true;
+  order_.emplace_back(now_ms + 2 * kMaxSkewMs, k);
+  return Seen::kFirst;
 }
 
 Result<void> verify_request(std::string_view secret, std::string_view method, std::string_view target,
@@ -92,8 +101,15 @@ Result<void> verify_request(std::string_view secret, std::string_view method, st
   if (signature_header.size() != want.size() || CRYPTO_memcmp(signature_header.data(), want.data(), want.size()) != 0)
     return fail(ErrorCode::kUnauthorized, "the cluster signature does not match (a different cluster secret, or a "
                                           "request changed on the way?)");
-  if (replay && !replay->first(want, now_ms))
-    return fail(ErrorCode::kUnauthorized, "this signed request was seen before: a replay is refused");
+  if (replay) switch (replay->first(want, now_ms)) {
+      case ReplayGuard::Seen::kFirst:
+        break;
+      case ReplayGuard::Seen::kReplay:
+        return fail(ErrorCode::kUnauthorized, "this signed request was seen before: a replay is refused");
+      case ReplayGuard::Seen::kFull:
+        return fail(ErrorCode::kNodeUnavailable, "this node has served " + std::to_string(ReplayGuard::kMaxRemembered) +
+                                                     " signed requests within a minute, its most; retry shortly");
+    }
   return {};
 }
 

@@ -59,14 +59,24 @@ std::string sign_request(std::string_view secret, const Signed& s);
 /// kMaxRemembered within one window, a new one is refused rather than forgotten early).
 class ReplayGuard {
  public:
-  static constexpr size_t kMaxRemembered = 1'000'000;
-  /// True (and remembered) the first time `signature` is seen; false for a replay.
-  bool first(const std::string& signature, int64_t now_ms);
+  static constexpr size_t kMaxRemembered = 1'000'000;  // about 40 MB at most
+  enum class Seen { kFirst, kReplay, kFull };
+  /// kFirst (and remembered) the first time `signature` (hex) is seen, kReplay after; kFull
+  /// when the window already holds kMaxRemembered (refused, not forgotten early).
+  Seen first(std::string_view signature, int64_t now_ms);
 
  private:
+  // 128 bits of the HMAC are enough to tell signatures apart: stored once, as two words.
+  struct Key {
+    uint64_t a = 0, b = 0;
+    bool operator==(const Key& o) const { return a == o.a && b == o.b; }
+  };
+  struct KeyHash {
+    size_t operator()(const Key& k) const { return static_cast<size_t>(k.a ^ (k.b * 0x9E3779B97F4A7C15ull)); }
+  };
   std::mutex mu_;
-  std::unordered_set<std::string> seen_;
-  std::deque<std::pair<int64_t, std::string>> order_;  // (forget after, signature)
+  std::unordered_set<Key, KeyHash> seen_;
+  std::deque<std::pair<int64_t, Key>> order_;  // (forget after, key)
 };
 
 /// Checks a request's time, nonce and signature headers against `now_ms`, in constant time,

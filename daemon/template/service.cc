@@ -211,11 +211,15 @@ std::vector<TemplateBuildRecord> TemplateService::visible_builds(const std::stri
   // first (its earliest public build), whatever their versions; a later publisher cannot
   // shadow it. Another project sees its ready versions only (their defaults), never a build in
   // progress or a failed one.
+  // Only templates with a ready version compete: one whose builds all failed or are still
+  // building holds no name for anyone else.
   std::map<std::string, std::pair<int, int64_t>> rank;  // template -> (operator's? 0 : 1, first published)
   for (auto& b : node) {
+    if (b.status != "ready") continue;
     auto [it, fresh] = rank.try_emplace(b.template_id, std::pair<int, int64_t>{b.project_id.empty() ? 0 : 1, b.created_ms});
     if (!fresh) it->second.second = std::min(it->second.second, b.created_ms);
   }
+  if (rank.empty()) return {};
   const auto first = std::min_element(rank.begin(), rank.end(), [](auto& a, auto& b) {
     return a.second != b.second ? a.second < b.second : a.first < b.first;
   })->first;
@@ -1706,9 +1710,10 @@ Result<void> TemplateService::ensure_artifact(const std::string& artifact) {
     return fail(ErrorCode::kProductUnavailable, "template root " + artifact + " was built on another node and this node "
                                                 "has no object store to fetch it from (--object-store)");
   std::lock_guard fl(fetch_mu_);
+  auto held = lock_artifact(artifact);  // a build of the same root here takes turns with it
   if (fs::exists(dest + "/.b3os-ready")) return {};
   const auto t0 = Clock::now();
-  const std::string building = dest + ".building";
+  const std::string building = roots_dir() + "/" + artifact + ".fetch.building";
   std::error_code ec;
   fs::remove_all(building, ec);
   fs::create_directories(building, ec);

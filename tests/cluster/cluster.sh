@@ -573,7 +573,8 @@ other_node=$(psql_q "SELECT id FROM nodes WHERE id <> '$src_node' AND state = 'r
 other_url=$(psql_q "SELECT url FROM nodes WHERE id = '$other_node'")
 for mid in "$SNP2" "mov_$(printf 'x%.0s' $(seq 26))"; do
   jq -nc --arg s "$SNAP_SRC" --arg p "$(psql_q "SELECT project_id FROM sandboxes WHERE id = '$SNAP_SRC'")" --arg m "$mid" \
-    --arg n "$src_node" --argjson d "$(($(now_ms) + 60000))" '{sandbox_id: $s, project_id: $p, move_id: $m, from_node: $n, deadline_ms: $d}' >"$T/adopt.json"
+    --arg n "$src_node" --arg to "$other_node" --argjson d "$(($(now_ms) + 60000))" \
+    '{sandbox_id: $s, project_id: $p, move_id: $m, from_node: $n, to_node: $to, deadline_ms: $d}' >"$T/adopt.json"
   signed_headers adopt:POST /internal/adopt "$T/adopt.json" "" >"$T/signed.h"
   sh_args=(-H "X-B3os-Route: adopt" -H 'Content-Type: application/json')
   while IFS= read -r h; do sh_args+=(-H "$h"); done <"$T/signed.h"
