@@ -246,6 +246,20 @@ int64_t host_pid_max() {
   return v;
 }
 
+void Runsc::bound_all_sandboxes_pids() {
+  const int64_t limit = host_pid_max() - host_pid_max() / 4;
+  for (const char* dir : {"/sys/fs/cgroup/pids/b3os", "/sys/fs/cgroup/b3os"}) {
+    const std::string parent = std::string(dir).substr(0, std::string(dir).rfind('/'));
+    if (::access((parent + "/pids.max").c_str(), F_OK) != 0 && ::access((parent + "/cgroup.procs").c_str(), F_OK) != 0)
+      continue;  // not this hierarchy
+    if (::mkdir(dir, 0755) != 0 && errno != EEXIST) continue;
+    if (::access((std::string(dir) + "/pids.max").c_str(), F_OK) != 0) continue;  // v2 without the pids controller on
+    if (auto r = write_cgroup(std::string(dir) + "/pids.max", std::to_string(limit), "bounding every sandbox's pids"); !r)
+      spdlog::warn("{}", r.error().message);
+    return;
+  }
+}
+
 Runtime::PidsUse Runsc::pids_use(const std::string& id) {
   auto read = [](const std::string& dir) -> PidsUse {
     PidsUse out;

@@ -41,7 +41,7 @@ struct RuntimeConfig {
 
 class Runsc : public Runtime {
  public:
-  explicit Runsc(RuntimeConfig cfg) : cfg_(std::move(cfg)) {}
+  explicit Runsc(RuntimeConfig cfg) : cfg_(std::move(cfg)) { bound_all_sandboxes_pids(); }
 
   /// Writes the OCI config and runs `runsc create` with `stdio_fd` as the agent's stdin and
   /// stdout. On failure nothing is left: no container, no cgroup.
@@ -53,6 +53,10 @@ class Runsc : public Runtime {
   /// The cgroup limit for memory_mib: memory_mib plus the runtime's overhead.
   int64_t memory_limit_bytes(int memory_mib) const override;
   PidsUse pids_use(const std::string& id) override;
+  /// The parent cgroup of every sandbox (/b3os) gets pids.max = the host's pid_max less a
+  /// quarter, so that sandboxes each within their own bound still leave b3osd, runsc and the
+  /// host processes ids whatever their number. Best effort (logged when it cannot be set).
+  static void bound_all_sandboxes_pids();
   /// Sets a container's memory cgroup limit to `bytes`.
   Result<void> set_memory_limit(const std::string& id, int64_t bytes) override;
   /// Forgets the memory cgroup's recorded peak (cgroup v1 max_usage_in_bytes).
