@@ -152,7 +152,7 @@ check package.contents "missing from the .deb: ${missing[*]:-}" test ${#missing[
 # The configuration file names every long flag of b3osd (as a default line, or an "e.g." line
 # for settings without a default), so it does not fall behind b3osd.
 "$ROOT/build/bin/b3osd" --help | grep -oE '^ +--[a-z0-9-]+' | sed 's/^ *--//' |
-  grep -vxE 'help|version|config|check-config' | sort >"$T/flags"
+  grep -vxE 'help|version|config|check-config|print-access' | sort >"$T/flags"
 grep -oE '^#( +)?[a-z0-9-]+ =' "$ROOT/packaging/b3osd.conf" | sed 's/^# *//; s/ =$//' | sort -u >"$T/conf-keys"
 check package.conf_names_every_flag "flags not in packaging/b3osd.conf: $(comm -23 "$T/flags" "$T/conf-keys" | tr '\n' ' ')" \
   eval '[ -s "$T/flags" ] && [ -z "$(comm -23 "$T/flags" "$T/conf-keys")" ]'
