@@ -113,7 +113,8 @@ preview "$H8" "/xsite-read" -H "$C8" -H "Sec-Fetch-Site: same-site"
 expect_error xsite.same_site_cookie_403 403 forbidden "another site"
 preview "$H8" "/xsite-read" -H "$C8" -H "Sec-Fetch-Site: cross-site"
 expect_error xsite.cross_site_cookie_403 403 forbidden
-preview "$H8" "/xsite-post" -H "$C8" -H "Origin: http://9000-$(jq -r .host_id <<<"$SJSON").localhost" --data x
+# A page of another sandbox (another port of this one is its own tenant's: served below).
+preview "$H8" "/xsite-post" -H "$C8" -H "Origin: http://8000-sbx-01m00000000000000000000000.localhost" --data x
 expect_error xsite.foreign_origin_post_403 403 forbidden "another origin"
 preview "$H8" "/own-read" -H "$C8" -H "Sec-Fetch-Site: same-origin"
 check xsite.same_origin_served "HTTP $ST" test "$ST" = 404  # the app's own 404: let in
