@@ -59,7 +59,7 @@ std::string sign_request(std::string_view secret, const Signed& s);
 /// kMaxRemembered within one window, a new one is refused rather than forgotten early).
 class ReplayGuard {
  public:
-  static constexpr size_t kMaxRemembered = 1'000'000;  // about 40 MB at most
+  static constexpr size_t kMaxRemembered = 1'000'000;  // a hash-set node and a queue entry each (not measured)
   enum class Seen { kFirst, kReplay, kFull };
   /// kFirst (and remembered) the first time `signature` (hex) is seen, kReplay after; kFull
   /// when the window already holds kMaxRemembered (refused, not forgotten early).

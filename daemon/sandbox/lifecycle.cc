@@ -599,7 +599,7 @@ Result<json> Lifecycle::resume(const Principal& p, const std::string& id, Timing
 // Registered when b3osd starts, so every family is on /metrics from the first scrape.
 static auto& m_failures = metrics::metrics().counter(
     "b3os_sandbox_failures_total",
-    "sandboxes that failed, by kind: out_of_memory, pids_limit, agent_killed, agent_exited, agent_unresponsive, gofer_killed, "
+    "sandboxes that failed, by kind: out_of_memory, pids_limit, agent_protocol, agent_killed, agent_exited, agent_unresponsive, gofer_killed, "
     "runtime_killed, runtime_exited, not_recovered (after a restart)",
     {"kind"});
 
@@ -691,7 +691,14 @@ void Lifecycle::on_channel_closed(const std::string& id, const std::string& why)
   auto s = registry_.find(id);
   if (!s) return;
   std::string kind;
-  std::string msg = diagnose_exit(id, &kind);
+  // b3osd broke the channel itself because the agent did not follow the protocol (the agent
+  // is alive: asking the runtime how it ended would wait and then name the wrong cause).
+  constexpr std::string_view kViolation = "protocol violation: ";
+  std::string msg = why.rfind(kViolation, 0) == 0
+                        ? "the sandbox's agent broke the channel's protocol (" + why.substr(kViolation.size()) +
+                              "), so the sandbox was stopped"
+                        : diagnose_exit(id, &kind);
+  if (why.rfind(kViolation, 0) == 0) kind = "agent_protocol";
   spdlog::warn("sandbox {}: agent channel closed ({}): {}", id, why, msg);
   // Counted only when this ended it (a delete racing the failure ends it first).
   if (finish(s, Transition::kFail, store::StopReason::kFailed, msg)) count_failure(kind);
