@@ -36,6 +36,7 @@ pkgs=(
   runsc debootstrap iproute2 nftables ethtool conntrack
   libc-ares-dev libldns-dev  # egress: the resolver (upstream queries with TTLs; DNS packets)
   libarchive-dev  # templates: reading container image archives (daemon/image)
+  zstd  # tests: zstd layers and archives (make_image.py --compress zstd, templates.sh zst-bomb)
   libcurl4-openssl-dev  # the cluster's object storage: S3 requests signed with libcurl's SigV4 (daemon/objstore)
   libpq-dev postgresql-15  # the cluster's shared store (daemon/store/pg_store.cc); the store tests start a Postgres 15 of their own
   mmdebstrap  # templates: from: debian:bookworm (a fresh minbase root, made once per node)

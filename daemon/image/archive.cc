@@ -223,6 +223,18 @@ Result<ArchivePtr> ImageArchive::reader_at(int64_t position) {
   return a;
 }
 
+bool is_compressed(const std::string& path) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  struct stat st {};
+  if (!fd || ::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) return false;
+  ArchivePtr a = new_tar_reader();
+  if (archive_read_open_fd(a.get(), fd.get(), kReadBlock) != ARCHIVE_OK) return false;
+  archive_entry* e = nullptr;
+  // The first header is 512 bytes of the uncompressed stream: a few blocks of input at most.
+  if (archive_read_next_header(a.get(), &e) < ARCHIVE_WARN) return false;
+  return archive_filter_code(a.get(), 0) != ARCHIVE_FILTER_NONE;
+}
+
 bool ImageArchive::contains(std::string_view name) const { return members_.contains(member_path(name)); }
 
 Result<std::string> ImageArchive::resolve(std::string_view name, std::string_view what) const {

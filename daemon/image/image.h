@@ -51,6 +51,12 @@ Result<Config> import(const std::string& archive, const std::string& rootfs, con
 /// request can be told at once. The layers' entries are judged by import().
 Result<Config> inspect(const std::string& archive, const Limits& limits);
 
+/// True if the archive at `archive` is compressed as a whole (gzip, zstd, xz, bzip2): its
+/// metadata can be reached only by decompressing it, to its end for docker save, so a request
+/// leaves its inspection to the build. Reads its first member's header only; false when the
+/// file cannot be read as an archive at all (inspect() then says why, quickly).
+bool is_compressed(const std::string& archive);
+
 /// Deletes `path` and everything under it without following symlinks (a symlink is removed,
 /// never its target). Absent is success.
 Result<void> remove_tree(const std::string& path);

@@ -382,8 +382,8 @@ Result<json> TemplateService::create(const sandbox::Principal& p, const json& bo
   // missing blob: 400 now); its layers' entries are judged while the build imports them.
   if (source.value("kind", "") == "image") {
     const std::string path = source.value("path", "");
-    // Inspected once per file (its identity and time): a compressed archive is read to its
-    // end, and a POST naming the same upload again must not read it again.
+    // Inspected once per file (its identity and time): a POST naming the same upload again
+    // does not read it again.
     struct stat ist {};
     const std::string key = ::stat(path.c_str(), &ist) == 0
                                 ? path + "\n" + std::to_string(ist.st_dev) + ":" + std::to_string(ist.st_ino) + ":" +
@@ -394,10 +394,17 @@ Result<json> TemplateService::create(const sandbox::Principal& p, const json& bo
     if (auto hit = key.empty() ? inspected_.end() : inspected_.find(key); hit != inspected_.end()) {
       seen = hit->second;
     } else {
+      // A compressed archive's metadata lies behind all of its bytes (docker save writes its
+      // manifest last): reading them is the build's work, in a build slot, never the request
+      // thread's. Its metadata errors fail the build at its import step, with the same code.
+      // An uncompressed one is read header by header, seeking past the members: at once.
       lk.unlock();
-      seen = image::inspect(path, cfg_.image_limits);
+      const bool compressed = image::is_compressed(path);
+      if (!compressed) seen = image::inspect(path, cfg_.image_limits);
       lk.lock();
-      if (!key.empty() && (seen || seen.error().code == ErrorCode::kInvalidRequest)) {
+      if (compressed) {
+        seen = image::Config{};
+      } else if (!key.empty() && (seen || seen.error().code == ErrorCode::kInvalidRequest)) {
         if (inspected_.size() >= kMaxInspected) {
           inspected_.erase(inspected_order_.front());
           inspected_order_.pop_front();

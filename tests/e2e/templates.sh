@@ -670,7 +670,9 @@ s_bad_builds() {
 # answers), and each hostile variant of make_image.py aimed at $ESCAPE (their layers fail the
 # build at its import step).
 NOT_IMAGES="not-image plain-tar bad-json big-json missing-blob multi-image"
-HOSTILE_KINDS="dotdot symlink-escape symlink-relative hardlink-escape whiteout-symlink device setuid bomb big-layer bad-digest"
+# gz-plain-tar and zst-bomb are archives compressed whole: their metadata lies behind all
+# their bytes, so the request leaves it to the build (202 at once) and the build fails.
+HOSTILE_KINDS="dotdot symlink-escape symlink-relative hardlink-escape whiteout-symlink device setuid bomb big-layer bad-digest gz-plain-tar zst-bomb"
 # Images that import well but hold symlinks where a root is prepared (s_root_links).
 ROOT_LINK_IMAGES="root-links root-link-etc"
 make_hostile_images() {
@@ -686,6 +688,17 @@ make_hostile_images() {
         tar -C "$T/work/sparse" --sparse --format=pax -cf "$T/work/sparse.tar" huge
         python3 "$MAKE_IMAGE" "$T/images/$k.tar" --layer-tar "$T/work/sparse.tar" --target "$ESCAPE"
         rm -rf "$T/work/sparse" ;;
+      gz-plain-tar)
+        python3 "$MAKE_IMAGE" "$T/work/plain.tar" --hostile plain-tar --target "$ESCAPE"
+        gzip -1 -c "$T/work/plain.tar" >"$T/images/$k.tar"
+        rm -f "$T/work/plain.tar" ;;
+      zst-bomb)
+        # 1.1 GiB of zeros in one member, about 40 KiB compressed: past what a 1 GiB build may
+        # decompress, refused at the member's header. Sparse on disk, so tar reads no disk.
+        mkdir -p "$T/work/zeros"
+        truncate -s 1100M "$T/work/zeros/zeros"
+        tar -C "$T/work/zeros" -cf - zeros | zstd -q -1 -c >"$T/images/$k.tar"
+        rm -rf "$T/work/zeros" ;;
       *) python3 "$MAKE_IMAGE" "$T/images/$k.tar" --hostile "$k" --target "$ESCAPE" ;;
     esac
   done
@@ -735,6 +748,8 @@ s_images_hostile() {
       bomb) want='larger than 1073741824 bytes uncompressed' ;;
       big-layer) want='larger than 4294967296 bytes uncompressed' ;;
       bad-digest) want='digest|diff_id|sha256' ;;
+      gz-plain-tar) want='manifest' ;;
+      zst-bomb) want='decompresses to more than' ;;
     esac
     check "image_bad.$k.error_names_it" "$(j -c .error)" jt --arg w "$want" '.error.step == "import" and .error.code == "invalid_request"
       and (.error.message | startswith("image: ")) and (.error.message | test($w))'
