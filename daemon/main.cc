@@ -26,6 +26,7 @@
 #include "daemon/api/target.h"
 #include "daemon/gateway/gateway.h"
 #include "daemon/gateway/relay.h"
+#include "daemon/http/held_body.h"
 #include "daemon/http/metrics_listener.h"
 #include "daemon/objstore/objstore.h"
 #include "daemon/http/server.h"
@@ -52,6 +53,10 @@ namespace fs = std::filesystem;
 using namespace b3os;
 
 namespace {
+
+// The largest body a router signs by its digest: what it holds whole (a create's spec, 1 MiB
+// by default; an MCP call) with room to spare. Larger ones it streams unsigned.
+constexpr size_t kMaxSignedBody = (16u << 20) + (1u << 20);
 
 /// A helper binary: beside b3osd (a build tree), else in ../lib/b3os (the package:
 /// /usr/sbin/b3osd and /usr/lib/b3os/b3os-agent).
@@ -1070,16 +1075,29 @@ int main(int argc, char** argv) {
                   &cluster_replays);
               !v)
             return refuse(v.error());
-          if (route == "mcp-call") return api.handle(ex, true);
-          if (route == "adopt") return adopt_moved(ex, sandboxes, node_id);
-          if (route == "e2b-signer") return e2b_signer(ex, e2b_server);
+          // A body the signature covers by its digest is read whole and checked before
+          // anything acts on it: a byte changed on the way is refused, never half-applied.
+          // Only a router holding it whole signs one (at most a create's spec or an MCP call).
+          const std::string_view digest = ex.header(cluster::kBodyHeader);
+          std::optional<http::HeldBodyExchange> held;
+          if (digest != cluster::kUnsignedBody) {
+            auto body = ex.read_body(kMaxSignedBody);
+            if (!body) return refuse(body.error());
+            if (cluster::sha256_hex(*body) != digest)
+              return refuse({ErrorCode::kUnauthorized, "the body is not the one the cluster signature covers", 0});
+            held.emplace(ex, std::move(*body));
+          }
+          http::Exchange& x = held ? static_cast<http::Exchange&>(*held) : ex;
+          if (route == "mcp-call") return api.handle(x, true);
+          if (route == "adopt") return adopt_moved(x, sandboxes, node_id);
+          if (route == "e2b-signer") return e2b_signer(x, e2b_server);
           if (!route.empty() && route != "preview")
             return refuse({ErrorCode::kInvalidRequest, "unknown cluster route \"" + route.substr(0, 40) + "\"", 0});
           if (route == "preview") {
-            if (auto* pv = cluster_previews.load()) return pv->handle(ex);
+            if (auto* pv = cluster_previews.load()) return pv->handle(x);
             return refuse({ErrorCode::kNodeUnavailable, "this node is starting; retry shortly", 0});
           }
-          api.handle(ex);
+          api.handle(x);
         });
     if (auto r = cluster_server->listen(); !r) {
       std::cerr << "b3osd: --cluster-listen: " << r.error().message << "\n";

@@ -33,13 +33,14 @@ Result<void> relay_signed(http::Exchange& ex, const std::string& node_url, const
     return ex.header(name);
   };
   const std::string nonce = cluster::new_nonce();
-  // A relayed body is streamed through (uploads of gigabytes): not signed; the node's
-  // internal routes, whose bodies are whole, sign theirs (cluster::post_to_node).
-  const std::string signature =
-      cluster::sign_request(secret, {method, o.target, now, nonce, cluster::kUnsignedBody, sent});
+  // A body held whole (a create's spec, an MCP call) is signed by its digest, and the node
+  // reads and checks it before anything acts on it; one streamed through (uploads of
+  // gigabytes, file writes, preview bodies) is not signed: the node sees "unsigned".
+  const std::string body_digest = o.body ? cluster::sha256_hex(*o.body) : std::string(cluster::kUnsignedBody);
+  const std::string signature = cluster::sign_request(secret, {method, o.target, now, nonce, body_digest, sent});
   o.request_headers.emplace_back(std::string(cluster::kTimeHeader), std::to_string(now));
   o.request_headers.emplace_back(std::string(cluster::kNonceHeader), nonce);
-  o.request_headers.emplace_back(std::string(cluster::kBodyHeader), std::string(cluster::kUnsignedBody));
+  o.request_headers.emplace_back(std::string(cluster::kBodyHeader), body_digest);
   o.request_headers.emplace_back(std::string(cluster::kSignatureHeader), signature);
   if (!route.empty()) o.request_headers.emplace_back(std::string(cluster::kRouteHeader), std::string(route));
   // A failure from here on is kUpstreamError: the node was reached (the caller must not try

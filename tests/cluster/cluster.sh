@@ -270,6 +270,25 @@ while IFS= read -r h; do sh_args+=(-H "$h"); done <"$T/signed.h"
 code=$(curl -s -o "$T/int.json" -w '%{http_code}' -H "Authorization: Bearer $KEY" -H "X-API-Key: $KEY" "${sh_args[@]}" "$internal/v1/sandboxes")
 check internal.added_credential_refused "HTTP $code $(head -c 200 "$T/int.json")" \
   sh -c "[ $code = 401 ] && grep -q 'does not match' '$T/int.json'"
+# A body a router holds whole is signed by its digest: the node reads and checks it before the
+# API sees it. The body signed is served (the exec names no sandbox: 404 from the API itself);
+# another body under the same signature is refused, and nothing runs.
+printf '%s' '{"cmd": "echo signed-body"}' >"$T/body.signed"
+printf '%s' '{"cmd": "echo altered-body"}' >"$T/body.altered"
+signed_headers POST /v1/sandboxes/sbx_nosuchone/exec "$T/body.signed" >"$T/signed.h"
+sh_args=()
+while IFS= read -r h; do sh_args+=(-H "$h"); done <"$T/signed.h"
+code=$(curl -s -o "$T/int.json" -w '%{http_code}' -H "Authorization: Bearer $KEY" -H 'Content-Type: application/json' \
+  "${sh_args[@]}" --data-binary @"$T/body.altered" "$internal/v1/sandboxes/sbx_nosuchone/exec")
+check internal.altered_body_refused "HTTP $code $(head -c 200 "$T/int.json")" \
+  sh -c "[ $code = 401 ] && grep -q 'not the one the cluster signature covers' '$T/int.json'"
+signed_headers POST /v1/sandboxes/sbx_nosuchone/exec "$T/body.signed" >"$T/signed.h"
+sh_args=()
+while IFS= read -r h; do sh_args+=(-H "$h"); done <"$T/signed.h"
+code=$(curl -s -o "$T/int.json" -w '%{http_code}' -H "Authorization: Bearer $KEY" -H 'Content-Type: application/json' \
+  "${sh_args[@]}" --data-binary @"$T/body.signed" "$internal/v1/sandboxes/sbx_nosuchone/exec")
+check internal.signed_body_served "HTTP $code $(head -c 200 "$T/int.json")" \
+  sh -c "[ $code = 404 ] && grep -q sandbox_not_found '$T/int.json'"
 code=$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $KEY" "${NODE_URL[a]}/v1/sandboxes")
 check internal.public_port_unchanged "HTTP $code" test "$code" = 200
 

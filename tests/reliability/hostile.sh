@@ -106,6 +106,16 @@ s_channel_garbage() {
   check channel_garbage.refused "want both opens refused (ENXIO), got $(head -c 300 "$T/channel_garbage.json")" \
     jq -e '[.stderr | scan("No such device or address")] | length == 2' "$T/channel_garbage.json"
   after channel_garbage "$id" running
+  # Nor can root inside take the agent over to write frames of its own: tracing it, writing
+  # its memory or copying its fds are each refused (tests/reliability/agent_takeover.py).
+  local body
+  body=$(jq -nc --rawfile s "$HERE/agent_takeover.py" '{cmd: "python3 /dev/stdin", user: "root", stdin: $s, timeout_ms: 30000}')
+  attack agent_takeover "$id" "$body"
+  check agent_takeover.every_way_refused "$(head -c 400 "$T/agent_takeover.json")" \
+    jq -e '.exit_code == 0 and (.stdout | fromjson | (length == 6) and (to_entries | all(.value != "allowed")))' "$T/agent_takeover.json"
+  after agent_takeover "$id" running
+  run_exec "$id" '{"cmd":"echo alive"}'
+  check agent_takeover.still_serves "exec after: $(snip)" okj 200 '.stdout == "alive\n"'
 }
 
 s_stdout_flood() {
