@@ -47,9 +47,37 @@ constexpr size_t kHeaderLimit = 64 * 1024;
 constexpr auto kWriteStall = std::chrono::seconds(60);  // a response write that makes no progress
 constexpr auto kWorkerIdle = std::chrono::seconds(60);  // an idle worker thread ends after this
 constexpr size_t kBodyReadSize = 256 * 1024;  // what one read of a request body may take
+// What a connection's read buffer may hold: a head (kHeaderLimit) and a read of body with room.
+constexpr size_t kConnBufferLimit = 1 << 20;
 // A request that finds every worker busy waits up to 20 x 10 ms for one before its 503.
 constexpr auto kWorkerWaitStep = std::chrono::milliseconds(10);
 constexpr int kWorkerWaitSteps = 20;
+
+/// Why a request head frames its body in a way b3osd does not take (RFC 9112 6.1 and 6.3),
+/// or nullopt. Only `Transfer-Encoding: chunked` is taken: Beast reads any other coding as no
+/// body, so the body's bytes would be parsed as the next request, and a front end that framed
+/// it the other way would be desynchronised from b3osd. Both a Transfer-Encoding and a
+/// Content-Length, or either twice, is the shape of request smuggling: refused too.
+std::optional<std::string> framing_error(const bh::request<bh::buffer_body>& req) {
+  size_t te_fields = 0, cl_fields = 0;
+  std::string te;
+  for (const auto& f : req) {
+    if (f.name() == bh::field::transfer_encoding) {
+      ++te_fields;
+      te = std::string(f.value());
+    } else if (f.name() == bh::field::content_length) {
+      ++cl_fields;
+    }
+  }
+  if (te_fields == 0) return cl_fields > 1 ? std::optional<std::string>("a request has at most one Content-Length") : std::nullopt;
+  if (te_fields > 1) return "a request has at most one Transfer-Encoding";
+  if (cl_fields > 0) return "a request has a Transfer-Encoding or a Content-Length, not both";
+  const auto first = te.find_first_not_of(" \t"), last = te.find_last_not_of(" \t");
+  const std::string coding = first == std::string::npos ? std::string() : te.substr(first, last - first + 1);
+  if (!beast::iequals(coding, "chunked"))
+    return "Transfer-Encoding \"" + coding.substr(0, 40) + "\" is not taken: only \"chunked\"";
+  return std::nullopt;
+}
 
 tl::unexpected<Error> too_large(uint64_t limit) {
   return fail(ErrorCode::kPayloadTooLarge, "the request body is larger than this operation's limit of " +
@@ -113,7 +141,8 @@ class BeastExchange final : public Exchange {
     // Beast reads at most the buffer's free capacity (at least 512 bytes) per read_some, and
     // the buffer is as small as the request head left it: without room, a body came through
     // in 512-byte pieces, each one a frame to the agent (an upload ran at 50 MB/s).
-    if (buf_.capacity() - buf_.size() < kBodyReadSize) buf_.reserve(buf_.size() + kBodyReadSize);
+    if (buf_.capacity() - buf_.size() < kBodyReadSize)
+      buf_.reserve(std::min(buf_.size() + kBodyReadSize, buf_.max_size()));
     beast::error_code ec;
     while (!ec && body.size == cap && !parser_.is_done()) {
       in.arm(std::chrono::steady_clock::now() + body_timeout_, nullptr);
@@ -372,9 +401,11 @@ class Workers : public std::enable_shared_from_this<Workers> {
 /// One client connection. Between requests it belongs to the asio thread (waiting for a head,
 /// in the line of waiters); while a request runs, to that request's worker.
 struct Conn {
-  explicit Conn(tcp::socket s) : sock(std::move(s)), timer(sock.get_executor()) {}
+  explicit Conn(tcp::socket s) : sock(std::move(s)), timer(sock.get_executor()), buf(kConnBufferLimit) {}
   tcp::socket sock;
   asio::steady_timer timer;
+  // Bounded: Beast holds a chunk's header line (its extensions) whole in it before parsing,
+  // with no limit of its own, so a client sending one without end would grow it without end.
   beast::flat_buffer buf;
   std::optional<bh::request_parser<bh::buffer_body>> parser;
   std::list<std::shared_ptr<Conn>>::iterator in_line;
@@ -475,7 +506,13 @@ void Server::Impl::read_head(const ConnPtr& c) {
   arm(c, cfg.head_timeout);
   bh::async_read_header(c->sock, c->buf, *c->parser, [this, c](beast::error_code ec, size_t) {
     if (c->closed) return;
-    if (!ec) return dispatch(c);
+    if (!ec) {
+      if (auto bad = framing_error(c->parser->get())) {
+        send_now(c->sock, own_error(ErrorCode::kInvalidRequest, *bad));
+        return close(c);
+      }
+      return dispatch(c);
+    }
     if (ec != bh::error::end_of_stream && ec != asio::error::eof && ec != asio::error::connection_reset)
       send_now(c->sock, own_error(ErrorCode::kInvalidRequest, "malformed HTTP request: " + ec.message()));
     close(c);

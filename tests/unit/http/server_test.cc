@@ -172,6 +172,39 @@ TEST_F(ServerTest, AMalformedRequestGets400) {
   EXPECT_EQ(read_until_close(fd, 5s).rfind("HTTP/1.1 400", 0), 0u);
 }
 
+// Issue 42 point 8: a coding other than chunked was read as no body, and the body's bytes as
+// the next request. Each of these is 400 and the connection closed; nothing reaches a handler.
+TEST_F(ServerTest, OnlyChunkedFramesABodyAndSmugglingShapesAre400AndClose) {
+  start(Config{});
+  for (std::string head : {"Transfer-Encoding: xchunked\r\n", "Transfer-Encoding: chunked, identity\r\n",
+                           "Transfer-Encoding: gzip, chunked\r\n", "Transfer-Encoding: identity\r\n",
+                           "Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n",
+                           "Transfer-Encoding: chunked\r\nContent-Length: 5\r\n"}) {
+    auto fd = connect_();
+    // The "body" is a whole second request: it must never be served.
+    send_(fd, "POST /body HTTP/1.1\r\nHost: t\r\n" + head + "\r\nGET /id HTTP/1.1\r\nHost: t\r\n\r\n");
+    const std::string got = read_until_close(fd, 5s);
+    EXPECT_EQ(got.rfind("HTTP/1.1 400", 0), 0u) << head << got;
+    EXPECT_NE(got.find("invalid_request"), std::string::npos) << got;
+    EXPECT_EQ(got.find("HTTP/1.1 200"), std::string::npos) << head << got;
+    EXPECT_EQ(got.find("<open>"), std::string::npos) << "the connection stays open after: " << head;
+  }
+  // chunked itself (any case, with spaces) is read as the body it frames.
+  auto fd = connect_();
+  send_(fd, "POST /body HTTP/1.1\r\nHost: t\r\nTransfer-Encoding:  Chunked \r\nConnection: close\r\n\r\n"
+            "5\r\nhello\r\n0\r\n\r\n");
+  EXPECT_EQ(read_until_close(fd, 5s).rfind("HTTP/1.1 200", 0), 0u);
+  // A chunk extension without end (Beast holds a chunk's header line whole, with no limit of
+  // its own) meets the connection's buffer limit, 1 MiB: 400, not memory without end.
+  auto ext = connect_();
+  send_(ext, "POST /body HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n5;x=");
+  const std::string block(64 * 1024, 'a');
+  size_t sent = 0;
+  while (sent < (8u << 20) && ::send(ext.get(), block.data(), block.size(), MSG_NOSIGNAL) > 0) sent += block.size();
+  const std::string refused = read_until_close(ext, 5s);
+  EXPECT_EQ(refused.rfind("HTTP/1.1 400", 0), 0u) << sent << " bytes sent; " << refused.substr(0, 200);
+}
+
 TEST_F(ServerTest, EveryAnswerCarriesTheRequestIdItsHandlerSaw) {
   start(Config{});
   std::string a = get("/id");
