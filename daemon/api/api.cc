@@ -751,6 +751,10 @@ void Api::process_output(Call& c) {
   int last_stream = -1;
   auto write = [&](const std::string& event) { return static_cast<bool>(c.ex.write(event)); };
   // One chunk, ending at offset `end` (its SSE id: where a reader that comes back resumes).
+  // An answer that is not a stream holds at most --max-exec-output bytes of output (counted
+  // from the offsets, so escapes and base64 cost at most 2x on top); the rest is read from
+  // `next` ("more": true). A 64 MiB ring is never built into one answer.
+  const uint64_t answer_cap = sandboxes_.config().max_exec_output;
   auto emit = [&](bool is_stderr, json j, uint64_t end) {
     j["offset"] = emitted;
     emitted = end;
@@ -759,6 +763,7 @@ void Api::process_output(Call& c) {
     chunks.push_back(std::move(j));
     return true;
   };
+  if (!sse) reader.full = [&] { return emitted - header.value("from", req->since) >= answer_cap; };
   // A partial UTF-8 character carried for one stream goes out (as base64) before bytes of the
   // other stream or a gap: offsets stay in order.
   auto flush = [&](bool is_stderr) {
@@ -805,9 +810,17 @@ void Api::process_output(Call& c) {
                 {"chunks", chunks},
                 {"next", emitted},
                 {"running", r->value("running", false)}};
-    if (r->contains("exit_code")) {
-      out["exit_code"] = (*r)["exit_code"];
-      out["signal"] = (*r)["signal"];
+    json state = *r;
+    if (r->value("more", false)) {
+      // Cut at the answer's bound: whether the process still runs is asked, not inferred.
+      out["more"] = true;
+      auto now = sandboxes_.exec().get_process(c.principal, id, proc);
+      state = now ? *now : json{{"running", true}};
+      out["running"] = state.value("running", state.value("status", "") == "running");
+    }
+    if (state.contains("exit_code") && !state["exit_code"].is_null()) {
+      out["exit_code"] = state["exit_code"];
+      out["signal"] = state.value("signal", json(0));
     }
     return send(c, {200, std::move(out), {}});
   }

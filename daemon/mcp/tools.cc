@@ -351,14 +351,15 @@ Tools::Tools(sandbox::SandboxService& sb, ToolsConfig cfg, tpl::TemplateService*
       "process_output", "Read a background process's output",
       "The output of a background process from an offset (0: all it kept). Returns the text since then, `next` "
       "(the offset to ask from next time, so nothing is missed), whether it still runs, and its exit code once it "
-      "exited. wait_ms waits up to that long for it to exit first (a way to wait for a build or a test run).",
+      "exited. One read returns at most the node's --max-exec-output (1 MiB); `more` is true when there is more to read from `next`. wait_ms waits up to that long for it to exit first (a way to wait for a build or a test run).",
       "sandboxes",
       obj({{"sandbox_id", kSandboxId},
            {"process_id", str("The process id (proc_N) or pid.")},
            {"since", integer("The offset to read from (the `next` of the last read).", 0, INT64_MAX)},
            {"wait_ms", integer("Wait up to this long for the process to exit before reading.", 0, 3600000)}},
           {"sandbox_id", "process_id"}),
-      obj({{"output", {{"type", "string"}}}, {"next", {{"type", "integer"}}}, {"running", {{"type", "boolean"}}}},
+      obj({{"output", {{"type", "string"}}}, {"next", {{"type", "integer"}}}, {"running", {{"type", "boolean"}}},
+           {"more", {{"type", "boolean"}}}},
           {"output", "next", "running"}, false),
       [&S](const json& args, CallContext& ctx) -> Result<ToolResult> {
         if (auto r = only(args, {"sandbox_id", "process_id", "since", "wait_ms"}); !r) return fail(r.error());
@@ -378,9 +379,18 @@ Tools::Tools(sandbox::SandboxService& sb, ToolsConfig cfg, tpl::TemplateService*
         reader.begin = [&](const json& h) { dropped = h.value("dropped", uint64_t{0}); return true; };
         reader.data = [&](uint64_t, bool, std::string_view bytes) { text.append(bytes); return true; };
         reader.gap = [&](uint64_t from, uint64_t to) { dropped += to - from; return true; };
+        // Bounded as the REST answer is (--max-exec-output): the rest is read from `next`.
+        const size_t cap = S.config().max_exec_output;
+        reader.full = [&] { return text.size() >= cap; };
         auto r = S.exec().process_output(ctx.principal, id, proc, since, false, 60'000, reader, cancelled);
         if (!r) return fail(r.error());
         json out = *r;
+        if (r->value("more", false)) {
+          // Cut at the bound: whether it still runs is asked, not inferred.
+          auto now = S.exec().get_process(ctx.principal, id, proc);
+          out["running"] = !now || now->value("status", "") == "running";
+          if (now && now->contains("exit_code") && !(*now)["exit_code"].is_null()) out["exit_code"] = (*now)["exit_code"];
+        }
         out["output"] = text;  // as text: invalid UTF-8 is replaced in the JSON
         out["dropped"] = dropped;
         std::string summary = (r->value("running", false) ? std::string("running") : "exited " + std::to_string(r->value("exit_code", -1))) +

@@ -93,9 +93,13 @@ class Exec {
     /// false stops the read.
     std::function<bool()> quiet;
     int64_t quiet_every_ms = 0;
+    /// After each piece of data: true when this answer holds all it may (a read that is not a
+    /// follow is bounded); the read ends there with {"next", "more": true}.
+    std::function<bool()> full;
   };
   /// Reads from `since` to the end, or with `follow` until the process's output is done (or
-  /// `max_ms` passed): {"next","running","exit_code","signal"}.
+  /// `max_ms` passed): {"next","running","exit_code","signal"}; {"next","more"} when the
+  /// reader was `full` first.
   Result<nlohmann::json> process_output(const Principal& p, const std::string& id, const std::string& proc,
                                         uint64_t since, bool follow, int64_t max_ms, const OutputReader& reader,
                                         const CancelCheck& cancelled);

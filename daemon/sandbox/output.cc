@@ -13,9 +13,21 @@ namespace b3os::sandbox {
 
 using nlohmann::json;
 
+bool textual(std::string_view bytes) {
+  // Control characters JSON writes as \u00XX: six bytes each. Past one in 16, the chunk is
+  // binary in all but name (a process writing \x01 bytes made an answer six times its output),
+  // and base64 (4 for 3) is both smaller and what a reader of binary expects.
+  size_t escaped = 0;
+  for (const char ch : bytes) {
+    const auto c = static_cast<unsigned char>(ch);
+    escaped += c < 0x20 && c != '\n' && c != '\r' && c != '\t';
+  }
+  return escaped * 16 <= bytes.size() && sys::valid_utf8(bytes);
+}
+
 namespace {
 json encode(const std::string& bytes) {
-  if (sys::valid_utf8(bytes)) return json{{"data", bytes}};
+  if (textual(bytes)) return json{{"data", bytes}};
   return json{{"data", sys::base64_encode(bytes)}, {"encoding", "base64"}};
 }
 }  // namespace
@@ -49,7 +61,7 @@ bool OutputEncoder::append_event(std::string& out, bool is_stderr, std::string_v
   }
   const size_t tail = sys::utf8_incomplete_tail(all);
   std::string_view body = all.substr(0, all.size() - tail);
-  bool text = sys::valid_utf8(body);
+  bool text = textual(body);
   if (tail > 0) {
     if (text) carry.assign(all.substr(all.size() - tail));
     else body = all;  // not text before the cut either: all of it as base64

@@ -1,6 +1,6 @@
 #pragma once
 // How command output is written in the API's events and answers (docs/api.md, "Output
-// chunks"): a chunk is {"data": text} when its bytes are UTF-8, else {"data": base64,
+// chunks"): a chunk is {"data": text} when its bytes are text (textual()), else {"data": base64,
 // "encoding": "base64"}, so bytes come out exact either way. A UTF-8 character cut between two
 // chunks of one stream is carried to the next chunk rather than making both base64.
 
@@ -11,6 +11,11 @@
 #include <nlohmann/json.hpp>
 
 namespace b3os::sandbox {
+
+/// True when `bytes` go out as text: valid UTF-8, with at most one byte in 16 a control
+/// character other than tab, newline and carriage return (each of those costs six bytes of
+/// JSON). Otherwise a chunk is base64.
+bool textual(std::string_view bytes);
 
 class OutputEncoder {
  public:

@@ -254,6 +254,10 @@ Result<json> Exec::process_output(const Principal& p, const std::string& id, con
           return fail(ErrorCode::kInternal, "the client went away or stopped reading");
         }
         offset += bytes.size();
+        if (reader.full && reader.full()) {
+          st.cancel();
+          return json{{"next", offset}, {"more", true}};
+        }
         st.grant(static_cast<uint32_t>(bytes.size()));
         quiet_at = Clock::now() + std::chrono::milliseconds(reader.quiet_every_ms);
         break;

@@ -147,6 +147,31 @@ s_processes() {
   start_proc '{"cmd":"true","output_bytes":100}'
   expect_error processes.ring_too_small_400 400 invalid_request output_bytes
 
+  # An answer that is not a follow is bounded (--max-exec-output, 1 MiB of output): 3 MiB of
+  # \x01 bytes come in answers of about 1 MiB each (at most 2 MiB of JSON), as base64 (six as
+  # \u0001 escapes each: a 64 MiB ring made a 400 MB answer), `more` until the last, and reading
+  # from each `next` gives every byte once.
+  start_proc '{"cmd":"head -c 3145728 /dev/zero | tr \"\\0\" \"\\001\"","output_bytes":4194304}'
+  local pb=$PROC off=0 reads=0 got=0 biggest=0 size encodings=""
+  apij POST "/v1/sandboxes/$SBX/processes/$pb/wait" '{"timeout_ms":20000}'
+  while [ "$reads" -lt 10 ]; do
+    api GET "/v1/sandboxes/$SBX/processes/$pb/output?since=$off"
+    [ "$ST" = 200 ] || break
+    reads=$((reads + 1))
+    size=$(stat -c %s "$RESP")
+    [ "$size" -le "$biggest" ] || biggest=$size
+    got=$((got + $(jq '[.chunks[] | select(.data) | .data | if . == "" then 0 else (@base64d | length) end] | add // 0' "$RESP")))
+    encodings="$encodings$(jq -r '[.chunks[].encoding // "text"] | unique | join(",")' "$RESP") "
+    off=$(j .next)
+    [ "$(j '.more // false')" = true ] || break
+  done
+  check processes.output_answer_bounded "$reads reads, $got bytes, largest answer $biggest bytes, encodings: $encodings" \
+    test "$reads" -ge 3 -a "$reads" -le 4 -a "$got" = 3145728 -a "$off" = 3145728 -a "$biggest" -le 2097152
+  check processes.output_control_bytes_as_base64 "encodings: $encodings" \
+    sh -c "! echo '$encodings' | grep -q text"
+  check processes.output_last_read_complete "$(jq -c 'del(.chunks)' "$RESP" | head -c 300)" \
+    okj 200 '(.more // false) == false and .running == false and .exit_code == 0'
+
   # Forget: an exited process goes, then it is unknown.
   api DELETE "/v1/sandboxes/$SBX/processes/$p5"
   check processes.forget "$(snip)" okj 200 '.deleted == true'
