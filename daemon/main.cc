@@ -553,6 +553,19 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(uint64_t{4096}, sandbox::kMaxProcessOutputBytes))
       ->capture_default_str();
   app.add_option("--max-exec-output", cfg.max_exec_output, "bytes of stdout and of stderr kept per exec")->capture_default_str();
+  store::IdempotencyLimits idem_limits;
+  app.add_option("--idempotency-max-keys", idem_limits.max_records,
+                 "Idempotency-Keys a project holds (24 hours each); a new one past it is 429 quota_exceeded")
+      ->check(CLI::Range(int64_t{1}, int64_t{10'000'000}))
+      ->capture_default_str();
+  app.add_option("--idempotency-max-reply-bytes", idem_limits.max_reply_bytes,
+                 "largest answer kept for replay; a larger one runs once and its replay is 409")
+      ->check(CLI::Range(uint64_t{1024}, uint64_t{16} << 20))
+      ->capture_default_str();
+  app.add_option("--idempotency-max-bytes", idem_limits.max_bytes,
+                 "answers a project's Idempotency-Keys keep in all (bytes); past it, as for a larger answer")
+      ->check(CLI::Range(uint64_t{0}, uint64_t{1} << 40))
+      ->capture_default_str();
   app.add_option("--max-sandboxes-per-project", cfg.max_sandboxes_per_project)->capture_default_str();
   app.add_option("--max-sandboxes-per-node", cfg.max_sandboxes_per_node)->capture_default_str();
   app.add_option("--snapshots-max-per-project", cfg.snapshots_max_per_project,
@@ -920,6 +933,7 @@ int main(int argc, char** argv) {
     cfg.collect_every_ms = collect_every_s * 1000;
     cfg.object_root_grace_ms = object_root_grace_s * 1000;
   }
+  (*store)->set_idempotency_limits(idem_limits);
   if (auto r = (*store)->idempotency_clear_pending(); !r) {
     std::cerr << "b3osd: " << r.error().message << "\n";
     return 1;

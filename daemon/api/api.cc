@@ -331,6 +331,12 @@ void Api::handle(http::Exchange& ex, bool relayed_mcp) {
     if (!hit) return send_error(c, hit.error());
     if (hit->kind == store::IdempotencyHit::Kind::kConflict)
       return send_error(c, {ErrorCode::kIdempotencyKeyConflict, hit->reason, 0});
+    if (hit->kind == store::IdempotencyHit::Kind::kFull)
+      return send_error(c, {ErrorCode::kQuotaExceeded,
+                            "this project holds " + std::to_string(store_.idempotency_limits().max_records) +
+                                " Idempotency-Keys of the last 24 hours, its most (--idempotency-max-keys); send "
+                                "this request without one, or later",
+                            0});
     if (hit->kind == store::IdempotencyHit::Kind::kReplay) {
       http::Headers h = {{"Idempotent-Replayed", "true"},
                          {"Server-Timing", server_timing(c.timing, c.total.elapsed_ms())}};

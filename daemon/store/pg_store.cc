@@ -496,6 +496,9 @@ ALTER TABLE sandboxes ADD COLUMN open_ports BIGINT NOT NULL DEFAULT 0;
     {6, "indexes of the ended sandboxes (the periodic forgetting of ended records reads them)", R"sql(
 CREATE INDEX sandboxes_ended_at ON sandboxes(state, stopped_ms);
 CREATE INDEX sandboxes_ended ON sandboxes(project_id, state, stopped_ms);
+)sql"},
+    {7, "an index of the idempotency records by age (each keyed request forgets the expired ones)", R"sql(
+CREATE INDEX idempotency_created ON idempotency(created_at_ms);
 )sql"}
 };
 
@@ -1068,6 +1071,16 @@ Result<IdempotencyHit> PgStore::idempotency_begin(const std::string& project_id,
     d.bind(1, now - kIdempotencyTtlMs);
     if (auto e = c.run("DELETE FROM idempotency WHERE created_at_ms < $1", d, "forgetting old idempotency keys"); !e)
       return fail(e.error());
+    // A project holding its most live keys claims no new one (a key it holds still replays).
+    Params k;
+    k.bind(1, project_id).bind(2, key);
+    auto held = c.run("SELECT count(*), bool_or(key = $2) FROM idempotency WHERE project_id = $1", k,
+                      "counting idempotency keys");
+    if (!held) return fail(held.error());
+    if (held->i64(0, 0) >= idempotency_limits_.max_records && held->text(0, 1) != "t") {
+      hit.kind = IdempotencyHit::Kind::kFull;
+      return {};
+    }
     // The claim is one INSERT: of two routers racing the same key, exactly one inserts.
     Params p;
     p.bind(1, project_id).bind(2, key).bind(3, api_key_id).bind(4, method).bind(5, path).bind(6, body_hash).bind(7, now);
@@ -1107,8 +1120,19 @@ Result<IdempotencyHit> PgStore::idempotency_begin(const std::string& project_id,
 Result<void> PgStore::idempotency_finish(const std::string& project_id, const std::string& key, int status,
                                          const std::string& content_type, const std::string& body) {
   return with_conn([&](Conn& c) -> Result<void> {
+    const IdempotencyLimits& lim = idempotency_limits_;
+    bool keep = body.size() <= lim.max_reply_bytes;
+    if (keep) {
+      Params k;
+      k.bind(1, project_id);
+      auto n = c.run("SELECT coalesce(sum(octet_length(body)), 0) FROM idempotency WHERE project_id = $1", k,
+                     "measuring kept idempotent responses");
+      if (!n) return fail(n.error());
+      keep = static_cast<uint64_t>(n->i64(0, 0)) + body.size() <= lim.max_bytes;
+    }
     Params p;
-    p.bind(1, int64_t{status}).bind(2, content_type).bind(3, bytea_hex(body)).bind(4, project_id).bind(5, key);
+    p.bind(1, int64_t{keep ? status : 409}).bind(2, keep ? content_type : std::string("application/json"));
+    p.bind(3, bytea_hex(keep ? body : idempotency_not_kept(status, body.size(), lim))).bind(4, project_id).bind(5, key);
     if (auto r = c.run("UPDATE idempotency SET status = $1, content_type = $2, body = $3::bytea "
                        "WHERE project_id = $4 AND key = $5",
                        p, "storing idempotent response");

@@ -225,6 +225,12 @@ CREATE INDEX sandboxes_ended ON sandboxes(project_id, state, stopped_ms);
 )sql");
 }
 
+/// Version 9: the index the forgetting of old Idempotency-Keys reads (each keyed request
+/// deletes the expired ones: without it, a scan of every record).
+Result<void> idempotency_index_v9(sqlite3* db) {
+  return exec_sql(db, "CREATE INDEX idempotency_created ON idempotency(created_at_ms);");
+}
+
 struct Migration {
   int version;         // the user_version after this step
   const char* what;    // for errors and logs
@@ -240,6 +246,7 @@ constexpr Migration kMigrations[] = {
     {6, "templates users build", template_builds_v6},
     {7, "sandboxes with every port open", open_ports_v7},
     {8, "indexes of the ended sandboxes", ended_indexes_v8},
+    {9, "an index of the idempotency records by age", idempotency_index_v9},
 };
 
 constexpr bool versions_are_consecutive() {
@@ -445,6 +452,25 @@ CREATE INDEX snapshots_project ON snapshots(project_id, id);
 }
 
 }  // namespace
+
+std::string idempotency_not_kept(int status, uint64_t bytes, const IdempotencyLimits& limits) {
+  auto size = [](uint64_t n) {
+    return n % (1 << 20) == 0 ? std::to_string(n >> 20) + " MiB"
+           : n % 1024 == 0    ? std::to_string(n >> 10) + " KiB"
+                              : std::to_string(n) + " bytes";
+  };
+  const std::string why = bytes > limits.max_reply_bytes
+                              ? "answers over " + size(limits.max_reply_bytes) + " are not kept"
+                              : "the project's kept answers (markers like this one included) reached their " +
+                                    size(limits.max_bytes);
+  return nlohmann::json{{"error",
+                         {{"code", "idempotency_key_conflict"},
+                          {"message", "the request with this Idempotency-Key ran once and was answered HTTP " +
+                                          std::to_string(status) + " with " + std::to_string(bytes) + " bytes; " + why +
+                                          " (docs/api.md, Idempotency-Key), so it cannot be replayed: read what it "
+                                          "made with a GET, or send a new key to run it again"}}}}
+      .dump();
+}
 
 std::string sha256_hex(std::string_view data) {
   unsigned char md[SHA256_DIGEST_LENGTH];
@@ -907,6 +933,15 @@ Result<IdempotencyHit> SqliteStore::idempotency_begin(const std::string& project
     return hit;
   }
   if (rc != SQLITE_DONE) return fail(db_error(db_, "reading idempotency key"));
+  {
+    Stmt n(db_, "SELECT count(*) FROM idempotency WHERE project_id = ?");
+    n.bind(1, project_id);
+    if (n.step() != SQLITE_ROW) return fail(db_error(db_, "counting idempotency keys"));
+    if (n.i64(0) >= idempotency_limits_.max_records) {
+      hit.kind = IdempotencyHit::Kind::kFull;
+      return hit;
+    }
+  }
   Stmt ins(db_,
            "INSERT INTO idempotency(project_id, key, api_key_id, method, path, body_sha256, created_at_ms) "
            "VALUES (?, ?, ?, ?, ?, ?, ?)");
@@ -918,9 +953,18 @@ Result<IdempotencyHit> SqliteStore::idempotency_begin(const std::string& project
 Result<void> SqliteStore::idempotency_finish(const std::string& project_id, const std::string& key, int status,
                                        const std::string& content_type, const std::string& body) {
   std::lock_guard lk(mu_);
+  const IdempotencyLimits& lim = idempotency_limits_;
+  bool keep = body.size() <= lim.max_reply_bytes;
+  if (keep) {
+    Stmt n(db_, "SELECT coalesce(sum(length(body)), 0) FROM idempotency WHERE project_id = ?");
+    n.bind(1, project_id);
+    if (n.step() != SQLITE_ROW) return fail(db_error(db_, "measuring kept idempotent responses"));
+    keep = static_cast<uint64_t>(n.i64(0)) + body.size() <= lim.max_bytes;
+  }
   Stmt st(db_, "UPDATE idempotency SET status = ?, content_type = ?, body = ? WHERE project_id = ? AND key = ?");
-  st.bind(1, static_cast<int64_t>(status)).bind(2, content_type).bind(4, project_id).bind(5, key);
-  st.bind(3, body);
+  st.bind(1, static_cast<int64_t>(keep ? status : 409)).bind(2, keep ? content_type : "application/json");
+  st.bind(4, project_id).bind(5, key);
+  st.bind(3, keep ? body : idempotency_not_kept(status, body.size(), lim));
   if (st.step() != SQLITE_DONE) return fail(db_error(db_, "storing idempotent response"));
   return {};
 }

@@ -48,12 +48,26 @@ struct SandboxQuery {
 
 /// What an Idempotency-Key lookup found.
 struct IdempotencyHit {
-  enum class Kind { kNew, kReplay, kConflict } kind = Kind::kNew;
+  /// kFull: the project holds IdempotencyLimits::max_records live keys; nothing was claimed.
+  enum class Kind { kNew, kReplay, kConflict, kFull } kind = Kind::kNew;
   std::string reason;    // for kConflict
   int status = 0;        // for kReplay
   std::string content_type;
   std::string body;
 };
+
+/// What a project may make the store keep of its Idempotency-Keys (24 hours each): a tenant
+/// sending keys as fast as its rate allows must not fill the data disk (docs/api.md).
+struct IdempotencyLimits {
+  int64_t max_records = 10'000;         // live keys per project; past it a new key is 429
+  uint64_t max_reply_bytes = 64 << 10;  // an answer larger is not kept (its replay says so)
+  uint64_t max_bytes = 16 << 20;        // answers kept per project, in all
+};
+
+/// The answer kept in place of one that is not (larger than max_reply_bytes, or past the
+/// project's max_bytes): a 409 idempotency_key_conflict saying the request ran once, how it
+/// was answered, and why that answer cannot be replayed.
+std::string idempotency_not_kept(int status, uint64_t bytes, const IdempotencyLimits& limits);
 
 /// A spend budget: a sandbox grant's (`grt_...`, shared by the sandbox and its forks) or an
 /// API key's (`key_...`). A missing cap means no limit, only metering. Money in micro-dollars.
@@ -262,11 +276,16 @@ class Store : public SandboxStore, public TemplateStore {
   /// Both interfaces name it (SandboxStore's says what it does); a single node keeps nothing.
   Result<void> touch_object_root(const std::string& key) override { return {}; }
 
+  /// The bounds the idempotency calls below apply (set once, at start).
+  void set_idempotency_limits(const IdempotencyLimits& l) { idempotency_limits_ = l; }
+  const IdempotencyLimits& idempotency_limits() const { return idempotency_limits_; }
   /// Claims `key` for a request, or finds its earlier response. Records expire after 24 h.
+  /// kFull when the project holds its max_records already.
   virtual Result<IdempotencyHit> idempotency_begin(const std::string& project_id, const std::string& key,
                                            const std::string& api_key_id, const std::string& method,
                                            const std::string& path, const std::string& body_hash) = 0;
-  /// Stores the response of a claimed key.
+  /// Stores the response of a claimed key; in its place idempotency_not_kept() when it is
+  /// larger than max_reply_bytes or the project's kept answers would pass max_bytes.
   virtual Result<void> idempotency_finish(const std::string& project_id, const std::string& key, int status,
                                   const std::string& content_type, const std::string& body) = 0;
   /// Releases every claim that has no response: called at start, when the requests that
@@ -322,6 +341,9 @@ class Store : public SandboxStore, public TemplateStore {
   /// The node holding sandbox `id` (of any project; ids are unique), "" when there is no such
   /// sandbox: for a preview URL, which names a sandbox but no project (the router's).
   virtual Result<std::string> sandbox_node(const std::string& id);
+
+ protected:
+  IdempotencyLimits idempotency_limits_;
 };
 
 /// The store `spec` names: empty (a single node's default: DATA_DIR/b3os.db), `sqlite:PATH`, or

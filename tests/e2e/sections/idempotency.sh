@@ -50,6 +50,19 @@ s_idempotency() {
   apij POST /v1/sandboxes '{"timeout_s":0}' -H "Idempotency-Key: $k-bad"
   check idem.4xx_replayed "Idempotent-Replayed: '$(header Idempotent-Replayed)', $(snip)" \
     [ "$ST" = 400 -a "$(header Idempotent-Replayed)" = true -a "$(j .error.code)" = invalid_request ]
+  # An answer over 64 KiB is answered once and not kept (an exec writing 1 MiB of output was
+  # kept whole for a day, 12.6 MB a request): its replay is a 409 that says it ran, and the
+  # command does not run again.
+  apij POST "/v1/sandboxes/$SBX/exec" '{"cmd":"echo ran >> /tmp/idem-big-runs; head -c 200000 /dev/zero | tr \"\\0\" y"}' \
+    -H "Idempotency-Key: $k-big"
+  check idem.big_answer_served "HTTP $ST, $(stat -c %s "$RESP") bytes" [ "$ST" = 200 -a "$(j '.stdout | length')" = 200000 ]
+  apij POST "/v1/sandboxes/$SBX/exec" '{"cmd":"echo ran >> /tmp/idem-big-runs; head -c 200000 /dev/zero | tr \"\\0\" y"}' \
+    -H "Idempotency-Key: $k-big"
+  check idem.big_answer_not_kept "Idempotent-Replayed: '$(header Idempotent-Replayed)', $(snip)" \
+    [ "$ST" = 409 -a "$(header Idempotent-Replayed)" = true -a "$(j .error.code)" = idempotency_key_conflict ]
+  check idem.big_answer_says_why "$(j .error.message)" jt '.error.message | test("ran once") and test("HTTP 200") and test("not kept")'
+  run_exec "$SBX" '{"cmd":"wc -l < /tmp/idem-big-runs"}'
+  check idem.big_ran_once "$(snip)" okj 200 '.stdout == "1\n"'
   if [ -n "$first" ]; then
     api DELETE "/v1/sandboxes/$first" -H "Idempotency-Key: $k-delete"
     api DELETE "/v1/sandboxes/$first" -H "Idempotency-Key: $k-delete"
