@@ -155,6 +155,9 @@ bool Lifecycle::finish(const std::shared_ptr<LiveSandbox>& s, Transition end, st
     s->rec.stop_reason = reason;
     s->rec.stop_message = message;
     s->rec.stopped_ms = now;
+    // Nothing runs with them again; the store keeps none of an ended record's (row_codec.h).
+    s->rec.env.clear();
+    s->rec.secrets.clear();
     project = s->rec.project_id;
   }
   // Recorded before anything is released: a crash mid-release leaves a stopped record, and the

@@ -17,6 +17,9 @@ constexpr size_t kMaxMetadataKey = 40;
 constexpr size_t kMaxMetadataValue = 500;
 constexpr size_t kMaxEnvVars = 256;
 constexpr size_t kMaxEnvValue = 32 * 1024;
+// Names and values in all: a record keeps them while the sandbox lives (and a snapshot's for
+// as long as it is kept). 250 values of 4,000 characters made each record 1 MB.
+constexpr size_t kMaxEnvTotal = 64 * 1024;
 constexpr size_t kMaxArgvBytes = 256 * 1024;
 constexpr int64_t kMaxExecTimeoutMs = 3600 * 1000;
 const std::set<std::string> kKnownScopes = {"infer:run"};
@@ -56,6 +59,7 @@ Result<std::map<std::string, std::string>> parse_env(const json& j, const std::s
   if (!j.is_object()) return bad(field, "must be an object of string values, got " + type_name(j));
   if (j.size() > kMaxEnvVars) return bad(field, "at most " + std::to_string(kMaxEnvVars) + " variables");
   std::map<std::string, std::string> out;
+  size_t total = 0;
   for (auto& [k, v] : j.items()) {
     if (!valid_env_name(k)) return bad(field, "name \"" + k + "\" must match [A-Za-z_][A-Za-z0-9_]*");
     if (k.rfind("B3OS_", 0) == 0) return bad(field, "name \"" + k + "\": the B3OS_ prefix is reserved");
@@ -63,6 +67,8 @@ Result<std::map<std::string, std::string>> parse_env(const json& j, const std::s
     const auto& s = v.get_ref<const std::string&>();
     if (s.size() > kMaxEnvValue) return bad(field + "." + k, "longer than 32 KiB");
     if (s.find('\0') != std::string::npos) return bad(field + "." + k, "contains a NUL byte");
+    total += k.size() + s.size();
+    if (total > kMaxEnvTotal) return bad(field, "names and values longer than 64 KiB in all");
     out[k] = s;
   }
   return out;

@@ -1440,7 +1440,7 @@ Result<std::vector<std::string>> PgStore::mark_silent_nodes_down(int64_t silence
       s.bind(1, id).bind(2, last).bind(3, "its node " + id + " stopped answering (no heartbeat for " +
                                                std::to_string(silence_ms / 1000) + " s)");
       if (auto f = c.run("UPDATE sandboxes SET state = 'failed', stop_reason = 'failed', stopped_ms = $2, "
-                         "stop_message = $3, paused_total_ms = paused_total_ms + CASE WHEN paused_since_ms IS NULL "
+                         "env = '{}', secrets = '{}', stop_message = $3, paused_total_ms = paused_total_ms + CASE WHEN paused_since_ms IS NULL "
                          "THEN 0 ELSE GREATEST(0, $2 - paused_since_ms) END, paused_since_ms = NULL "
                          "WHERE node_id = $1 AND state NOT IN ('stopped', 'failed')",
                          s, "failing the sandboxes of node " + id);

@@ -75,7 +75,11 @@ void bind_sandbox(Binder& st, const SandboxRecord& r) {
   if (r.snapshot_id) st.bind(++i, *r.snapshot_id); else st.bind_null(++i);
   st.bind(++i, int64_t{r.vcpu}).bind(++i, int64_t{r.memory_mib}).bind(++i, int64_t{r.disk_gib});
   st.bind(++i, int64_t{r.timeout_s}).bind(++i, r.on_idle);
-  st.bind(++i, nlohmann::json(r.env).dump()).bind(++i, nlohmann::json(r.secrets).dump());
+  // An ended sandbox keeps no env or secret values (docs/api.md): nothing runs with them
+  // again, and its record is kept for days, up to 10,000 a project.
+  const bool ended = r.ended();
+  st.bind(++i, ended ? std::string("{}") : nlohmann::json(r.env).dump())
+      .bind(++i, ended ? std::string("{}") : nlohmann::json(r.secrets).dump());
   st.bind(++i, nlohmann::json(r.metadata).dump()).bind(++i, ports_json(r.ports));
   st.bind(++i, nlohmann::json(r.api_scopes).dump());
   bind_opt(st, ++i, r.spend_cap_micros);

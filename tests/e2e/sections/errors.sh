@@ -64,6 +64,15 @@ s_errors() {
   expect_error errors.vcpu_9_400 400 invalid_request vcpu
   apij POST /v1/sandboxes '{"env":{"B3OS_X":"1"}}'
   expect_error errors.env_reserved_400 400 invalid_request B3OS_
+  # env and secrets are bounded in all (64 KiB of names and values), not only per value: 250
+  # values of 4,000 characters were accepted, a megabyte in every record. 20 are 80 KB (a
+  # body of one argument under the kernel's 128 KiB, for curl).
+  local big_env
+  big_env=$(jq -nc '[range(20) | {key: "V\(.)", value: ("x" * 4000)}] | from_entries | {env: .}')
+  apij POST /v1/sandboxes "$big_env"
+  expect_error errors.env_total_400 400 invalid_request "env: names and values longer than 64 KiB"
+  apij POST /v1/sandboxes "$(jq -c '{secrets: .env}' <<<"$big_env")"
+  expect_error errors.secrets_total_400 400 invalid_request "secrets: names and values longer than 64 KiB"
   local md17 long
   md17=$(jq -nc '[range(17) | {key: "k\(.)", value: "v"}] | from_entries | {metadata: .}')
   apij POST /v1/sandboxes "$md17"

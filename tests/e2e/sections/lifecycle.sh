@@ -98,6 +98,15 @@ s_secrets() {
   api GET "/v1/sandboxes/$id"
   grep -q s3cr3t "$RESP" && leaks="$leaks get-after-delete"
   check secrets.not_in_responses "the value appears in:$leaks" [ -z "$leaks" ]
+  # An ended record keeps no env or secret values: nothing runs with them again, and ended
+  # records are kept for days, up to 10,000 a project.
+  check secrets.ended_record_keeps_no_values "$(snip)" okj 200 '.status == "stopped" and .env == {} and .secret_names == []'
+  if [ -z "${B3OS_STORE:-}" ]; then
+    check secrets.ended_row_keeps_no_values "$(python3 -c 'import sqlite3, sys; print(sqlite3.connect(sys.argv[1]).execute("SELECT env, secrets FROM sandboxes WHERE id = ?", (sys.argv[2],)).fetchone())' "$T/data/b3os.db" "$id" 2>&1)" \
+      python3 -c 'import sqlite3, sys; sys.exit(0 if sqlite3.connect(sys.argv[1]).execute("SELECT env, secrets FROM sandboxes WHERE id = ?", (sys.argv[2],)).fetchone() == ("{}", "{}") else 1)' "$T/data/b3os.db" "$id"
+  else
+    skip secrets.ended_row_keeps_no_values "the store is Postgres here; the SQLite runs read the row (the Postgres codec is the same, row_codec.h)"
+  fi
   check secrets.not_in_daemon_log "the value is in $T/daemon.log" not grep -q s3cr3t "$T/daemon.log"
 }
 
