@@ -167,7 +167,7 @@ Result<void> make_dirs(const std::string& dir) {
   return {};
 }
 
-Result<Json> list_dir(const std::string& path) {
+Result<Json> list_dir(const std::string& path, const std::string& after, size_t limit) {
   const int dfd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd < 0) return fail(fs_error("list", path, errno));
   DIR* dir = ::fdopendir(dfd);
@@ -176,25 +176,23 @@ Result<Json> list_dir(const std::string& path) {
     ::close(dfd);
     return fail(fs_error("list", path, err));
   }
-  std::vector<std::pair<std::string, struct stat>> found;
-  errno = 0;
+  // Names first, in order; only the page's entries are stat'ed (a directory of 100,000 files
+  // read page by page would otherwise stat every one of them for every page).
+  std::vector<std::string> names;
   while (const dirent* d = ::readdir(dir)) {
-    const std::string name = d->d_name;
+    std::string name = d->d_name;
     if (name == "." || name == "..") continue;
-    struct stat st;
-    // An entry removed between readdir and stat is simply no longer there.
-    if (::fstatat(dfd, d->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
-    found.emplace_back(name, st);
+    if (!after.empty() && name <= after) continue;
+    names.push_back(std::move(name));
   }
-  ::closedir(dir);
-  std::sort(found.begin(), found.end(),
-            [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::sort(names.begin(), names.end());
 
-  // The END payload must fit one frame; a huge directory is cut short and says so.
+  // The END payload must fit one frame: a page ends at `limit` entries or at that budget,
+  // whichever comes first, and says where the next one starts (`last`).
   constexpr size_t kBudget = protocol::kMaxPayload - 4096;
   Json entries = Json::array();
-  size_t used = 0;
-  bool truncated = false;
+  size_t used = 0, i = 0;
+  std::string last;
   auto passwd = read_account_file("/etc/passwd");
   auto group = read_account_file("/etc/group");
   std::map<unsigned, std::string> owners, groups;  // each id looked up once per list
@@ -203,20 +201,25 @@ Result<Json> list_dir(const std::string& path) {
     if (it == seen.end()) it = seen.emplace(id, account_name(text ? *text : std::string(), id)).first;
     return it->second;
   };
-  for (const auto& [name, st] : found) {
+  for (; i < names.size() && entries.size() < limit; ++i) {
+    struct stat st;
+    // An entry removed between readdir and stat is simply no longer there.
+    if (::fstatat(dfd, names[i].c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
     Json e = describe(st);
-    e["name"] = name;
+    e["name"] = names[i];
     e["owner"] = named(owners, passwd, st.st_uid);
     e["group"] = named(groups, group, st.st_gid);
     used += dump_json(e).size() + 1;
-    if (used > kBudget) {
-      truncated = true;
-      break;
-    }
+    if (used > kBudget) break;
+    last = names[i];
     entries.push_back(std::move(e));
   }
+  ::closedir(dir);
   Json out{{"ok", true}, {"entries", std::move(entries)}};
-  if (truncated) out["truncated"] = true;
+  if (i < names.size()) {
+    out["truncated"] = true;
+    out["last"] = last;  // the next page starts after it
+  }
   return out;
 }
 
@@ -279,7 +282,13 @@ Json run_fs_op(const std::string& op, const Json& req) {
   auto path = get_path(req);
   if (!path) return error_json(path.error());
   if (op == "list") {
-    auto r = list_dir(*path);
+    // A page: the names after `after` (in byte order), at most `limit` (1-1000, default 1000).
+    std::string after;
+    size_t limit = 1000;
+    if (auto it = req.find("after"); it != req.end() && it->is_string()) after = it->get<std::string>();
+    if (auto it = req.find("limit"); it != req.end() && it->is_number_unsigned())
+      limit = std::clamp<size_t>(it->get<size_t>(), 1, 1000);
+    auto r = list_dir(*path, after, limit);
     return r ? std::move(*r) : error_json(r.error());
   }
   if (op == "stat") {

@@ -23,7 +23,9 @@ Result<std::string> read_account_file(const char* path);
 Result<void> make_dirs(const std::string& dir);
 
 /// The `list` op: {"ok":true,"entries":[...]} sorted by name.
-Result<Json> list_dir(const std::string& path);
+/// A page of `path`'s entries: the names after `after` in byte order, at most `limit`, and
+/// "truncated" with "last" when more follow.
+Result<Json> list_dir(const std::string& path, const std::string& after = {}, size_t limit = 1000);
 /// The `stat` op: {"ok":true,"type","size","mode","mtime_ns","uid","gid","owner","group"}
 /// and a symlink's "target" (symlinks are not followed).
 Result<Json> stat_path(const std::string& path);

@@ -595,9 +595,12 @@ Result<Reply> Api::remove_file(Call& c) {
 }
 
 Result<Reply> Api::list_files(Call& c) {
-  auto req = sandbox::parse_file_request(params_of(c.target), false);
+  const auto params = params_of(c.target);
+  auto req = sandbox::parse_file_request(params, false);
   if (!req) return fail(req.error());
-  return reply(sandboxes_.list_dir(c.principal, c.target.segments[2], req->path, c.timing));
+  auto page = sandbox::parse_list_page(params);
+  if (!page) return fail(page.error());
+  return reply(sandboxes_.list_dir(c.principal, c.target.segments[2], req->path, c.timing, page->after, page->limit));
 }
 
 Result<Reply> Api::fork(Call& c) {

@@ -15,6 +15,7 @@
 #include "daemon/e2b/multipart.h"
 #include "daemon/e2b/server.h"
 #include "daemon/e2b/wire.h"
+#include "daemon/sandbox/requests.h"
 #include "daemon/sys/codec.h"
 
 namespace b3os::e2b {
@@ -528,6 +529,19 @@ Result<json> Server::filesystem_unary(const sandbox::Principal& p, const std::st
           return fail(list.error());
         continue;
       }
+      // A directory of more than a page is read page by page (ListDir has no cursor of its
+      // own); kMaxListEntries below bounds how far.
+      for (json more = *list; more["next_cursor"].is_string() && (*list)["data"].size() <= kMaxListEntries;) {
+        auto after = sandbox::parse_list_page({{"cursor", more["next_cursor"].get<std::string>()}});
+        if (!after) return fail(after.error());
+        auto next = exec.list_dir(p, id, dir, t, after->after);
+        if (!next) return fail(next.error());
+        for (auto& e : (*next)["data"]) (*list)["data"].push_back(std::move(e));
+        more = std::move(*next);
+      }
+      if ((*list).value("truncated", false))
+        return fail(ErrorCode::kInvalidRequest, "the sandbox's agent cut the listing of " + dir +
+                                                    " short (an agent of an older b3os); restart the sandbox");
       for (const auto& e : (*list)["data"]) {
         if (entries.size() >= kMaxListEntries)
           return fail(ErrorCode::kInvalidRequest, "the listing is over " + std::to_string(kMaxListEntries) + " entries; ask for less depth");

@@ -531,24 +531,34 @@ Tools::Tools(sandbox::SandboxService& sb, ToolsConfig cfg, tpl::TemplateService*
 
   tools_.push_back(Tool{
       "sandbox_list_files", "List a directory in a sandbox",
-      "List the entries of a directory inside a sandbox (names, types, sizes).", "sandboxes",
-      obj({{"sandbox_id", kSandboxId}, {"path", str("The directory; default /workspace.")}}, {"sandbox_id"}),
-      obj({{"path", {{"type", "string"}}}, {"data", {{"type", "array"}, {"items", {{"type", "object"}}}}}}, {"data"}, false),
+      "List the entries of a directory inside a sandbox (names, types, sizes), 1,000 at most per call in name "
+      "order; when more follow, next_cursor is set: call again with it as cursor.", "sandboxes",
+      obj({{"sandbox_id", kSandboxId}, {"path", str("The directory; default /workspace.")},
+           {"cursor", str("The next_cursor of the call before, for the next page.")}},
+          {"sandbox_id"}),
+      obj({{"path", {{"type", "string"}}}, {"data", {{"type", "array"}, {"items", {{"type", "object"}}}}},
+           {"next_cursor", {{"type", {"string", "null"}}}}},
+          {"data"}, false),
       [&S](const json& args, CallContext& ctx) -> Result<ToolResult> {
-        if (auto o = only(args, {"sandbox_id", "path"}); !o) return fail(o.error());
+        if (auto o = only(args, {"sandbox_id", "path", "cursor"}); !o) return fail(o.error());
         auto id = required_string(args, "sandbox_id");
         if (!id) return fail(id.error());
-        auto params = params_from(args, {"path"});
+        auto params = params_from(args, {"path", "cursor"});
         if (!params) return fail(params.error());
-        if (params->empty()) params->emplace_back("path", "/workspace");
+        if (std::none_of(params->begin(), params->end(), [](auto& kv) { return kv.first == "path"; }))
+          params->emplace_back("path", "/workspace");
         auto req = sandbox::parse_file_request(*params, false);
         if (!req) return fail(req.error());
+        auto page = sandbox::parse_list_page(*params);
+        if (!page) return fail(page.error());
         Timing& t = ctx.timing;
-        auto r = S.list_dir(ctx.principal, *id, req->path, t);
+        auto r = S.list_dir(ctx.principal, *id, req->path, t, page->after, page->limit);
         if (!r) return fail(r.error());
         std::string text;
         for (auto& e : (*r)["data"]) text += e.value("name", "?") + (e.value("type", "") == "dir" ? "/" : "") + "\n";
         if (text.empty()) text = "(empty)\n";
+        if ((*r)["next_cursor"].is_string())
+          text += "(more entries follow: call again with cursor " + (*r)["next_cursor"].get<std::string>() + ")\n";
         return object_result(*r, text);
       }});
 

@@ -1,5 +1,7 @@
 #include "daemon/sandbox/exec.h"
 
+#include "common/ids.h"
+
 #include <algorithm>
 #include <chrono>
 
@@ -312,17 +314,27 @@ Result<json> Exec::move_path(const Principal& p, const std::string& id, const st
   return entry_json(to, *end);
 }
 
-Result<json> Exec::list_dir(const Principal& p, const std::string& id, const std::string& path, Timing& t) {
+Result<json> Exec::list_dir(const Principal& p, const std::string& id, const std::string& path, Timing& t,
+                            const std::string& after, int limit) {
   Stopwatch sw;
-  auto end = call_agent(p, id, {{"op", "list"}, {"path", path}});
+  json req = {{"op", "list"}, {"path", path}, {"limit", limit}};
+  if (!after.empty()) req["after"] = after;
+  auto end = call_agent(p, id, req);
   if (!end) return fail(end.error());
   json data = json::array();
-  for (auto& e : (*end)["entries"]) {
+  for (auto& e : end->value("entries", json::array())) {
     std::string name = e.value("name", "");
     data.push_back(entry_json(path == "/" ? "/" + name : path + "/" + name, e));
   }
   t.lap("list", sw);
-  return json{{"object", "list"}, {"path", path}, {"data", data}, {"next_cursor", nullptr}};
+  json out = {{"object", "list"}, {"path", path}, {"data", data}, {"next_cursor", nullptr}};
+  // The cursor is the page's last name in hex: names are any bytes but '/' and NUL.
+  if (end->value("truncated", false)) {
+    const json last = end->value("last", json());
+    if (last.is_string() && !last.get_ref<const std::string&>().empty()) out["next_cursor"] = to_hex(last.get<std::string>());
+    else out["truncated"] = true;  // an agent of an older b3os cuts without saying where
+  }
+  return out;
 }
 
 Result<json> Exec::remove_path(const Principal& p, const std::string& id, const std::string& path,

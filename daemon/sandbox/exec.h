@@ -33,7 +33,10 @@ class Exec {
   Result<nlohmann::json> write_file(const Principal& p, const std::string& id, const std::string& path,
                                     const ChunkSource& source, Timing& t);
   Result<void> read_file(const Principal& p, const std::string& id, const std::string& path, FileSink& sink, Timing& t);
-  Result<nlohmann::json> list_dir(const Principal& p, const std::string& id, const std::string& path, Timing& t);
+  /// A page of a directory's entries: the names after `after` (byte order), at most `limit`;
+  /// "next_cursor" names where the next page starts (null on the last).
+  Result<nlohmann::json> list_dir(const Principal& p, const std::string& id, const std::string& path, Timing& t,
+                                  const std::string& after = {}, int limit = 1000);
   /// One entry as list_dir shows it (a symlink itself, not what it points at).
   Result<nlohmann::json> stat_path(const Principal& p, const std::string& id, const std::string& path);
   /// Creates a directory and its missing parents: its entry, "created" false when it was one.

@@ -1,5 +1,7 @@
 #include "daemon/sandbox/requests.h"
 
+#include <charconv>
+
 #include <cctype>
 #include <cerrno>
 #include <cstdlib>
@@ -311,6 +313,35 @@ Result<FileRequest> parse_file_request(const Params& params, bool allow_recursiv
     }
   }
   return r;
+}
+
+Result<ListPage> parse_list_page(const Params& params) {
+  ListPage page;
+  if (const std::string* l = find(params, "limit")) {
+    int n = 0;
+    const auto [end, ec] = std::from_chars(l->data(), l->data() + l->size(), n);
+    if (ec != std::errc() || end != l->data() + l->size() || n < 1 || n > 1000)
+      return fail(ErrorCode::kInvalidRequest, "limit: an integer from 1 to 1000");
+    page.limit = n;
+  }
+  if (const std::string* c = find(params, "cursor")) {
+    auto hexit = [](char ch) -> int {
+      if (ch >= '0' && ch <= '9') return ch - '0';
+      if (ch >= 'a' && ch <= 'f') return ch - 'a' + 10;
+      return -1;
+    };
+    std::string name;
+    bool ok = !c->empty() && c->size() % 2 == 0 && c->size() <= 2 * 255;
+    for (size_t i = 0; ok && i < c->size(); i += 2) {
+      const int hi = hexit((*c)[i]), lo = hexit((*c)[i + 1]);
+      ok = hi >= 0 && lo >= 0;
+      name.push_back(static_cast<char>(hi * 16 + lo));
+    }
+    if (!ok || name.find('/') != std::string::npos || name.find('\0') != std::string::npos)
+      return fail(ErrorCode::kInvalidRequest, "cursor: not a next_cursor of this listing");
+    page.after = std::move(name);
+  }
+  return page;
 }
 
 Result<UpdateRequest> parse_update(const json& body, int max_timeout_s) {

@@ -65,6 +65,14 @@ struct FileRequest {
 /// `path` is required; `recursive` (true|false) only where `allow_recursive`.
 Result<FileRequest> parse_file_request(const Params& params, bool allow_recursive);
 
+/// The page a files/list asks for: `cursor` (a next_cursor: the last name of the page before,
+/// in hex) and `limit` (1-1000, default 1000).
+struct ListPage {
+  std::string after;
+  int limit = 1000;
+};
+Result<ListPage> parse_list_page(const Params& params);
+
 /// The {proc} of a process route: "proc_N" or a pid; anything else is 404 process_not_found.
 bool valid_process_key(const std::string& key);
 

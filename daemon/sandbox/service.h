@@ -132,8 +132,9 @@ class SandboxService {
   Result<void> read_file(const Principal& p, const std::string& id, const std::string& path, FileSink& sink, Timing& t) {
     return exec_.read_file(p, id, path, sink, t);
   }
-  Result<nlohmann::json> list_dir(const Principal& p, const std::string& id, const std::string& path, Timing& t) {
-    return exec_.list_dir(p, id, path, t);
+  Result<nlohmann::json> list_dir(const Principal& p, const std::string& id, const std::string& path, Timing& t,
+                                  const std::string& after = {}, int limit = 1000) {
+    return exec_.list_dir(p, id, path, t, after, limit);
   }
   Result<nlohmann::json> remove_path(const Principal& p, const std::string& id, const std::string& path, bool recursive,
                                      Timing& t) {

@@ -43,6 +43,37 @@ s_files() {
   check files.chunked_readback "HTTP $ST" cmp -s "$T/chunked.bin" "$RESP"
   api GET "/v1/sandboxes/$SBX/files/list?path=/no/such/dir"
   expect_error files.list_missing_404 404 file_not_found
+  # A large directory comes in pages (1,000 entries by default) in name order, each naming
+  # the next with next_cursor: 2,500 files were cut at 2,822 entries of 100,000 with
+  # next_cursor null, saying nothing.
+  run_exec "$SBX" '{"cmd":"mkdir -p /tmp/many && cd /tmp/many && seq -w 1 2500 | xargs touch"}'
+  local cursor="" pages=0 names="$T/list-names" firsts="" url
+  : >"$names"
+  while [ "$pages" -lt 10 ]; do
+    url="/v1/sandboxes/$SBX/files/list?path=/tmp/many"
+    [ -z "$cursor" ] || url="$url&cursor=$cursor"
+    api GET "$url"
+    [ "$ST" = 200 ] || break
+    pages=$((pages + 1))
+    firsts="$firsts $(j '.data | length')"
+    jq -r '.data[].name' "$RESP" >>"$names"
+    cursor=$(j '.next_cursor // empty')
+    [ -n "$cursor" ] || break
+  done
+  check files.list_paged "$pages pages of:$firsts; $(wc -l <"$names") names, $(sort -u "$names" | wc -l) distinct" \
+    sh -c "[ $pages = 3 ] && [ \"$firsts\" = ' 1000 1000 500' ] && [ \$(sort -u '$names' | wc -l) = 2500 ] && sort -c '$names'"
+  api GET "/v1/sandboxes/$SBX/files/list?path=/tmp/many&limit=7"
+  check files.list_limit "$(jq -c '{n: (.data | length), next_cursor}' "$RESP")" \
+    okj 200 '(.data | length) == 7 and .data[-1].name == "0007" and (.next_cursor | type) == "string"'
+  api GET "/v1/sandboxes/$SBX/files/list?path=/tmp/many&limit=7&cursor=$(j -r .next_cursor)"
+  check files.list_cursor "$(jq -c '[.data[].name]' "$RESP")" okj 200 '.data[0].name == "0008" and (.data | length) == 7'
+  api GET "/v1/sandboxes/$SBX/files/list?path=/tmp/many&limit=0"
+  expect_error files.list_limit_0_400 400 invalid_request limit
+  api GET "/v1/sandboxes/$SBX/files/list?path=/tmp/many&cursor=zz"
+  expect_error files.list_bad_cursor_400 400 invalid_request cursor
+  api GET "/v1/sandboxes/$SBX/files/list?path=/tmp/many&cursor=2f"
+  expect_error files.list_slash_cursor_400 400 invalid_request cursor
+  run_exec "$SBX" '{"cmd":"rm -rf /tmp/many"}'
   api DELETE "/v1/sandboxes/$SBX/files?path=/workspace/no-such-file"
   expect_error files.delete_missing_404 404 file_not_found
   api GET "/v1/sandboxes/$SBX/files?path=/workspace/../etc/passwd"
