@@ -989,6 +989,18 @@ void Api::terminal(Call& c) {
             peer_ptr->close(1011, "the sandbox went away");
             return;
           }
+          // A pause ends its terminals as a delete does: a frozen program answers nothing,
+          // and an open terminal would hold its slot (and this thread) for as long as the
+          // client waited. The program gets SIGHUP when the sandbox resumes.
+          bool pausing;
+          {
+            std::lock_guard lk(t->sandbox->mu);
+            pausing = t->sandbox->rec.state == store::State::kPausing || t->sandbox->rec.state == store::State::kPaused;
+          }
+          if (pausing) {
+            peer_ptr->close(1011, "the sandbox was paused");
+            return;
+          }
           continue;
         }
         if (f->type == protocol::FrameType::kStdout) {

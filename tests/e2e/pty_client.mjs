@@ -6,7 +6,7 @@
 // Steps: {"send": "text"} (typed, binary), {"text": {...}} (a JSON control message),
 // {"expect": "regex", "timeout": S} (waits until the screen output matches; prints
 // {"expect", "ok"}), {"sleep": S}, {"close": true} (leaves without exiting the shell),
-// {"wait_exit": S} (waits for the exit message), {"send_bytes": N} (N bytes of "x", typed in
+// {"wait_exit": S} (waits for the exit message), {"wait_close": S} (for the close alone), {"send_bytes": N} (N bytes of "x", typed in
 // 64 KiB messages as fast as the socket takes them: a paste).
 import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
@@ -125,6 +125,8 @@ for (const step of steps) {
     process.exit(0);
   } else if (step.wait_exit) {
     await until(() => exitMsg && closed, step.wait_exit);
+  } else if (step.wait_close) {
+    await until(() => closed, step.wait_close);
   }
 }
 out({ exit: exitMsg, closed });

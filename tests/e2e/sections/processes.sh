@@ -330,6 +330,18 @@ s_terminal() {
   check terminal.left "$(pty_snip)" pty_jq '.[-1].closed.code == 1000'
   check terminal.leaving_ends_the_shell "a sleep 977 is still running" eventually 10 bash -c "curl -s -H 'Authorization: Bearer $KEY' \
     -H 'Content-Type: application/json' -d '{\"cmd\":\"pgrep -f \\\"sleep 9[7]7\\\" | wc -l\"}' '$URL/v1/sandboxes/$SBX/exec' | jq -e '.stdout == \"0\\n\"' >/dev/null"
+  # A pause ends the sandbox's terminals as a delete does (1011): a terminal stayed open on a
+  # paused sandbox, holding its slot, for as long as the client waited.
+  create_sandbox '{}'
+  local paused=$CID pty_bg
+  pty '[{"send":"echo up-$((40+2))\n"},{"expect":"up-42"},{"wait_close":30}]' '' "$paused" &
+  pty_bg=$!
+  check terminal.pause_setup "$(pty_snip)" eventually 20 grep -q '"ok":true' "$T/pty.out"
+  api POST "/v1/sandboxes/$paused/pause"
+  check terminal.pause_answered "$(snip)" okj 200 '.status == "paused"'
+  wait "$pty_bg" || true
+  check terminal.pause_closes_1011 "$(pty_snip)" pty_jq '.[-1].exit == null and .[-1].closed.code == 1011 and (.[-1].closed.reason | test("paused"))'
+  delete_sandbox "$paused" || true
   # The cap: 64 terminals per sandbox; the 65th is refused (429 quota_exceeded), the others all
   # work. Two keys: one key's 65th request would meet its own cap of 64 requests in flight
   # first (concurrency_limited), which an open terminal counts in. (cat, not 64 login shells:
