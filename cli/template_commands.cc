@@ -215,6 +215,20 @@ int run_logs(const GlobalOptions& g, const std::string& name, std::string build_
   return 0;
 }
 
+int run_cancel(const GlobalOptions& g, const std::string& name, const std::string& build_id, bool json) {
+  auto client = make_client(g);
+  if (!client) return report_error(client.error());
+  auto reply = call_api(*client, "POST", template_path(name, "/builds/" + build_id + "/cancel"));
+  if (!reply) return report_error(reply.error());
+  if (json) {
+    print_json(*reply);
+  } else {
+    // A queued build is failed at once; a running one is stopping.
+    std::cout << build_id << " " << (reply->value("cancelling", false) ? "cancelling" : reply->value("status", "?")) << "\n";
+  }
+  return 0;
+}
+
 int run_rm(const GlobalOptions& g, const std::string& name, bool force, bool json) {
   auto client = make_client(g);
   if (!client) return report_error(client.error());
@@ -295,6 +309,15 @@ void add_template_commands(CLI::App& app, const GlobalOptions& g, Action& action
   lg->add_flag("-f,--follow", logs->follow, "Keep printing until the build ends");
   lg->callback([&g, &action, logs] {
     action = [&g, logs] { return run_logs(g, logs->name, logs->build_id, logs->follow); };
+  });
+
+  auto cancel = std::make_shared<TemplateArgs>();
+  auto* cn = tp->add_subcommand("cancel", "Stop a queued or running build of the project's");
+  cn->add_option("template", cancel->name, "Template name or id")->required();
+  cn->add_option("build", cancel->build_id, "Build id (bld_...)")->required();
+  cn->add_flag("--json", cancel->json, "Print the build as JSON");
+  cn->callback([&g, &action, cancel] {
+    action = [&g, cancel] { return run_cancel(g, cancel->name, cancel->build_id, cancel->json); };
   });
 
   auto rm = std::make_shared<TemplateArgs>();

@@ -628,7 +628,12 @@ int main(int argc, char** argv) {
   app.add_option("--template-builds", tcfg.max_concurrent_builds, "template builds run at once on this node")
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
-  app.add_option("--template-build-timeout", tcfg.build_timeout_s, "a build's time limit in seconds, unless its spec asks less")
+  app.add_option("--template-build-timeout", tcfg.build_timeout_s,
+                 "a build's time limit in seconds when its spec gives none (at most --template-build-max-timeout)")
+      ->check(CLI::Range(10, 86400))
+      ->capture_default_str();
+  app.add_option("--template-build-max-timeout", tcfg.max_build_timeout_s,
+                 "the longest build.timeout_s a spec may ask, in seconds (a longer one is 400)")
       ->check(CLI::Range(10, 86400))
       ->capture_default_str();
   app.add_option("--template-build-disk-gib", tcfg.build_disk_gib, "a build's size limit (its disk), unless its spec asks another")
@@ -990,6 +995,11 @@ int main(int argc, char** argv) {
 
   std::unique_ptr<tpl::TemplateService> templates;
   if (templates_mode == "on") {
+    if (tcfg.build_timeout_s > tcfg.max_build_timeout_s) {
+      std::cerr << "b3osd: --template-build-timeout " << tcfg.build_timeout_s << " is past --template-build-max-timeout "
+                << tcfg.max_build_timeout_s << "\n";
+      return 2;
+    }
     tcfg.data_dir = cfg.data_dir;
     tcfg.disk_reserve_gib = cfg.disk_reserve_gib;
     tcfg.templates_dir = cfg.templates_dir();

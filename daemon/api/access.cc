@@ -20,6 +20,7 @@ const std::vector<Rule>& rules() {
       {"rest", "GET", "/v1/templates/{tpl}/builds", {K::kApiKey}},
       {"rest", "GET", "/v1/templates/{tpl}/builds/{bld}", {K::kApiKey}},
       {"rest", "GET", "/v1/templates/{tpl}/builds/{bld}/logs", {K::kApiKey}},
+      {"rest", "POST", "/v1/templates/{tpl}/builds/{bld}/cancel", {K::kApiKey}},
       {"rest", "GET", "/v1/snapshots", {K::kApiKey}},
       {"rest", "GET", "/v1/snapshots/{snp}", {K::kApiKey}},
       {"rest", "DELETE", "/v1/snapshots/{snp}", {K::kApiKey}},

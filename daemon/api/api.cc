@@ -384,6 +384,7 @@ const std::vector<Api::Route>& Api::routes() {
       {"GET", "/v1/templates/{tpl}/builds", &Api::list_builds, nullptr},
       {"GET", "/v1/templates/{tpl}/builds/{bld}", &Api::get_build, nullptr},
       {"GET", "/v1/templates/{tpl}/builds/{bld}/logs", nullptr, &Api::build_logs},
+      {"POST", "/v1/templates/{tpl}/builds/{bld}/cancel", &Api::cancel_build, nullptr, "template_build_cancel"},
       {"GET", "/v1/snapshots", &Api::list_snapshots, nullptr},
       {"GET", "/v1/snapshots/{snp}", &Api::get_snapshot, nullptr},
       {"DELETE", "/v1/snapshots/{snp}", &Api::delete_snapshot, nullptr},
@@ -548,6 +549,13 @@ Result<Reply> Api::list_builds(Call& c) {
 Result<Reply> Api::get_build(Call& c) {
   if (!templates_) return fail(no_templates());
   return reply(templates_->build(c.principal, c.target.segments[2], c.target.segments[4]));
+}
+
+Result<Reply> Api::cancel_build(Call& c) {
+  if (!templates_) return fail(no_templates());
+  auto r = templates_->cancel(c.principal, c.target.segments[2], c.target.segments[4]);
+  if (!r) return fail(r.error());
+  return Reply{r->first, std::move(r->second), {}};
 }
 
 Result<Reply> Api::list_snapshots(Call& c) {

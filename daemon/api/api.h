@@ -77,6 +77,7 @@ class Api {
   Result<Reply> delete_template(Call& c);
   Result<Reply> list_builds(Call& c);
   Result<Reply> get_build(Call& c);
+  Result<Reply> cancel_build(Call& c);
   void build_logs(Call& c);
   void upload_template_file(Call& c);
   Result<Reply> list_snapshots(Call& c);

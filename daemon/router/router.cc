@@ -506,8 +506,10 @@ void Router::handle(http::Exchange& ex) {
     // A node that says "retry" (503 with Retry-After: the sandbox is being moved, or was
     // moved away) makes the router read where it is again for the retry.
     place_key = (snap ? "s/" : "b/") + key->project_id + "/" + id;
-  } else if (segs.size() == 6 && segs[0] == "v1" && segs[1] == "templates" && segs[3] == "builds" && segs[5] == "logs") {
-    // A build's log is a file on the node that runs the build (the node checks the key).
+  } else if (segs.size() == 6 && segs[0] == "v1" && segs[1] == "templates" && segs[3] == "builds" &&
+             (segs[5] == "logs" || segs[5] == "cancel")) {
+    // A build's log is a file on the node that runs the build, and only that node can stop it
+    // (the node checks the key).
     auto b = store_.get_template_build(std::string(segs[4]));
     if (!b) return fail_with(b.error());
     if (*b && !(*b)->node_id.empty()) bind_to((*b)->node_id, "template build " + (*b)->id);

@@ -923,30 +923,100 @@ void TemplateService::append_log(const std::string& log, std::string_view bytes)
   log_cv_.notify_all();
 }
 
+std::deque<std::string>::iterator TemplateService::next_build() {
+  auto best = queue_.end();
+  int64_t best_started = 0;
+  for (auto it = queue_.begin(); it != queue_.end(); ++it) {
+    const std::string& project = builds_[*it].project_id;
+    if (running_projects_.count(project)) continue;  // one build of a project at a time
+    const auto last = last_started_.find(project);
+    const int64_t started = last == last_started_.end() ? 0 : last->second;
+    if (best == queue_.end() || started < best_started) {
+      best = it;
+      best_started = started;
+    }
+  }
+  return best;
+}
+
+bool TemplateService::cancelled(const std::string& build_id) {
+  std::lock_guard lk(mu_);
+  return stopping_ || cancelled_.count(build_id) > 0;
+}
+
 void TemplateService::worker() {
   for (;;) {
-    std::string id;
+    std::string id, project;
     {
       std::unique_lock lk(mu_);
-      cv_.wait(lk, [&] { return stopping_ || !queue_.empty() || gc_wanted_; });
+      cv_.wait(lk, [&] { return stopping_ || next_build() != queue_.end() || gc_wanted_; });
       if (stopping_) return;
-      if (queue_.empty()) {
+      auto next = next_build();
+      if (next == queue_.end()) {
         gc_wanted_ = false;
         lk.unlock();
         collect_garbage();
         continue;
       }
-      id = queue_.front();
-      queue_.pop_front();
+      id = *next;
+      queue_.erase(next);
+      project = builds_[id].project_id;
+      running_projects_.insert(project);
+      last_started_[project] = steady_ms();
       ++running_;
     }
     run_build(id);
     {
       std::lock_guard lk(mu_);
       --running_;
+      running_projects_.erase(project);
+      cancelled_.erase(id);
     }
+    cv_.notify_all();  // the project's next build may start now
     collect_garbage();
   }
+}
+
+Result<std::pair<int, json>> TemplateService::cancel(const sandbox::Principal& p, const std::string& name_or_id,
+                                                     const std::string& build_id) {
+  refresh();
+  TemplateBuildRecord rec;
+  {
+    std::lock_guard lk(mu_);
+    const auto v = visible_builds(p.project_id, name_or_id);
+    if (v.empty()) return fail(ErrorCode::kTemplateNotFound, "no template \"" + name_or_id + "\" (see GET /v1/templates)");
+    const TemplateBuildRecord* found = nullptr;
+    for (auto& b : v)
+      if (b.id == build_id) found = &b;
+    // Another project's (a public template's) builds are not this key's to stop.
+    if (!found || found->project_id != p.project_id)
+      return fail(ErrorCode::kNotFound, "no build " + build_id + " of template \"" + name_or_id + "\"");
+    if (terminal(found->status))
+      return fail(ErrorCode::kConflict, "build " + build_id + " is " + found->status + " already; only a queued or "
+                                        "running build can be cancelled");
+    if (!own(*found))
+      return fail(ErrorCode::kConflict, "build " + build_id + " runs on node " + found->node_id + "; cancel it there");
+    auto q = std::find(queue_.begin(), queue_.end(), build_id);
+    if (q == queue_.end()) {
+      // Running: its step is killed (run_live's cancel), and no further step starts.
+      cancelled_.insert(build_id);
+      json out = build_object(*found);
+      out["cancelling"] = true;
+      spdlog::info("template {} v{}: build {} cancelled while it runs", found->name, found->version, build_id);
+      return std::pair<int, json>{202, out};
+    }
+    queue_.erase(q);
+    rec = *found;
+  }
+  rec.status = "failed";
+  rec.finished_ms = now_unix_ms();
+  rec.doc["error"] = {{"code", "conflict"}, {"message", "cancelled before it started (POST .../cancel)"}, {"cancelled", true}};
+  save(rec);
+  append_log(log_path(rec.id), "== cancelled before it started\n");
+  spdlog::info("template {} v{}: build {} cancelled before it started", rec.name, rec.version, build_id);
+  std::lock_guard lk(mu_);
+  auto* b = find_build(build_id);
+  return std::pair<int, json>{200, build_object(b ? *b : rec)};
 }
 
 void TemplateService::run_build(const std::string& build_id) {
@@ -1260,6 +1330,7 @@ Result<void> TemplateService::build_root(TemplateBuildRecord& rec, const Templat
                       std::optional<std::string> stdin_data = std::nullopt,
                       std::map<std::string, std::string> extra_env = {}) -> Result<void> {
     if (remaining_ms() <= 0) return fail(ErrorCode::kRequestTimeout, "the build passed its time limit (build.timeout_s)");
+    if (cancelled(rec.id)) return fail(ErrorCode::kConflict, "cancelled (POST .../cancel) before " + name);
     append_log(log, "-- " + name + ": " + shown + "\n");
     sandbox::ExecSpec e;
     e.argv = std::move(argv);
@@ -1271,7 +1342,7 @@ Result<void> TemplateService::build_root(TemplateBuildRecord& rec, const Templat
     std::string out_tail;
     auto t0 = Clock::now();
     auto r = sandboxes_.exec().run_live(
-        *s, e, [&] { std::lock_guard lk(mu_); return stopping_; },
+        *s, e, [&] { return cancelled(rec.id); },
         [&](bool, std::string_view bytes) {
           append_log(log, bytes);
           out_tail = tail(out_tail + std::string(bytes), kTailBytes);
@@ -1280,6 +1351,10 @@ Result<void> TemplateService::build_root(TemplateBuildRecord& rec, const Templat
     const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     if (!r) {
       rec.doc["error"] = {{"step", name}, {"output_tail", out_tail}};
+      if (cancelled(rec.id)) {
+        rec.doc["error"]["cancelled"] = true;
+        return fail(ErrorCode::kConflict, name + ": cancelled (POST .../cancel)");
+      }
       return fail(r.error().wrap(name));
     }
     step_done(name, r->exit_code, ms);

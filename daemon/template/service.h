@@ -38,7 +38,7 @@ struct Config {
   int max_queued_per_node = 64;
   int max_queued_per_project = 8;
   int build_timeout_s = 1800;  // default; a spec may ask less, or up to max
-  int max_build_timeout_s = 7200;
+  int max_build_timeout_s = 1800;  // the operator's bound (--template-build-max-timeout)
   int build_disk_gib = 8;      // the build's size limit (its disk); a spec may ask up to max
   int max_build_disk_gib = 64;
   int build_vcpu = 2;
@@ -105,6 +105,10 @@ class TemplateService : public sandbox::TemplateCatalog {
   Result<nlohmann::json> remove(const sandbox::Principal& p, const std::string& name_or_id, bool force);
   Result<nlohmann::json> builds(const sandbox::Principal& p, const std::string& name_or_id);
   Result<nlohmann::json> build(const sandbox::Principal& p, const std::string& name_or_id, const std::string& build_id);
+  /// Stops a build of the project's: a queued one fails at once (200), a running one has its
+  /// step killed and fails within moments (202, "cancelling"); 409 when it ended already.
+  Result<std::pair<int, nlohmann::json>> cancel(const sandbox::Principal& p, const std::string& name_or_id,
+                                                const std::string& build_id);
   /// The build's log from byte `from`; with `follow`, waits for more until the build ends or
   /// `gone` says the client left.
   Result<void> logs(const sandbox::Principal& p, const std::string& name_or_id, const std::string& build_id,
@@ -189,6 +193,15 @@ class TemplateService : public sandbox::TemplateCatalog {
   std::map<std::string, store::TemplateBuildRecord> builds_;  // by id
   std::deque<std::string> queue_;
   int running_ = 0;
+  // Fairness (worker()): a project runs one build at a time, and of the projects waiting, the
+  // one whose last build started longest ago goes first. Guarded by mu_.
+  std::set<std::string> running_projects_;
+  std::map<std::string, int64_t> last_started_;  // project -> steady ms its last build started
+  /// The queued build a worker takes next, or queue_.end() when none may start now.
+  std::deque<std::string>::iterator next_build();
+  // Builds asked to stop (cancel()): their running step is killed, the next one never starts.
+  std::set<std::string> cancelled_;
+  bool cancelled(const std::string& build_id);
   std::map<std::string, Upload> uploads_;
   std::map<std::string, uint64_t> log_sizes_;
   std::mutex debian_mu_;  // one mmdebstrap at a time

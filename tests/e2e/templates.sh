@@ -1110,6 +1110,44 @@ s_quotas() {
   check quota.cleanup "$(snip)" test "$ST" = 200
 }
 
+# A project runs one build at a time, and another project's build is not held behind its long
+# ones (two builds of `sleep` held another project's one-line build queued for 104 s); a build
+# can be cancelled, queued or running; a spec cannot ask more time than the operator allows.
+s_build_fairness() {
+  KEY=$TWIN submit '{"name": "long-a", "run": ["sleep 300"], "build": {"timeout_s": 600}}'
+  local a1=$BLD t1=$TPL
+  KEY=$TWIN submit '{"name": "long-b", "run": ["sleep 300"]}'
+  local a2=$BLD t2=$TPL
+  KEY=$OTHER submit '{"name": "quick-other", "run": ["echo quick"]}'
+  local o=$BLD to=$TPL
+  check fair.submitted "$a1 $a2 $o" test -n "$a1" -a -n "$a2" -a -n "$o"
+  KEY=$OTHER wait_build "$to" "$o" 180
+  check fair.other_project_not_held "$(snip)" test "$BST" = ready
+  KEY=$TWIN api GET "/v1/templates/$t1/builds/$a1"
+  check fair.first_runs "$(snip)" okj 200 '.status == "building"'
+  KEY=$TWIN api GET "/v1/templates/$t2/builds/$a2"
+  check fair.one_build_per_project "$(snip)" okj 200 '.status == "queued"'
+  # Cancel: a queued build fails at once; a running one has its step killed.
+  KEY=$TWIN api POST "/v1/templates/$t2/builds/$a2/cancel"
+  check cancel.queued_200 "$(snip)" okj 200 '.status == "failed" and .error.cancelled == true and .error.code == "conflict"'
+  KEY=$OTHER api POST "/v1/templates/$t1/builds/$a1/cancel"
+  check cancel.other_project_404 "$(snip)" test "$ST" = 404
+  KEY=$TWIN api POST "/v1/templates/$t1/builds/$a1/cancel"
+  check cancel.running_202 "$(snip)" okj 202 '.cancelling == true and .status == "building"'
+  KEY=$TWIN wait_build "$t1" "$a1" 60
+  check cancel.running_failed "$(snip)" okj 200 '.status == "failed" and .error.cancelled == true and .error.step == "run[0]"'
+  check cancel.running_ended_soon "$(build_took)" jt '((.finished_at | sub("\\.[0-9]+Z$"; "Z") | fromdate) - (.started_at | sub("\\.[0-9]+Z$"; "Z") | fromdate)) < 120'
+  KEY=$TWIN api POST "/v1/templates/$t1/builds/$a1/cancel"
+  expect_error cancel.ended_409 409 conflict "failed already"
+  local rc
+  B3OS_API_URL=$URL B3OS_API_KEY=$TWIN "$B3OS_BIN/b3os" templates cancel long-a "$a1" >"$T/cancel.cli" 2>&1 && rc=0 || rc=$?
+  check cancel.cli_says_it_ended "exit $rc: $(head -c 200 "$T/cancel.cli")" \
+    sh -c "[ $rc != 0 ] && grep -q 'failed already' '$T/cancel.cli'"
+  # The operator's bound on a build's time (--template-build-max-timeout, 1800 s by default).
+  KEY=$TWIN submit '{"name": "too-long", "build": {"timeout_s": 3600}}'
+  expect_error build.timeout_past_max_400 400 invalid_request build.timeout_s
+}
+
 # ---- run ---------------------------------------------------------------------------------------
 
 # Images first (the sandbox steps wait on builds anyway), then builds queued in an order that
@@ -1141,6 +1179,7 @@ run_section s_images_good
 run_section s_delete
 run_section s_killed_mid_build
 run_section s_quotas
+run_section s_build_fairness
 # from: debian:bookworm makes a fresh minbase with mmdebstrap from a Debian mirror, which no
 # test may reach (docs/templates.md, "How it is tested").
 skip templates.from_debian_bookworm "needs a Debian mirror for mmdebstrap; tests reach none (built by hand, docs/templates.md)"
