@@ -124,6 +124,20 @@ std::string render_status(const std::string& api_url, const std::string& health,
     << fmt_num(cap("pooled")) << " pool members: " << fmt_num(used) << " of " << fmt_num(max) << " sandboxes";
   if (max > 0) o << " (" << fmt_num(std::round(100 * used / max)) << "%)";
   o << "\n";
+  // What sandboxes commit (their limits) against what the node admits (0: no limit).
+  if (!find(m, "b3os_node_committed").empty()) {
+    o << "committed:";
+    const char* sep = " ";
+    for (auto [res, unit] : {std::pair{"memory_mib", " MiB memory"}, std::pair{"vcpu", " vCPUs"},
+                             std::pair{"disk_gib", " GiB disk"}}) {
+      const double c = sum(m, "b3os_node_committed", {{"resource", res}});
+      const double a = sum(m, "b3os_node_admits", {{"resource", res}});
+      o << sep << fmt_num(c) << (a > 0 ? " of " + fmt_num(a) : std::string()) << unit;
+      if (a > 0) o << " (" << fmt_num(std::round(100 * c / a)) << "%)";
+      sep = ", ";
+    }
+    o << "\n";
+  }
 
   std::map<std::string, std::map<std::string, double>> by_state;  // state -> template -> n
   for (auto* s : find(m, "b3os_sandboxes")) by_state[label(*s, "state")][label(*s, "template")] += s->value;

@@ -168,6 +168,24 @@ void register_node_metrics(sandbox::SandboxService& sandboxes, gateway::Gateway&
                  out.push_back({Labels{"starting"}, double(u.starting)});
                  out.push_back({Labels{"pooled"}, double(u.pooled)});
                }});
+  // What the sandboxes commit (their limits, live and starting) against what the node admits
+  // (docs/configuration.md, "Admission"); a capacity of 0 is no limit.
+  reg.collect({"b3os_node_committed", "what live and starting sandboxes commit, by resource (memory_mib, vcpu, disk_gib)",
+               {"resource"},
+               [&sandboxes](auto& out) {
+                 const auto c = sandboxes.stats().usage.committed;
+                 out.push_back({Labels{"memory_mib"}, double(c.memory_mib)});
+                 out.push_back({Labels{"vcpu"}, double(c.vcpu)});
+                 out.push_back({Labels{"disk_gib"}, double(c.disk_gib)});
+               }});
+  reg.collect({"b3os_node_admits", "what the node admits of each resource: the host's times the overcommit ratio (0: no limit)",
+               {"resource"},
+               [&sandboxes](auto& out) {
+                 const auto c = sandboxes.stats().usage.capacity;
+                 out.push_back({Labels{"memory_mib"}, double(c.memory_mib)});
+                 out.push_back({Labels{"vcpu"}, double(c.vcpu)});
+                 out.push_back({Labels{"disk_gib"}, double(c.disk_gib)});
+               }});
   // One sample per pool, from the pools' sizes (members waiting) or targets.
   auto per_pool = [&sandboxes](bool targets) {
     return [&sandboxes, targets](std::vector<std::pair<Labels, double>>& out) {
@@ -285,14 +303,15 @@ store::NodeRecord node_load(sandbox::SandboxService& sandboxes) {
   store::NodeRecord n;
   const auto& c = sandboxes.config();
   n.max_sandboxes = c.max_sandboxes_per_node;
-  n.vcpu = std::thread::hardware_concurrency();
-  n.memory_mib = static_cast<int64_t>(::sysconf(_SC_PHYS_PAGES)) * ::sysconf(_SC_PAGESIZE) / (1 << 20);
-  for (const auto& s : sandboxes.registry().all()) {
-    std::lock_guard lk(s->mu);
-    ++n.sandboxes;
-    n.used_memory_mib += s->rec.memory_mib;
-    n.used_vcpu += s->rec.vcpu;
-  }
+  // What the node admits, as Registry::reserve judges it: a router places by the same figures.
+  const auto cap = sandboxes.stats().usage.capacity;
+  n.vcpu = cap.vcpu > 0 ? cap.vcpu : std::thread::hardware_concurrency();
+  n.memory_mib = cap.memory_mib > 0 ? cap.memory_mib
+                                    : static_cast<int64_t>(::sysconf(_SC_PHYS_PAGES)) * ::sysconf(_SC_PAGESIZE) / (1 << 20);
+  const auto u = sandboxes.stats().usage;
+  n.sandboxes = u.live;
+  n.used_memory_mib = u.committed.memory_mib;  // live and starting, as admission counts them
+  n.used_vcpu = u.committed.vcpu;
   return n;
 }
 
@@ -565,6 +584,31 @@ int main(int argc, char** argv) {
   app.add_option("--idempotency-max-bytes", idem_limits.max_bytes,
                  "answers a project's Idempotency-Keys keep in all (bytes); past it, as for a larger answer")
       ->check(CLI::Range(uint64_t{0}, uint64_t{1} << 40))
+      ->capture_default_str();
+  app.add_option("--memory-overcommit", cfg.memory_overcommit,
+                 "the sandboxes' memory_mib together may reach the host's memory (less --memory-reserve-mib) times this")
+      ->check(CLI::Range(0.1, 100.0))
+      ->capture_default_str();
+  app.add_option("--vcpu-overcommit", cfg.vcpu_overcommit, "the sandboxes' vcpu together may reach the host's CPUs times this")
+      ->check(CLI::Range(0.1, 1000.0))
+      ->capture_default_str();
+  app.add_option("--disk-overcommit", cfg.disk_overcommit,
+                 "the sandboxes' disk_gib together may reach the data disk (less --disk-reserve-gib) times this")
+      ->check(CLI::Range(0.1, 1000.0))
+      ->capture_default_str();
+  app.add_option("--memory-reserve-mib", cfg.runtime.memory_reserve_mib,
+                 "host memory no sandbox takes: all sandboxes together are bounded to the rest (their parent cgroup)")
+      ->check(CLI::Range(0, 1 << 20))
+      ->capture_default_str();
+  app.add_option("--project-max-memory-mib", cfg.project_max_memory_mib,
+                 "a project's sandboxes' memory_mib together on this node (0: no quota; 429 quota_exceeded past it)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))
+      ->capture_default_str();
+  app.add_option("--project-max-vcpu", cfg.project_max_vcpu, "a project's sandboxes' vcpu together (0: no quota)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 30))
+      ->capture_default_str();
+  app.add_option("--project-max-disk-gib", cfg.project_max_disk_gib, "a project's sandboxes' disk_gib together (0: no quota)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 30))
       ->capture_default_str();
   app.add_option("--max-sandboxes-per-project", cfg.max_sandboxes_per_project)->capture_default_str();
   app.add_option("--max-sandboxes-per-node", cfg.max_sandboxes_per_node)->capture_default_str();

@@ -187,6 +187,7 @@ const store::NodeRecord* pick_node(const std::vector<store::NodeRecord>& all, co
     if (req.memory_mib > 0) {  // a create: room for it
       if (n.max_sandboxes > 0 && load >= n.max_sandboxes) continue;
       if (n.memory_mib > 0 && n.used_memory_mib + req.memory_mib > n.memory_mib) continue;
+      if (req.vcpu > 0 && n.vcpu > 0 && n.used_vcpu + req.vcpu > n.vcpu) continue;
     }
     const bool warm = !req.tpl.empty() && std::find(n.warm.begin(), n.warm.end(), req.tpl) != n.warm.end();
     const std::pair<int, int64_t> score{warm ? 0 : 1, load};
@@ -200,7 +201,7 @@ const store::NodeRecord* pick_node(const std::vector<store::NodeRecord>& all, co
 
 std::optional<store::NodeRecord> Router::least_loaded(const std::vector<store::NodeRecord>& all,
                                                       const std::vector<std::string>& skip, bool draining_ok,
-                                                      int memory_mib, const std::string& tpl) {
+                                                      int memory_mib, const std::string& tpl, int vcpu) {
   std::lock_guard lk(mu_);
   const int64_t now = steady_ms();
   // What this router sent a node that its load may not show yet: creates in flight, and
@@ -216,7 +217,7 @@ std::optional<store::NodeRecord> Router::least_loaded(const std::vector<store::N
     }
     return p;
   };
-  PlaceRequest req{skip, draining_ok, memory_mib, tpl, turn_++, pending};
+  PlaceRequest req{skip, draining_ok, memory_mib, vcpu, tpl, turn_++, pending};
   const store::NodeRecord* best = pick_node(all, req);
   if (best == nullptr) return std::nullopt;
   if (memory_mib > 0) placed_[best->id].push_back(now);
@@ -485,7 +486,7 @@ void Router::handle(http::Exchange& ex) {
   const bool create = (method == "POST" && segs.size() == 2 && segs[0] == "v1" && segs[1] == "sandboxes") || e2b_create;
   std::optional<std::string> body;
   std::string place_key;
-  int memory_mib = 0;
+  int memory_mib = 0, vcpu = 0;
   std::string tpl;
   auto bind_to = [&](const std::string& node_id, const std::string& what) {
     bound_what = what;
@@ -515,6 +516,7 @@ void Router::handle(http::Exchange& ex) {
     if (*b && !(*b)->node_id.empty()) bind_to((*b)->node_id, "template build " + (*b)->id);
   } else if (create) {
     memory_mib = 512;
+    vcpu = 1;
     if (ex.has_body()) {
       auto raw = ex.read_body(cfg_.max_create_body);
       if (!raw) return fail_with(raw.error());
@@ -524,6 +526,7 @@ void Router::handle(http::Exchange& ex) {
       auto j = json_depth(*body) > 64 ? nlohmann::json() : nlohmann::json::parse(*body, nullptr, false);
       if (j.is_object()) {
         if (auto m = j.find("memory_mib"); m != j.end() && m->is_number_integer()) memory_mib = std::max(1, m->get<int>());
+        if (auto v = j.find("vcpu"); v != j.end() && v->is_number_integer()) vcpu = std::clamp(v->get<int>(), 1, 1024);
         if (auto t = j.find(e2b_create ? "templateID" : "template"); t != j.end() && t->is_string()) tpl = t->get<std::string>();
         if (auto s = j.find("snapshot"); s != j.end() && s->is_string()) {
           // A restore goes where the image is (no fetch) while that node is ready; else it is
@@ -581,7 +584,7 @@ void Router::handle(http::Exchange& ex) {
   std::vector<std::string> tried;
   std::string last_error;
   for (int attempt = 0; attempt < 3; ++attempt) {
-    std::optional<store::NodeRecord> n = bound ? bound : least_loaded(*all, tried, !create, create ? memory_mib : 0, tpl);
+    std::optional<store::NodeRecord> n = bound ? bound : least_loaded(*all, tried, !create, create ? memory_mib : 0, tpl, create ? vcpu : 0);
     if (!n) break;
     if (create) {
       std::lock_guard lk(mu_);

@@ -50,6 +50,7 @@ struct PlaceRequest {
   std::vector<std::string> skip;  // node ids not to pick
   bool draining_ok = false;       // not a create: a draining node still serves
   int memory_mib = 0;             // > 0: a create, which needs room for this much
+  int vcpu = 0;                   // and this many vCPUs (0: not judged)
   std::string tpl;                // a create's template: a node with it warm comes first
   size_t turn = 0;                // where among equal nodes to start (ties go round)
   /// What was sent a node that its heartbeat may not show yet (counted as its sandboxes).
@@ -86,7 +87,7 @@ class Router {
   /// The least loaded ready node not in `skip` (draining ones too when `draining_ok`).
   std::optional<store::NodeRecord> least_loaded(const std::vector<store::NodeRecord>& all,
                                                 const std::vector<std::string>& skip, bool draining_ok,
-                                                int memory_mib = 0, const std::string& tpl = "");
+                                                int memory_mib = 0, const std::string& tpl = "", int vcpu = 0);
   /// Relays to `node`; false (nothing sent to the client) when the node could not be reached.
   /// `adjust` changes the relay's options for that node (MCP session ids).
   /// `route`: what the request is signed for ("" the API, "preview"; relay.h).

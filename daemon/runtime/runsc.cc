@@ -260,6 +260,22 @@ void Runsc::bound_all_sandboxes_pids() {
   }
 }
 
+void Runsc::bound_all_sandboxes_memory(int64_t reserve_mib) {
+  const int64_t total = static_cast<int64_t>(::sysconf(_SC_PHYS_PAGES)) * ::sysconf(_SC_PAGESIZE);
+  const int64_t limit = total - reserve_mib * (int64_t{1} << 20);
+  if (total <= 0 || limit <= 0) return;
+  for (auto [dir, file] : {std::pair{"/sys/fs/cgroup/memory/b3os", "memory.limit_in_bytes"},
+                           std::pair{"/sys/fs/cgroup/b3os", "memory.max"}}) {
+    const std::string d(dir), parent = d.substr(0, d.rfind('/'));
+    if (::access((parent + "/cgroup.procs").c_str(), F_OK) != 0) continue;  // not this hierarchy
+    if (::mkdir(dir, 0755) != 0 && errno != EEXIST) continue;
+    if (::access((d + "/" + file).c_str(), F_OK) != 0) continue;  // v2 without the memory controller on
+    if (auto r = write_cgroup(d + "/" + file, std::to_string(limit), "bounding every sandbox's memory together"); !r)
+      spdlog::warn("{}", r.error().message);
+    return;
+  }
+}
+
 Runtime::PidsUse Runsc::pids_use(const std::string& id) {
   auto read = [](const std::string& dir) -> PidsUse {
     PidsUse out;

@@ -27,6 +27,10 @@ struct RuntimeConfig {
   std::string platform = "systrap";
   /// Host memory the runtime itself needs beyond memory_mib (sentry, gofer, page tables).
   int memory_overhead_mib = 256;
+  /// Host memory no sandbox may take: the parent cgroup of every sandbox is bounded to the
+  /// host's memory less this (--memory-reserve-mib), so sandboxes that together use more are
+  /// reclaimed and OOM-killed among themselves, never b3osd or the host.
+  int memory_reserve_mib = 1024;
   bool debug = false;
   /// How start, checkpoint and restore reach the sandbox: "cli" runs the runsc CLI, "direct"
   /// calls the sandbox's control socket itself (control.h), "auto" is direct for the runsc
@@ -41,7 +45,10 @@ struct RuntimeConfig {
 
 class Runsc : public Runtime {
  public:
-  explicit Runsc(RuntimeConfig cfg) : cfg_(std::move(cfg)) { bound_all_sandboxes_pids(); }
+  explicit Runsc(RuntimeConfig cfg) : cfg_(std::move(cfg)) {
+    bound_all_sandboxes_pids();
+    bound_all_sandboxes_memory(cfg_.memory_reserve_mib);
+  }
 
   /// Writes the OCI config and runs `runsc create` with `stdio_fd` as the agent's stdin and
   /// stdout. On failure nothing is left: no container, no cgroup.
@@ -57,6 +64,9 @@ class Runsc : public Runtime {
   /// quarter, so that sandboxes each within their own bound still leave b3osd, runsc and the
   /// host processes ids whatever their number. Best effort (logged when it cannot be set).
   static void bound_all_sandboxes_pids();
+  /// The parent cgroup of every sandbox gets the host's memory less `reserve_mib` as its limit
+  /// (memory.max, or v1's memory.limit_in_bytes). Best effort, logged.
+  static void bound_all_sandboxes_memory(int64_t reserve_mib);
   /// Sets a container's memory cgroup limit to `bytes`.
   Result<void> set_memory_limit(const std::string& id, int64_t bytes) override;
   /// Forgets the memory cgroup's recorded peak (cgroup v1 max_usage_in_bytes).

@@ -194,8 +194,9 @@ Result<json> Checkpoints::fork(const Principal& p, const std::string& id, int co
   if (base.state == State::kPaused || base.state == State::kResuming)
     return fail(ErrorCode::kSandboxNotRunning, "sandbox " + id + " is paused; resume it before forking");
   if (!base.forkable) return fail(ErrorCode::kForkUnavailable, "sandbox " + id + " was not created with forkable: true");
-  if (auto r = registry_.reserve(p.project_id, count); !r) return fail(r.error());
-  Reservation reserved(registry_, p.project_id, count);
+  const Size size{base.memory_mib, base.vcpu, base.disk_gib};
+  if (auto r = registry_.reserve(p.project_id, count, size); !r) return fail(r.error());
+  Reservation reserved(registry_, p.project_id, count, size);
   ActiveOp busy(*src);
   Awake awake = lifecycle_.awake(*src, false);  // a fork leaves its source as it was
   t.lap("validate", sw);

@@ -41,6 +41,14 @@ struct Config {
   size_t max_exec_output = 1 << 20;    // per stream, then truncated
   int max_sandboxes_per_project = 64;  // 429 concurrency_limited
   int max_sandboxes_per_node = 256;    // 503 capacity_unavailable
+  /// Admission by what sandboxes commit (their limits): the sums of memory_mib, vcpu and
+  /// disk_gib may reach the host's memory (less --memory-reserve-mib), CPUs and data disk
+  /// (less --disk-reserve-gib) times these (503 capacity_unavailable past them), and a
+  /// project's sums its quotas (0: none; 429 quota_exceeded). docs/configuration.md.
+  double memory_overcommit = 4.0;
+  double vcpu_overcommit = 16.0;
+  double disk_overcommit = 4.0;
+  int64_t project_max_memory_mib = 0, project_max_vcpu = 0, project_max_disk_gib = 0;
   /// What a project may keep as snapshots (429 quota_exceeded at the limit) and the free
   /// space a snapshot leaves the data disk for running sandboxes (503 capacity_unavailable).
   int snapshots_max_per_project = 1000;

@@ -346,8 +346,9 @@ Result<json> Lifecycle::create_launched(const Principal& p, const SandboxSpec& s
                                         const TemplateChoice* tpl) {
   auto budget = grant_budget(p, spec, inherited_budget);
   if (!budget) return fail(budget.error());
-  if (auto r = registry_.reserve(p.project_id, 1); !r) return fail(r.error());
-  Reservation reserved(registry_, p.project_id, 1);
+  const Size size{spec.memory_mib, spec.vcpu, spec.disk_gib};
+  if (auto r = registry_.reserve(p.project_id, 1, size); !r) return fail(r.error());
+  Reservation reserved(registry_, p.project_id, 1, size);
   t.lap("validate", sw);
 
   const bool network = spec.egress.mode != "deny";
@@ -982,8 +983,9 @@ Result<std::shared_ptr<LiveSandbox>> Lifecycle::relaunch(const store::SandboxRec
                                                          const std::string& image, Timing& t,
                                                          const std::function<Result<void>()>& last_check) {
   Stopwatch sw;
-  if (auto r = registry_.reserve(rec.project_id, 1); !r) return fail(r.error());
-  Reservation reserved(registry_, rec.project_id, 1);
+  const Size size{rec.memory_mib, rec.vcpu, rec.disk_gib};
+  if (auto r = registry_.reserve(rec.project_id, 1, size); !r) return fail(r.error());
+  Reservation reserved(registry_, rec.project_id, 1, size);
   LaunchRequest l;
   l.id = rec.id;  // the same sandbox: its id, its record and everything in its image
   l.project_id = rec.project_id;

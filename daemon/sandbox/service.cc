@@ -1,5 +1,10 @@
 #include "daemon/sandbox/service.h"
 
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <thread>
+
 #include <algorithm>
 #include <filesystem>
 
@@ -7,6 +12,37 @@ namespace b3os::sandbox {
 
 using nlohmann::json;
 namespace fs = std::filesystem;
+
+Capacity node_capacity(const Config& cfg) {
+  Capacity c;
+  const int64_t total_mib = static_cast<int64_t>(::sysconf(_SC_PHYS_PAGES)) * ::sysconf(_SC_PAGESIZE) >> 20;
+  const int64_t usable_mib = std::max<int64_t>(0, total_mib - cfg.runtime.memory_reserve_mib);
+  c.max_memory_mib = usable_mib;
+  c.node.memory_mib = static_cast<int64_t>(static_cast<double>(usable_mib) * cfg.memory_overcommit);
+  c.node.vcpu = static_cast<int64_t>(std::max(1u, std::thread::hardware_concurrency()) * cfg.vcpu_overcommit);
+  const double reserve = cfg.disk_reserve_gib;
+  // The filesystem the disks live on: their directory, or the nearest one above it that is
+  // there yet (the directory is made at the first disk).
+  auto disk_fs = [dir = cfg.runtime.disks.dir.empty() ? cfg.data_dir : cfg.runtime.disks.dir](struct statvfs& st) {
+    for (std::string d = dir; !d.empty(); d = d.substr(0, d.find_last_of('/'))) {
+      if (::statvfs(d.c_str(), &st) == 0) return true;
+      if (d.find('/') == std::string::npos || d == "/") break;
+    }
+    return ::statvfs("/", &st) == 0;
+  };
+  struct statvfs st {};
+  if (cfg.runtime.root_overlay == "disk" && disk_fs(st)) {
+    const double total_gib = static_cast<double>(st.f_blocks) * st.f_frsize / double(1 << 30);
+    c.node.disk_gib = static_cast<int64_t>(std::max(0.0, total_gib - reserve) * cfg.disk_overcommit);
+    c.disk_free_gib = [disk_fs, reserve] {
+      struct statvfs now {};
+      if (!disk_fs(now)) return int64_t{1} << 40;  // unknown: not refused here
+      return static_cast<int64_t>(static_cast<double>(now.f_bavail) * now.f_frsize / double(1 << 30) - reserve);
+    };
+  }
+  c.per_project = Size{cfg.project_max_memory_mib, cfg.project_max_vcpu, cfg.project_max_disk_gib};
+  return c;
+}
 
 SandboxService::SandboxService(Config cfg, runtime::Runtime& rt, runtime::Shims& shims, store::SandboxStore& store,
                                ModelHooks hooks, net::Network* network)
@@ -38,6 +74,7 @@ SandboxService::SandboxService(Config cfg, runtime::Runtime& rt, runtime::Shims&
       [this](const std::string& id, const std::string& why) { guarded([&] { life_.on_channel_closed(id, why); }); },
       incoming);
   checkpoints_.set_fork_ahead(&fork_ahead_);
+  registry_.set_capacity(node_capacity(cfg_));
   registry_.set_reclaimer([this](int n) { return fork_ahead_.give_way(n); });
 }
 

@@ -58,6 +58,10 @@ struct ModelHooks {
   std::function<std::optional<double>(const std::string& budget_id)> spent_usd;
 };
 
+/// What this node admits (Registry::reserve): the host's memory, CPUs and data disk as
+/// `cfg`'s ratios and reserves make them.
+Capacity node_capacity(const Config& cfg);
+
 class SandboxService {
  public:
   /// `network`: the node's sandbox networks (egress public and allowlist); null: none.

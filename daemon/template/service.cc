@@ -1037,8 +1037,9 @@ void TemplateService::run_build(const std::string& build_id) {
   // A build is a sandbox of its project: it counts against the project's maximum.
   std::optional<sandbox::Reservation> held;
   if (done) {
-    if (auto r = sandboxes_.registry().reserve(rec.project_id, 1); !r) done = fail(r.error().wrap("starting the build"));
-    else held.emplace(sandboxes_.registry(), rec.project_id, 1);
+    const sandbox::Size size{cfg_.build_memory_mib, cfg_.build_vcpu, rec.doc["build"].value("disk_gib", cfg_.build_disk_gib)};
+    if (auto r = sandboxes_.registry().reserve(rec.project_id, 1, size); !r) done = fail(r.error().wrap("starting the build"));
+    else held.emplace(sandboxes_.registry(), rec.project_id, 1, size);
   }
   if (done) done = build_root(rec, *spec, log);
   if (done) done = build_images(rec, *spec, log);

@@ -64,6 +64,28 @@ s_errors() {
   expect_error errors.vcpu_9_400 400 invalid_request vcpu
   apij POST /v1/sandboxes '{"env":{"B3OS_X":"1"}}'
   expect_error errors.env_reserved_400 400 invalid_request B3OS_
+  # Admission: a sandbox larger than the host (memory_mib past its memory less the reserve, a
+  # disk_gib past its free data disk) is refused, and nothing is made. Two such creates once
+  # answered 201 on a 24 GiB node.
+  local host_mib free_gib before_n
+  host_mib=$(awk '/^MemTotal:/ {print int($2 / 1024)}' /proc/meminfo)
+  free_gib=$(df -BG --output=avail "$T/data" | tail -n 1 | tr -dc 0-9)
+  api GET '/v1/sandboxes?limit=100'
+  before_n=$(j '.data | length')
+  if [ "$host_mib" -lt 64512 ]; then
+    apij POST /v1/sandboxes '{"memory_mib": 65536, "vcpu": 8, "disk_gib": 1}'
+    expect_error errors.memory_past_host_503 503 capacity_unavailable "memory_mib 65536"
+  else
+    skip errors.memory_past_host_503 "this host has $host_mib MiB: a 64 GiB sandbox fits it"
+  fi
+  if [ "${free_gib:-0}" -lt 250 ]; then
+    apij POST /v1/sandboxes '{"disk_gib": 256}'
+    expect_error errors.disk_past_free_503 503 capacity_unavailable "disk_gib 256"
+  else
+    skip errors.disk_past_free_503 "the data disk has $free_gib GiB free: 256 GiB fits it"
+  fi
+  api GET '/v1/sandboxes?limit=100'
+  check errors.admission_made_nothing "before $before_n, after $(j '.data | length')" [ "$(j '.data | length')" = "$before_n" ]
   # env and secrets are bounded in all (64 KiB of names and values), not only per value: 250
   # values of 4,000 characters were accepted, a megabyte in every record. 20 are 80 KB (a
   # body of one argument under the kernel's 128 KiB, for curl).

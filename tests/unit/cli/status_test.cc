@@ -29,7 +29,10 @@ TEST(Status, RendersHealthCapacityPoolsAndTemplates) {
       "b3os_template_checkpoint{template=\"base\",status=\"ready\",creates=\"restore\"} 1\n"
       "b3os_gateway_models{model=\"m\"} 1\nb3os_gateway_calls_total{model=\"m\",outcome=\"ok\"} 4\n"
       "b3os_gateway_spend_micros_total{model=\"m\"} 1234\n"
-      "b3os_sandbox_failures_total{kind=\"out_of_memory\"} 2\n");
+      "b3os_sandbox_failures_total{kind=\"out_of_memory\"} 2\n"
+      "b3os_node_committed{resource=\"memory_mib\"} 2048\nb3os_node_admits{resource=\"memory_mib\"} 8192\n"
+      "b3os_node_committed{resource=\"vcpu\"} 4\nb3os_node_admits{resource=\"vcpu\"} 0\n"
+      "b3os_node_committed{resource=\"disk_gib\"} 4\nb3os_node_admits{resource=\"disk_gib\"} 100\n");
   const std::string out = render_status("http://n:7070", "ready", m, 1000 + 3725);
   EXPECT_NE(out.find("b3osd 0.1.0 at http://n:7070: ready (up 1h 2m)"), std::string::npos) << out;
   EXPECT_NE(out.find("8 of 10 sandboxes (80%)"), std::string::npos) << out;
@@ -40,6 +43,7 @@ TEST(Status, RendersHealthCapacityPoolsAndTemplates) {
   EXPECT_NE(out.find("base (checkpoint ready, creates restore)"), std::string::npos) << out;
   EXPECT_NE(out.find("m; 4 calls, 0 refused at a cap, $0.001234 charged"), std::string::npos) << out;
   EXPECT_NE(out.find("sandboxes 2 (out_of_memory 2)"), std::string::npos) << out;
+  EXPECT_NE(out.find("committed: 2048 of 8192 MiB memory (25%), 4 vCPUs, 4 of 100 GiB disk (4%)"), std::string::npos) << out;
 }
 
 }  // namespace
