@@ -742,6 +742,18 @@ int main(int argc, char** argv) {
   app.add_option("--max-requests", http_cfg.max_requests, "requests handled at once on the node (503 above)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  http_cfg.max_streams = 256;
+  http_cfg.max_streams_per_tenant = 128;
+  app.add_option("--max-streams", http_cfg.max_streams,
+                 "long-lived requests (terminals, watches, follows, commands, model calls) open at once on the node, "
+                 "apart from --max-requests; 503 above")
+      ->check(CLI::Range(1, 65536))
+      ->capture_default_str();
+  app.add_option("--max-streams-per-project", http_cfg.max_streams_per_tenant,
+                 "long-lived requests of one project, within --max-streams (429 concurrency_limited above); "
+                 "each project can count on 8 whatever the others hold")
+      ->check(CLI::Range(1, 65536))
+      ->capture_default_str();
   app.add_option("--http-idle-timeout", idle_timeout_s, "seconds a connection may wait for its next request")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();

@@ -155,6 +155,11 @@ bool Api::dispatch_infer(Call& c) {
   const auto& s = c.target.segments;
   if (!(s.size() >= 2 && s[0] == "v1" && s[1] == "infer")) return false;
   HttpSink sink(c.ex, {});
+  // A model call may last minutes: it holds a stream's place, not a request worker's.
+  if (auto h = c.ex.hold_stream(c.principal.project_id); !h) {
+    gateway::answer_error(sink, h.error());
+    return true;
+  }
   // A key's calls are paid from the key's own budget.
   gateway::Caller caller;
   caller.budget_id = c.principal.key_id;
@@ -635,6 +640,9 @@ Result<Reply> Api::exec(Call& c) {
   Stopwatch sw;
   auto spec = sandbox::parse_exec(c.body);
   if (!spec) return fail(spec.error());
+  // A command may run for its whole timeout: it holds a stream's place (the project's fair
+  // share of them), never one of the request workers short requests need.
+  if (auto h = c.ex.hold_stream(c.principal.project_id); !h) return fail(h.error());
   c.timing.lap("parse", sw);
   if (spec->stream || accepts_event_stream(c.ex.header("Accept"))) {
     spec->stream = true;
@@ -746,6 +754,7 @@ Result<Reply> Api::signal_process(Call& c) {
 Result<Reply> Api::wait_process(Call& c) {
   auto timeout = sandbox::parse_wait(c.body);
   if (!timeout) return fail(timeout.error());
+  if (auto h = c.ex.hold_stream(c.principal.project_id); !h) return fail(h.error());
   return reply(sandboxes_.exec().wait_process(c.principal, c.target.segments[2], c.target.segments[4], *timeout,
                                               [&] { return c.ex.client_gone(); }));
 }
@@ -758,6 +767,8 @@ void Api::process_output(Call& c) {
   auto req = sandbox::parse_output_request(params_of(c.target), std::string(c.ex.header("Last-Event-ID")));
   if (!req) return send_error(c, req.error());
   const bool sse = req->follow || accepts_event_stream(c.ex.header("Accept"));
+  if (sse)
+    if (auto h = c.ex.hold_stream(c.principal.project_id); !h) return send_error(c, h.error());
   const std::string& id = c.target.segments[2];
   const std::string& proc = c.target.segments[4];
   sandbox::OutputEncoder enc;
@@ -862,6 +873,7 @@ void Api::process_output(Call& c) {
 void Api::watch_files(Call& c) {
   auto req = sandbox::parse_watch_request(params_of(c.target));
   if (!req) return send_error(c, req.error());
+  if (auto h = c.ex.hold_stream(c.principal.project_id); !h) return send_error(c, h.error());
   bool begun = false;
   auto write = [&](const std::string& s) { return static_cast<bool>(c.ex.write(s)); };
   sandbox::Exec::WatchReader reader;
@@ -913,6 +925,7 @@ void Api::terminal(Call& c) {
   // version 13 and a key of 16 random bytes in base64 (RFC 6455, 4.2.1).
   if (c.ex.header("Sec-WebSocket-Version") != "13")
     return send_error(c, {ErrorCode::kInvalidRequest, "Sec-WebSocket-Version: must be 13", 0});
+  if (auto h = c.ex.hold_stream(c.principal.project_id); !h) return send_error(c, h.error());
   if (const std::string_view key = c.ex.header("Sec-WebSocket-Key");
       key.size() != 24 || key.substr(22) != "==" ||
       key.substr(0, 22).find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/") !=
@@ -1119,6 +1132,8 @@ void Api::build_logs(Call& c) {
     if (v != "true" && v != "false") return send_error(c, {ErrorCode::kInvalidRequest, "follow: must be true or false", 0});
     follow = v == "true";
   }
+  if (follow)
+    if (auto h = c.ex.hold_stream(c.principal.project_id); !h) return send_error(c, h.error());
   bool begun = false;
   auto write = [&](std::string_view bytes) -> Result<void> {
     if (!begun) {

@@ -26,9 +26,10 @@ namespace {
 
 constexpr std::string_view kProcess = "process.Process";
 constexpr std::string_view kFilesystem = "filesystem.Filesystem";
-// How long one Start/Connect stream may follow its process (E2B's SDK ends its own at the
-// command's timeoutMs, 60 s by default; 0 there means no limit).
-constexpr int64_t kMaxFollowMs = 24LL * 3600 * 1000;
+// How long one Start/Connect or WatchDir stream may follow (E2B's SDK ends its own at the
+// command's timeoutMs, 60 s by default; 0 there means no limit): an hour, as a REST follow.
+// The SDK's handle reconnects (Connect) to go on.
+constexpr int64_t kMaxFollowMs = 3600LL * 1000;
 constexpr int kMaxListDepth = 16;
 // A deep listing is one agent call per directory: both bounded, so that one request cannot
 // hold its thread for long (a tree of many small directories is refused, not walked).
@@ -567,6 +568,9 @@ Result<json> Server::filesystem_unary(const sandbox::Principal& p, const std::st
 void Server::stream(http::Exchange& ex, const sandbox::Principal& p, const std::string& id, std::string_view service,
                     std::string_view rpc, const std::string& user) {
   Envelopes out(ex);
+  // A stream may last an hour: it holds a stream's place (the project's fair share), never
+  // one of the request workers short requests need.
+  if (auto h = ex.hold_stream(p.project_id); !h) return out.end(h.error());
   auto raw = ex.read_body(cfg_.max_message + 5);
   if (!raw) return out.end(raw.error());
   auto msg = parse_stream_request(*raw, cfg_.max_message);

@@ -36,6 +36,7 @@ class HeldBodyExchange final : public Exchange {
   bool responded() const override { return inner_.responded(); }
   bool client_gone() const override { return inner_.client_gone(); }
   Result<void> proxy(Upstream& up, const ProxyOptions& opts) override;
+  Result<void> hold_stream(std::string_view tenant) override { return inner_.hold_stream(tenant); }
   bool is_websocket_upgrade() const override { return inner_.is_websocket_upgrade(); }
   Result<void> websocket(const WebSocketHandler& handler, std::chrono::milliseconds idle_timeout) override {
     return inner_.websocket(handler, idle_timeout);

@@ -5,6 +5,7 @@
 
 #include "daemon/sys/deadline_stream.h"
 
+#include "common/fair_share.h"
 #include "common/metrics.h"
 #include "common/request_id.h"
 
@@ -20,6 +21,7 @@
 #include <fmt/format.h>
 #include <list>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <spdlog/spdlog.h>
 #include <thread>
@@ -86,13 +88,22 @@ tl::unexpected<Error> too_large(uint64_t limit) {
 
 class BeastExchange final : public Exchange {
  public:
+  using StreamHold = std::function<Result<void>(std::string_view tenant)>;
   BeastExchange(tcp::socket& sock, beast::flat_buffer& buf, bh::request_parser<bh::buffer_body>& parser,
-                std::chrono::milliseconds body_timeout)
+                std::chrono::milliseconds body_timeout, StreamHold hold = {})
       : sock_(sock),
         buf_(buf),
         parser_(parser),
         body_timeout_(body_timeout),
-        request_id_(request_id_for(header("X-Request-Id"))) {}
+        request_id_(request_id_for(header("X-Request-Id"))),
+        hold_(std::move(hold)) {}
+
+  Result<void> hold_stream(std::string_view tenant) override {
+    if (held_ || !hold_) return {};
+    if (auto r = hold_(tenant); !r) return r;
+    held_ = true;
+    return {};
+  }
 
   std::string_view request_id() const override { return request_id_; }
   void set_route(std::string_view route) override { route_ = route; }
@@ -317,6 +328,8 @@ class BeastExchange final : public Exchange {
   uint64_t read_ = 0;
   uint64_t remaining_ = 0;
   const std::string request_id_;
+  StreamHold hold_;    // Workers::become_stream for this request's worker
+  bool held_ = false;  // it became a stream
   std::string route_ = "unmatched";
   int status_ = 0;
   bh::response<bh::buffer_body> stream_res_;
@@ -347,9 +360,36 @@ void send_now(tcp::socket& sock, const std::string& bytes) {
 
 /// Threads that run requests: started as needed up to a cap, gone after a minute idle, so a
 /// burst does not leave hundreds of threads behind.
+// The tenant whose stream the job on this thread became (Workers::become_stream), if it did.
+thread_local std::optional<std::string> t_stream_tenant;
+
 class Workers : public std::enable_shared_from_this<Workers> {
  public:
-  explicit Workers(int max) : max_(max) {}
+  Workers(int max, int max_streams, int per_tenant)
+      : max_(max),
+        // Floors of 8 for 16 tenants kept out of the extra units, the rest first come.
+        streams_(FairShare<std::string>::Limits{static_cast<size_t>(max_streams), static_cast<size_t>(per_tenant),
+                                                8, static_cast<size_t>(max_streams) / 2}) {}
+
+  /// The job on this thread becomes a long-lived stream of `tenant`: it stops counting against
+  /// `max` and counts against the streams' fair share instead, until it ends.
+  Result<void> become_stream(std::string_view tenant) {
+    if (t_stream_tenant) return {};
+    std::lock_guard lk(mu_);
+    const std::string t(tenant);
+    if (!streams_.try_take(t)) {
+      if (streams_.total() >= streams_.limits().node)
+        return fail(ErrorCode::kNodeUnavailable, "this node holds its most long-lived requests (" +
+                                                     std::to_string(streams_.limits().node) +
+                                                     " terminals, watches, follows and commands); retry shortly");
+      return fail(ErrorCode::kConcurrencyLimited,
+                  "this project holds " + std::to_string(streams_.of(t)) + " long-lived requests on this node "
+                  "(terminals, watches, follows and commands running), its share; end some first");
+    }
+    --busy_;
+    t_stream_tenant = t;
+    return {};
+  }
   /// Runs `job` on a worker; false when `max` jobs are already running (or no thread can start).
   bool submit(std::function<void()> job) {
     std::lock_guard lk(mu_);
@@ -386,7 +426,12 @@ class Workers : public std::enable_shared_from_this<Workers> {
       job();
       job = nullptr;  // its captures go before the next wait
       lk.lock();
-      --busy_;
+      if (t_stream_tenant) {
+        streams_.give(*t_stream_tenant);
+        t_stream_tenant.reset();
+      } else {
+        --busy_;
+      }
     }
   }
 
@@ -394,8 +439,9 @@ class Workers : public std::enable_shared_from_this<Workers> {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::function<void()>> jobs_;
-  int busy_ = 0;  // jobs submitted and not finished
+  int busy_ = 0;  // jobs submitted and not finished, less those that became streams
   int idle_ = 0;  // threads waiting for a job
+  FairShare<std::string> streams_;  // jobs that became streams, by tenant
 };
 
 /// One client connection. Between requests it belongs to the asio thread (waiting for a head,
@@ -425,7 +471,13 @@ std::string_view status_reason(int status) {
 // Everything but `workers` and the connections lent to them is touched by the asio thread only.
 struct Server::Impl {
   Impl(Config c, Handler h)
-      : cfg(c), handler(std::move(h)), workers(std::make_shared<Workers>(c.max_requests)), accept_retry(io) {}
+      : cfg(c),
+        handler(std::move(h)),
+        workers(std::make_shared<Workers>(
+            c.max_requests, c.max_streams > 0 ? c.max_streams : std::max(1, c.max_requests / 2),
+            c.max_streams_per_tenant > 0 ? c.max_streams_per_tenant
+                                         : std::max(1, (c.max_streams > 0 ? c.max_streams : c.max_requests / 2) / 2))),
+        accept_retry(io) {}
 
   void accept();
   void admit(tcp::socket sock);
@@ -583,7 +635,8 @@ void Server::Impl::serve(ConnPtr c) {
 
 bool Server::Impl::run_handler(Conn& c) {
   const auto began = std::chrono::steady_clock::now();
-  BeastExchange ex(c.sock, c.buf, *c.parser, cfg.body_timeout);
+  BeastExchange ex(c.sock, c.buf, *c.parser, cfg.body_timeout,
+                   [w = workers.get()](std::string_view tenant) { return w->become_stream(tenant); });
   // Log lines this request causes on this thread carry its id (common/request_id.h).
   RequestIdScope rid{std::string(ex.request_id())};
   bool again = false;

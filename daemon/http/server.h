@@ -140,6 +140,12 @@ class Exchange {
   /// responded when the server gave no response head (the caller answers then).
   virtual Result<void> proxy(Upstream& up, const ProxyOptions& opts) = 0;
 
+  /// Declares this request a long-lived stream of `tenant` (a project): it leaves the request
+  /// workers' count for the streams' (Config::max_streams, fair between tenants) until it ends.
+  /// Fails, taking nothing, when the tenant is at its share (429 concurrency_limited) or the
+  /// node's streams are all taken (503 node_unavailable); a second call is a no-op.
+  virtual Result<void> hold_stream(std::string_view tenant) { return {}; }
+
   /// True when the request asks to be upgraded to a WebSocket.
   virtual bool is_websocket_upgrade() const { return false; }
   /// Answers the upgrade (101, Beast's handshake) and runs the connection on this thread until
@@ -167,6 +173,12 @@ struct Config {
   int max_connections = 10000;
   /// Requests being handled at once (worker threads); past it a request gets 503.
   int max_requests = 512;
+  /// Requests that become long-lived (Exchange::hold_stream: terminals, watches, follows,
+  /// execs) leave the count above for one of their own, capped below it and shared fairly
+  /// between tenants, so they can never take every worker: short requests and /healthz are
+  /// served whatever streams are open. 0: max_requests / 2; per tenant 0: half of that.
+  int max_streams = 0;
+  int max_streams_per_tenant = 0;
   /// How long a connection may wait for the first byte of its next request.
   std::chrono::milliseconds idle_timeout{60'000};
   /// How long a request head may take once its first byte came.

@@ -379,7 +379,10 @@ void Server::call_tool(http::Exchange& ex, const std::shared_ptr<Session>& s, co
     };
   }
   const auto t0 = Clock::now();
-  auto r = tool->run(args, ctx);
+  // A tool call may run a command for its whole timeout: it holds a stream's place (the
+  // project's fair share), never one of the request workers short requests need.
+  auto held = ex.hold_stream(p.project_id);
+  Result<ToolResult> r = held ? tool->run(args, ctx) : Result<ToolResult>(fail(held.error()));
   const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
   json result;
   if (r) {

@@ -216,7 +216,7 @@ PreviewServer::PreviewServer(Config cfg, sandbox::SandboxService& sandboxes)
       sandboxes_(sandboxes),
       admission_(cfg),
       server_(cfg.host, cfg.port,
-              http::Config{cfg.max_connections, cfg.max_requests, cfg.idle_timeout, cfg.head_timeout, cfg.body_timeout,
+              http::Config{cfg.max_connections, cfg.max_requests, 0, 0, cfg.idle_timeout, cfg.head_timeout, cfg.body_timeout,
                            "preview", false, true},
               [this](http::Exchange& ex) { handle(ex); }) {}
 

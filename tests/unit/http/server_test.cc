@@ -45,6 +45,11 @@ class ServerTest : public ::testing::Test {
     }
     if (ex.target() == "/block")
       while (!release) std::this_thread::sleep_for(5ms);
+    if (ex.target().rfind("/stream/", 0) == 0) {  // a long-lived request of the tenant named
+      if (auto h = ex.hold_stream(ex.target().substr(8)); !h)
+        return ex.respond(error_http_status(h.error().code), "text/plain", h.error().message, {});
+      while (!release) std::this_thread::sleep_for(5ms);
+    }
     if (ex.target() == "/id") {  // the handler sees the id its answer will carry, as log lines do
       ex.set_route("/id");
       return ex.respond(200, "text/plain", current_request_id(), {});
@@ -163,6 +168,39 @@ TEST_F(ServerTest, PastTheRequestCapA503SaysWhenToRetry) {
   release = true;
   EXPECT_EQ(read_until_close(blocked, 500ms).rfind("HTTP/1.1 200", 0), 0u);
   EXPECT_EQ(get("/").rfind("HTTP/1.1 200", 0), 0u);
+}
+
+// Issue 42 point 7: 512 idle terminals took every request worker, and every other tenant's
+// requests (and /healthz) answered 503 for as long as they stayed open. Long-lived requests
+// leave the workers for a pool of their own, capped and shared fairly between tenants.
+TEST_F(ServerTest, StreamsLeaveTheWorkersAndShareTheirOwnPoolFairly) {
+  Config cfg;
+  cfg.max_requests = 2;
+  cfg.max_streams = 20;
+  cfg.max_streams_per_tenant = 12;
+  start(cfg);
+  std::vector<UniqueFd> held;
+  auto open_stream = [&](const std::string& tenant) {
+    auto fd = connect_();
+    send_(fd, "GET /stream/" + tenant + " HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+    held.push_back(std::move(fd));
+  };
+  // One tenant takes its cap of 12: far more than the 2 request workers.
+  for (int i = 0; i < 12; ++i) open_stream("greedy");
+  std::this_thread::sleep_for(300ms);
+  EXPECT_EQ(get("/").rfind("HTTP/1.1 200", 0), 0u) << "short requests are served while streams are open";
+  // Its 13th is refused (its cap); another tenant still has its floor (8 are kept for floors:
+  // the greedy one's extra streams may take only 20 - 10).
+  const std::string over = get("/stream/greedy");
+  EXPECT_EQ(over.rfind("HTTP/1.1 429", 0), 0u) << over;
+  for (int i = 0; i < 8; ++i) open_stream("quiet");
+  std::this_thread::sleep_for(300ms);
+  // The node's 20 are taken: a third tenant is told to retry (503); short requests still go.
+  const std::string full = get("/stream/third");
+  EXPECT_EQ(full.rfind("HTTP/1.1 503", 0), 0u) << full;
+  EXPECT_EQ(get("/").rfind("HTTP/1.1 200", 0), 0u);
+  release = true;
+  for (auto& fd : held) EXPECT_EQ(read_until_close(fd, 5s).rfind("HTTP/1.1 200", 0), 0u);
 }
 
 TEST_F(ServerTest, AMalformedRequestGets400) {
