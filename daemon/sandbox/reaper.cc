@@ -1,5 +1,7 @@
 #include "daemon/sandbox/reaper.h"
 
+#include <malloc.h>
+
 #include <algorithm>
 #include <chrono>
 
@@ -39,6 +41,9 @@ void Reaper::start() {
       lk.unlock();
       if (steady_ms() - forgot >= 60'000) {
         lifecycle_.forget_ended();
+        // Memory the load's threads freed goes back to the host (glibc keeps a freed arena's
+        // pages until asked): after a burst of streams b3osd kept 742 MB.
+        ::malloc_trim(0);
         forgot = steady_ms();
       }
       if (steady_ms() - collected >= every) {
