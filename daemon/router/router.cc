@@ -38,6 +38,18 @@ bool starts_with_ci(std::string_view s, std::string_view prefix) {
   return true;
 }
 
+// A request that may last (a command, a wait, a terminal, a watch, a follow, a model or MCP
+// call, an envd stream): relayed, it holds one of the router's stream places (the project's
+// fair share of them), never a request worker, as on the nodes (http::Config::max_streams).
+bool long_lived(std::string_view method, const std::vector<std::string_view>& segs, std::string_view content_type) {
+  if (starts_with_ci(content_type, "application/connect")) return true;  // envd's streams
+  if (segs.empty()) return false;
+  if (segs[0] == "mcp" || (segs.size() >= 2 && segs[0] == "v1" && segs[1] == "infer")) return true;
+  const std::string_view last = segs.back();
+  if (method == "POST" && (last == "exec" || last == "wait")) return true;
+  return method == "GET" && (last == "pty" || last == "watch" || last == "output" || last == "logs");
+}
+
 std::string hex(std::string_view s) {
   static constexpr char kHex[] = "0123456789abcdef";
   std::string out;
@@ -473,6 +485,8 @@ void Router::handle(http::Exchange& ex) {
   if (path == "/files" && target.find("signature=") != std::string_view::npos) return handle_signed_files(ex);
   auto key = authenticate(ex);
   if (!key) return fail_with(key.error());
+  if (long_lived(method, segs, ex.header("Content-Type")))
+    if (auto h = ex.hold_stream(key->project_id); !h) return fail_with(h.error());
   auto all = nodes();
   if (!all) return fail_with(all.error());
 
