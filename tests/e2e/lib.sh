@@ -12,6 +12,27 @@
 
 E2E_RESULTS=${E2E_RESULTS:-}   # one line per result, so sections run in subshells can report
 
+# jq 1.6 exits 0 under -e when its input holds no value at all (an empty file, a request that
+# failed before writing one): a check on such a file passed without looking. Every suite
+# sources this file, so here -e also fails when jq printed nothing. Exported, for checks run
+# with bash -c. (A short option cluster holding e, or --exit-status, is -e.)
+jq() {
+  local a e=0 out rc
+  for a in "$@"; do
+    case $a in
+      --exit-status) e=1 ;;
+      --*) ;;
+      -*e*) [[ $a =~ ^-[a-zA-Z]+$ ]] && e=1 ;;
+    esac
+  done
+  [ "$e" = 1 ] || { command jq "$@"; return; }
+  out=$(command jq "$@")
+  rc=$?
+  [ -z "$out" ] || printf '%s\n' "$out"
+  [ "$rc" = 0 ] && [ -n "$out" ]
+}
+export -f jq
+
 # ---- suite set-up ------------------------------------------------------------------------
 
 # e2e_begin NAME TOOL...: the checks and state every suite starts with: root, the binaries in
