@@ -225,7 +225,7 @@ check prometheus.sees_create "query answered '$(promql 'b3os_http_requests_total
 check prometheus.target_up "" test "$(promql 'up{job="b3osd"}')" = 1
 check prometheus.create_latency "" test -n "$(promql 'histogram_quantile(0.5, sum by (le) (b3os_operation_duration_seconds_bucket{operation="create"}))')"
 rules_ok() {
-  curl -s "$PROM/api/v1/rules" | jq -e '[.data.groups[].rules[]] | length == 9 and all(.[]; .health == "ok")' >/dev/null
+  curl -s "$PROM/api/v1/rules" | jq -e '[.data.groups[].rules[]] | length == 10 and all(.[]; .health == "ok")' >/dev/null
 }
 check prometheus.alert_rules_loaded "$(curl -s "$PROM/api/v1/rules" | head -c 300)" eventually 15 rules_ok
 kill "$PROM_PID" 2>/dev/null || true
