@@ -46,7 +46,7 @@ struct Config {
   /// (less --disk-reserve-gib) times these (503 capacity_unavailable past them), and a
   /// project's sums its quotas (0: none; 429 quota_exceeded). docs/configuration.md.
   double memory_overcommit = 4.0;
-  double vcpu_overcommit = 16.0;
+  double vcpu_overcommit = 128.0;  // CPU is shared by time: 256 one-vCPU sandboxes on 2 cores
   double disk_overcommit = 4.0;
   int64_t project_max_memory_mib = 0, project_max_vcpu = 0, project_max_disk_gib = 0;
   /// What a project may keep as snapshots (429 quota_exceeded at the limit) and the free

@@ -636,7 +636,10 @@ p_disk_full() {
   info "disk_full: DATA_DIR $T/data is a ${fs_mib} MiB ext4 ($(df -h --output=avail "$T/data" | tail -n1 | tr -d ' ') free)"
   # No reserve (--disk-reserve-gib would refuse every snapshot on so small a disk before it is
   # written): this part is about a disk that fills anyway, under runsc's own write.
-  local B3OS_E2E_DAEMON_ARGS="${B3OS_E2E_DAEMON_ARGS:-} --disk-reserve-gib 0"
+  # The sandboxes' disks live on the host's own disk: admission promises no disk_gib past the
+  # free space of the disks' filesystem, and a 600 MiB one holds no 1 GiB disk.
+  mkdir -p "$ROOT/disks"
+  local B3OS_E2E_DAEMON_ARGS="${B3OS_E2E_DAEMON_ARGS:-} --disk-reserve-gib 0 --disks-dir $ROOT/disks"
   first_start
   create_sandbox '{"metadata":{"role":"diskfull"}}'
   id=$CID
