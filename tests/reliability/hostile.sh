@@ -311,6 +311,8 @@ s_worst_tenant() {
   KEY=$bystander api GET "/v1/templates/$bt/builds/$bb"
   check worst.bystander_build "$(snip)" okj 200 '.status == "ready"'
   info "worst: peak RSS $(cat "$T/worst.peak") kB with the streams open (start $rss0 kB)"
+  # Done with them: the clients leave now (their terminals' shells get SIGHUP), not at their hold.
+  kill "${held[@]}" 2>/dev/null || true
   wait "${held[@]}" 2>/dev/null || true
   KEY=${keys[0]} api GET /v1/templates/worst-long
   [ -z "$long_build" ] || KEY=${keys[0]} api POST "/v1/templates/worst-long/builds/$long_build/cancel"
