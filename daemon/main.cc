@@ -30,6 +30,7 @@
 #include "daemon/http/metrics_listener.h"
 #include "daemon/objstore/objstore.h"
 #include "daemon/http/server.h"
+#include "daemon/http/tls.h"
 #include "daemon/preview/preview.h"
 #include "daemon/mcp/server.h"
 #include "daemon/mcp/tools.h"
@@ -520,8 +521,17 @@ int main(int argc, char** argv) {
                  "the cluster secret the internal listener checks (at least 32 bytes, mode 0600)")
       ->envname("B3OS_CLUSTER_SECRET_FILE");
   app.add_option("--cluster-url", cluster_url,
-                 "the URL routers reach the internal listener at (default: http://HOST:PORT of --cluster-listen)")
+                 "the URL routers reach the internal listener at (default: http(s)://HOST:PORT of --cluster-listen)")
       ->envname("B3OS_CLUSTER_URL");
+  std::string cluster_tls_cert, cluster_tls_key, cluster_tls_ca;
+  app.add_option("--cluster-tls-cert", cluster_tls_cert,
+                 "the internal listener speaks TLS with this certificate chain (PEM; with --cluster-tls-key)")
+      ->envname("B3OS_CLUSTER_TLS_CERT");
+  app.add_option("--cluster-tls-key", cluster_tls_key, "the key of --cluster-tls-cert (PEM)")
+      ->envname("B3OS_CLUSTER_TLS_KEY");
+  app.add_option("--cluster-tls-ca", cluster_tls_ca,
+                 "the CA other nodes' https:// internal listeners are checked against (PEM)")
+      ->envname("B3OS_CLUSTER_TLS_CA");
   int drain_move_after_s = 30;
   int64_t collect_every_s = 600, object_root_grace_s = 3600;
   app.add_option("--object-store-collect-every", collect_every_s,
@@ -1115,6 +1125,7 @@ int main(int argc, char** argv) {
   // the cluster secret (daemon/cluster/signature.h); anything unsigned is refused before the
   // API sees it.
   std::unique_ptr<http::Server> cluster_server;
+  std::unique_ptr<http::TlsFront> cluster_tls_front;  // --cluster-tls-cert: TLS in front of it
   // The preview server, once made (below): the internal listener hands it the preview
   // requests a router relays (X-B3os-Route: preview).
   std::atomic<preview::PreviewServer*> cluster_previews{nullptr};
@@ -1130,6 +1141,9 @@ int main(int argc, char** argv) {
       return 2;
     }
     cluster_secret = *secret;
+    // Other nodes' https:// internal listeners (MCP relays, moves) are checked against it.
+    router::set_cluster_ca(cluster_tls_ca);
+    cluster::set_tls_ca(cluster_tls_ca);
     const size_t colon = cluster_listen.rfind(':');
     int cport = 0;
     if (colon == std::string::npos || colon == 0 || !CLI::detail::lexical_cast(cluster_listen.substr(colon + 1), cport) ||
@@ -1137,11 +1151,17 @@ int main(int argc, char** argv) {
       std::cerr << "b3osd: --cluster-listen " << cluster_listen << ": not HOST:PORT\n";
       return 2;
     }
+    if (cluster_tls_cert.empty() != cluster_tls_key.empty()) {
+      std::cerr << "b3osd: --cluster-tls-cert and --cluster-tls-key go together\n";
+      return 2;
+    }
+    const bool cluster_tls = !cluster_tls_cert.empty();
     http::Config ccfg = http_cfg;
     ccfg.name = "cluster";
     static cluster::ReplayGuard cluster_replays;  // each signed request served once
+    // With TLS, the plain listener is on loopback only and the TLS front takes the address.
     cluster_server = std::make_unique<http::Server>(
-        cluster_listen.substr(0, colon), cport, ccfg,
+        cluster_tls ? std::string("127.0.0.1") : cluster_listen.substr(0, colon), cluster_tls ? 0 : cport, ccfg,
         [&api, &cluster_secret, &cluster_previews, &sandboxes, &e2b_server, &node_id](http::Exchange& ex) {
           // The route is inside what the signature covers ("ROUTE:" before the method).
           const std::string route(ex.header(cluster::kRouteHeader));
@@ -1183,8 +1203,20 @@ int main(int argc, char** argv) {
       std::cerr << "b3osd: --cluster-listen: " << r.error().message << "\n";
       return 1;
     }
+    int public_port = cluster_server->port();
+    if (cluster_tls) {
+      auto front = http::TlsFront::start(cluster_listen.substr(0, colon), cport, cluster_tls_cert, cluster_tls_key,
+                                         cluster_server->port(), 4096);
+      if (!front) {
+        std::cerr << "b3osd: --cluster-tls-cert: " << front.error().message << "\n";
+        return 1;
+      }
+      cluster_tls_front = std::move(*front);
+      public_port = cluster_tls_front->port();
+    }
     if (cluster_url.empty())
-      cluster_url = "http://" + cluster_listen.substr(0, colon) + ":" + std::to_string(cluster_server->port());
+      cluster_url = std::string(cluster_tls ? "https://" : "http://") + cluster_listen.substr(0, colon) + ":" +
+                    std::to_string(public_port);
     std::thread([&] { cluster_server->run(); }).detach();
   }
   // GET /metrics on a listener of its own, without auth (docs/operations.md, "Metrics").

@@ -29,6 +29,13 @@ size_t collect(char* p, size_t size, size_t n, void* out) {
 
 }  // namespace
 
+namespace {
+std::string g_tls_ca;  // set once at start
+}  // namespace
+
+void set_tls_ca(std::string ca_file) { g_tls_ca = std::move(ca_file); }
+const std::string& tls_ca() { return g_tls_ca; }
+
 Result<PeerAnswer> post_to_node(const std::string& node_url, std::string_view secret, std::string_view route,
                                 const std::string& target, const std::string& body, std::chrono::milliseconds timeout) {
   static std::once_flag once;
@@ -51,7 +58,14 @@ Result<PeerAnswer> post_to_node(const std::string& node_url, std::string_view se
   const std::string url = node_url + target;
   PeerAnswer out;
   curl_easy_setopt(c.get(), CURLOPT_URL, url.c_str());
-  curl_easy_setopt(c.get(), CURLOPT_PROTOCOLS_STR, "http");
+  curl_easy_setopt(c.get(), CURLOPT_PROTOCOLS_STR, "http,https");
+  if (node_url.rfind("https://", 0) == 0) {
+    // The node's internal listener speaks TLS: its certificate chains to the cluster's CA.
+    if (tls_ca().empty()) return fail(ErrorCode::kNodeUnavailable, node_url + " speaks TLS and no --cluster-tls-ca was given");
+    curl_easy_setopt(c.get(), CURLOPT_CAINFO, tls_ca().c_str());
+    curl_easy_setopt(c.get(), CURLOPT_SSL_VERIFYPEER, 1L);
+    curl_easy_setopt(c.get(), CURLOPT_SSL_VERIFYHOST, 2L);
+  }
   curl_easy_setopt(c.get(), CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(c.get(), CURLOPT_NOPROXY, "*");
   curl_easy_setopt(c.get(), CURLOPT_HTTPHEADER, headers.get());

@@ -24,4 +24,8 @@ struct PeerAnswer {
 Result<PeerAnswer> post_to_node(const std::string& node_url, std::string_view secret, std::string_view route,
                                 const std::string& target, const std::string& body, std::chrono::milliseconds timeout);
 
+/// The CA an https node URL's certificate is checked against (--cluster-tls-ca), set at start.
+void set_tls_ca(std::string ca_file);
+const std::string& tls_ca();
+
 }  // namespace b3os::cluster

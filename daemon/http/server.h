@@ -92,6 +92,8 @@ struct ProxyOptions {
 /// A TCP connection to host:port as an Upstream (the router's connection to a node). Fails
 /// with kNodeUnavailable when nothing accepts it within `timeout`.
 Result<std::unique_ptr<Upstream>> connect_tcp(const std::string& host, int port, std::chrono::milliseconds timeout);
+/// The connected socket connect_tcp wraps (non-blocking, close-on-exec; the caller owns it).
+Result<int> connect_tcp_socket(const std::string& host, int port, std::chrono::milliseconds timeout);
 
 /// One request and its response on a connection.
 class Exchange {

@@ -69,6 +69,12 @@ class TcpUpstream final : public Upstream {
 }  // namespace
 
 Result<std::unique_ptr<Upstream>> connect_tcp(const std::string& host, int port, std::chrono::milliseconds timeout) {
+  auto fd = connect_tcp_socket(host, port, timeout);
+  if (!fd) return fail(fd.error());
+  return std::unique_ptr<Upstream>(new TcpUpstream(*fd));
+}
+
+Result<int> connect_tcp_socket(const std::string& host, int port, std::chrono::milliseconds timeout) {
   const auto deadline = Clock::now() + timeout;
   addrinfo hints{};
   hints.ai_socktype = SOCK_STREAM;
@@ -101,7 +107,7 @@ Result<std::unique_ptr<Upstream>> connect_tcp(const std::string& host, int port,
     }
     if (rc == 0) {
       ::freeaddrinfo(found);
-      return std::unique_ptr<Upstream>(new TcpUpstream(fd));
+      return fd;
     }
     last = std::strerror(errno);
     ::close(fd);

@@ -9,6 +9,7 @@
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
 
+#include "daemon/cluster/peer.h"
 #include "daemon/cluster/signature.h"
 #include "daemon/http/metrics_listener.h"
 #include "daemon/http/server.h"
@@ -36,6 +37,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--max-connections", http_cfg.max_connections, "open client connections")->capture_default_str();
   app.add_option("--max-requests", http_cfg.max_requests, "requests relayed at once")->capture_default_str();
+  std::string cluster_tls_ca;
+  app.add_option("--cluster-tls-ca", cluster_tls_ca,
+                 "the CA the nodes' https:// internal listeners are checked against (PEM; docs/cluster.md)")
+      ->envname("B3OS_CLUSTER_TLS_CA");
   std::string preview_listen = "off";
   app.add_option("--preview-listen", preview_listen,
                  "address:port serving the cluster's preview URLs (set the nodes' --preview-url-port to its port "
@@ -65,6 +70,12 @@ int main(int argc, char** argv) {
     std::cerr << "b3os-router: " << secret.error().message << "\n";
     return 2;
   }
+  if (!cluster_tls_ca.empty() && ::access(cluster_tls_ca.c_str(), R_OK) != 0) {
+    std::cerr << "b3os-router: --cluster-tls-ca " << cluster_tls_ca << ": cannot read it\n";
+    return 2;
+  }
+  router::set_cluster_ca(cluster_tls_ca);  // nodes with https:// URLs are dialed with TLS
+  cluster::set_tls_ca(cluster_tls_ca);
   if (name.empty()) {
     char host[256] = {};
     ::gethostname(host, sizeof host - 1);

@@ -5,6 +5,7 @@
 #include "common/clock.h"
 #include "daemon/cluster/signature.h"
 #include "daemon/router/router.h"
+#include "daemon/http/tls.h"
 
 namespace b3os::router {
 
@@ -18,7 +19,10 @@ Result<void> relay_signed(http::Exchange& ex, const std::string& node_url, const
                           std::string_view route, http::ProxyOptions o, std::chrono::milliseconds connect_timeout) {
   auto addr = parse_node_url(node_url);
   if (!addr) return fail(addr.error());
-  auto up = http::connect_tcp(addr->host, addr->port, connect_timeout);
+  if (addr->tls && cluster_ca().empty())
+    return fail(ErrorCode::kNodeUnavailable, "node " + node_url + " speaks TLS and no --cluster-tls-ca was given");
+  auto up = addr->tls ? http::connect_tls(addr->host, addr->port, connect_timeout, cluster_ca())
+                      : http::connect_tcp(addr->host, addr->port, connect_timeout);
   if (!up) return fail(up.error());
   const int64_t now = now_unix_ms();
   const std::string method = route.empty() ? std::string(ex.method()) : std::string(route) + ":" + std::string(ex.method());

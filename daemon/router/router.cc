@@ -93,12 +93,25 @@ std::string error_body(const Error& e) {
 
 }  // namespace
 
+namespace {
+std::string g_cluster_ca;  // set once at start, before any relay
+}  // namespace
+
+void set_cluster_ca(std::string ca_file) { g_cluster_ca = std::move(ca_file); }
+const std::string& cluster_ca() { return g_cluster_ca; }
+
 Result<NodeAddress> parse_node_url(const std::string& url) {
-  constexpr std::string_view kScheme = "http://";
-  if (url.rfind(kScheme, 0) != 0) return fail(ErrorCode::kInvalidRequest, "node URL \"" + url + "\": not http://HOST:PORT");
-  std::string_view rest = std::string_view(url).substr(kScheme.size());
-  if (auto slash = rest.find('/'); slash != std::string_view::npos) rest = rest.substr(0, slash);
   NodeAddress a;
+  std::string_view rest;
+  if (url.rfind("http://", 0) == 0) {
+    rest = std::string_view(url).substr(7);
+  } else if (url.rfind("https://", 0) == 0) {
+    rest = std::string_view(url).substr(8);
+    a.tls = true;
+  } else {
+    return fail(ErrorCode::kInvalidRequest, "node URL \"" + url + "\": not http(s)://HOST:PORT");
+  }
+  if (auto slash = rest.find('/'); slash != std::string_view::npos) rest = rest.substr(0, slash);
   size_t colon;
   if (!rest.empty() && rest.front() == '[') {
     const size_t close = rest.find(']');

@@ -41,9 +41,13 @@ struct Config {
 struct NodeAddress {
   std::string host;
   int port = 0;
+  bool tls = false;  // https: the node's internal listener speaks TLS (docs/cluster.md)
 };
-/// Parses "http://HOST:PORT" (HOST may be [v6]); fails on anything else.
+/// Parses "http://HOST:PORT" or "https://HOST:PORT" (HOST may be [v6]); fails on anything else.
 Result<NodeAddress> parse_node_url(const std::string& url);
+/// The CA that https node URLs are checked against (--cluster-tls-ca), set once at start.
+void set_cluster_ca(std::string ca_file);
+const std::string& cluster_ca();
 
 /// What a placement asks for (docs/cluster.md, "Placement").
 struct PlaceRequest {

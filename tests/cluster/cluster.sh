@@ -174,7 +174,8 @@ start_node() {
     --store "$STORE" --node-id "node-$n" --cluster-listen 127.0.0.1:0 --cluster-secret-file "$SECRET" \
     --object-store "$OBJECT_STORE" --object-store-collect-every 3 --object-store-grace "$OBJECT_GRACE" \
     --preview-url-port "${ROUTER_PREVIEW[0]}" --max-sandboxes-per-project "$PER_PROJECT" \
-    --model "$MODEL_ARG" ${CLUSTER_NODE_ARGS:-} >>"$d/log" 2>&1 </dev/null &
+    --model "$MODEL_ARG" --cluster-tls-ca "$T/tls/ca.crt" $([ "$n" != c ] || echo "$NODE_C_TLS") \
+    ${CLUSTER_NODE_ARGS:-} >>"$d/log" 2>&1 </dev/null &
   NODE_PID[$n]=$!
   NODE_URL[$n]=http://127.0.0.1:${NODE_PORT[$n]}
   for _ in $(seq 1 300); do
@@ -192,7 +193,7 @@ start_router() {
   local port i=${#ROUTERS[@]} murl=
   port=$(free_port)
   "$B3OS_BIN/b3os-router" --port "$port" --store "$STORE" --cluster-secret-file "$SECRET" --name "router-$i" \
-    --metrics-listen 127.0.0.1:0 --preview-listen "127.0.0.1:${ROUTER_PREVIEW[$i]}" >>"$T/router-$i.log" 2>&1 </dev/null &
+    --cluster-tls-ca "$T/tls/ca.crt" --metrics-listen 127.0.0.1:0 --preview-listen "127.0.0.1:${ROUTER_PREVIEW[$i]}" >>"$T/router-$i.log" 2>&1 </dev/null &
   ROUTER_PIDS+=($!)
   ROUTERS+=("http://127.0.0.1:$port")
   for _ in $(seq 1 100); do
@@ -209,6 +210,19 @@ start_router() {
 psql_q() { pg_as psql -h "$PG_DIR" -d b3cluster -tAq -c "$1"; }
 node_of() { psql_q "SELECT node_id FROM sandboxes WHERE id = '$1'"; }
 
+# TLS on one node's internal listener (node-c): a CA of the test's own and a certificate for
+# 127.0.0.1 it signed; every node and router checks https:// node URLs against that CA.
+mkdir -p "$T/tls"
+(
+  cd "$T/tls" &&
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 -subj "/CN=b3os test cluster CA" \
+      -keyout ca.key -out ca.crt &&
+    openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj "/CN=node-c" -keyout node.key -out node.csr &&
+    printf 'subjectAltName=IP:127.0.0.1\n' >node.ext &&
+    openssl x509 -req -in node.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 -extfile node.ext -out node.crt
+) >"$T/tls/openssl.log" 2>&1 || die "could not make the test's TLS certificates: $(tail -n 3 "$T/tls/openssl.log")"
+NODE_C_TLS="--cluster-tls-cert $T/tls/node.crt --cluster-tls-key $T/tls/node.key"
+
 for n in "${NODES[@]}"; do start_node "$n" || die "node $n did not start (see $T/node-$n/log)"; done
 start_router || die "router 0 did not start"
 start_router || die "router 1 did not start"
@@ -223,8 +237,17 @@ info "postgres at $PG_DIR; nodes ${NODE_URL[*]}; routers ${ROUTERS[*]}"
 URL=${ROUTERS[0]}
 api GET /healthz
 check router.healthz "$(snip)" okj 200 '.nodes_ready == 3'
-check nodes.registered "$(psql_q "SELECT id, state FROM nodes")" \
-  test "$(psql_q "SELECT count(*) FROM nodes WHERE state = 'ready' AND url LIKE 'http://127.0.0.1:%'")" = 3
+check nodes.registered "$(psql_q "SELECT id, state, url FROM nodes")" \
+  test "$(psql_q "SELECT count(*) FROM nodes WHERE state = 'ready' AND url LIKE 'http://127.0.0.1:%'")" = 2 -a \
+  "$(psql_q "SELECT url LIKE 'https://127.0.0.1:%' FROM nodes WHERE id = 'node-c'")" = t
+
+# node-c's internal listener speaks TLS (--cluster-tls-cert): plain HTTP gets no answer, a
+# client that does not know the CA is refused, and a signed request over TLS is served.
+internal_c=$(psql_q "SELECT url FROM nodes WHERE id = 'node-c'")
+code=$(curl -s -o /dev/null -w '%{http_code}' -m 5 "${internal_c/https:/http:}/v1/sandboxes" || true)
+check tls.plaintext_not_served "HTTP $code" test "$code" = 000
+code=$(curl -s -o /dev/null -w '%{http_code}' -m 5 "$internal_c/v1/sandboxes" || true)
+check tls.unknown_ca_refused "HTTP $code" test "$code" = 000
 
 # The internal port takes only what a router signed.
 internal=$(psql_q "SELECT url FROM nodes WHERE id = 'node-a'")
@@ -289,6 +312,12 @@ code=$(curl -s -o "$T/int.json" -w '%{http_code}' -H "Authorization: Bearer $KEY
   "${sh_args[@]}" --data-binary @"$T/body.signed" "$internal/v1/sandboxes/sbx_nosuchone/exec")
 check internal.signed_body_served "HTTP $code $(head -c 200 "$T/int.json")" \
   sh -c "[ $code = 404 ] && grep -q sandbox_not_found '$T/int.json'"
+signed_headers GET /v1/sandboxes >"$T/signed.h"
+sh_args=()
+while IFS= read -r h; do sh_args+=(-H "$h"); done <"$T/signed.h"
+code=$(curl -s -o "$T/int.json" -w '%{http_code}' --cacert "$T/tls/ca.crt" -H "Authorization: Bearer $KEY" \
+  "${sh_args[@]}" "$internal_c/v1/sandboxes" || true)
+check tls.signed_served "HTTP $code $(head -c 200 "$T/int.json")" test "$code" = 200
 code=$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $KEY" "${NODE_URL[a]}/v1/sandboxes")
 check internal.public_port_unchanged "HTTP $code" test "$code" = 200
 
@@ -313,6 +342,9 @@ for i in "${!IDS[@]}"; do
   okj 200 '.exit_code == 0 and (.stdout | startswith("hi-"))' && ok=$((ok + 1))
 done
 check exec.through_either_router "$ok of ${#IDS[@]}" test "$ok" = "${#IDS[@]}"
+on_c=$(for id in "${IDS[@]}"; do node_of "$id"; done | grep -c '^node-c$' || true)
+check tls.node_c_holds_some "$on_c of ${#IDS[@]} on node-c (its internal listener is TLS; the execs above reached them)" \
+  test "$on_c" -ge 1
 URL=${ROUTERS[1]}
 api GET '/v1/sandboxes?limit=100'
 check list.all_nodes "$(snip)" okj 200 '[.data[].id] | length == 6'
