@@ -141,7 +141,13 @@ TEST(RouterNodeUrl, ParsesHostAndPortAndRefusesTheRest) {
   auto name = router::parse_node_url("http://b3osd-0.b3osd.b3os.svc:7071");
   ASSERT_TRUE(name);
   EXPECT_EQ(name->host, "b3osd-0.b3osd.b3os.svc");
-  for (const char* bad : {"", "https://x:1", "http://x", "http://x:", "http://x:0", "http://x:70000", "http://x:7a",
+  EXPECT_FALSE(name->tls);
+  // A node whose internal listener speaks TLS (--cluster-tls-cert) registers https://.
+  auto tls = router::parse_node_url("https://10.0.0.7:7443");
+  ASSERT_TRUE(tls);
+  EXPECT_TRUE(tls->tls);
+  EXPECT_EQ(tls->port, 7443);
+  for (const char* bad : {"", "ftp://x:1", "https://x", "http://x", "http://x:", "http://x:0", "http://x:70000", "http://x:7a",
                           "http://[fd00::7]7071", "http://:80"})
     EXPECT_FALSE(router::parse_node_url(bad)) << bad;
 }
